@@ -1,0 +1,74 @@
+"""`uqh`: a thin command line over importable library functions.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
+those modules keep heavy imports (litellm, tau2, bm25s) inside functions so `uqh --help` is fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from harness.errors import UserError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("harness.run_command", "run episodes of a domain into a run directory (resumable)"),
+    "continue": ("harness.continue_command", "roll out continuation branches from censored prefixes (q_Z)"),
+    "score": ("scoring.command", "score run directories: TPS, censored extensions, diagnostics"),
+    "audit": ("reports.audit_command", "termination audit and selection diagnostic of run directories"),
+    "report": ("reports.report_command", "tables, figures and an HTML report for run directories"),
+    "index": ("domains.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
+    "schema": ("harness.schema_command", "print the JSON schema of the run-directory records"),
+}
+
+
+def _load_dotenv() -> None:
+    """Secrets come from the environment or a .env file in the working directory; never written anywhere."""
+    try:
+        from dotenv import load_dotenv
+    except ImportError:  # python-dotenv comes with litellm; without it only the environment is used
+        return
+    load_dotenv(override=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="uqh", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # subcommand not built yet
+            raise
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    _load_dotenv()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except UserError as exc:
+        print(f"uqh {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"uqh {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""The run-directory schema: the one contract between the harness, the scoring package and reports.
+
+A run directory holds
+
+- ``manifest.json``    -- :class:`Manifest`: the complete run config and its hash;
+- ``episodes.jsonl``   -- one :class:`Episode` per line, written only when the episode has finished;
+- ``logprobs.jsonl``   -- the sidecar: one :class:`LogprobRow` per model call (every attempt, repairs included);
+- ``checkpoints/``     -- in-flight episode prefixes (see ``harness.store``), removed when the episode finishes.
+
+Every record carries ``schema_version``. Readers must go through :func:`read_jsonl_models` (or
+``harness.store``) so that a torn last line from a crash is never mistaken for data.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+MANIFEST_FILE = "manifest.json"
+EPISODES_FILE = "episodes.jsonl"
+SIDECAR_FILE = "logprobs.jsonl"
+USER_SIDECAR_FILE = "user_logprobs.jsonl"
+CHECKPOINT_DIR = "checkpoints"
+
+
+class StopReason(str, Enum):
+    """Why an episode ended. The only place the set of endings is defined."""
+
+    clean = "clean"  # terminal outcome Y observed
+    max_steps = "max_steps"  # administrative step budget spent without a terminal outcome (censored)
+    parse_error = "parse_error"  # repairs exhausted on one step
+    tool_error = "tool_error"  # Tau2: the episode ended on too many tool errors, no clean label
+    env_terminated = "env_terminated"  # Tau2: transfer / out-of-scope / environment cap, no clean label
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+# --------------------------------------------------------------------------------------- logprobs
+
+
+class TopLogprob(_Record):
+    token: Annotated[str, Field(description="Alternative token text.")]
+    logprob: Annotated[float, Field(description="Natural-log probability of the alternative.")]
+
+
+class TokenLogprob(_Record):
+    token: Annotated[str, Field(description="Generated token text, exactly as the provider returned it.")]
+    logprob: Annotated[float, Field(description="Natural-log probability of the generated token.")]
+    top_logprobs: Annotated[
+        list[TopLogprob],
+        Field(description="Top alternatives at this position, sorted by logprob descending, at most top_logprobs."),
+    ] = []
+
+
+class LogprobRow(_Record):
+    """One sidecar line: the token log-probabilities of one model call."""
+
+    schema_version: int = SCHEMA_VERSION
+    episode_id: Annotated[str, Field(description="Episode this call belongs to.")]
+    t: Annotated[int, Field(description="Step index (1-based) the call was made for.")]
+    attempt: Annotated[int, Field(description="0 for the first try of the step, 1..2 for repair attempts.")]
+    accepted: Annotated[bool, Field(description="True if this attempt's output was parsed and became step t.")]
+    tokens: Annotated[
+        list[TokenLogprob] | None,
+        Field(description="Every generated token with its logprob and top alternatives; null if the provider returned none."),
+    ]
+    action_token_range: Annotated[
+        tuple[int, int] | None,
+        Field(description="Half-open token index range [start, end) covering the <action> content; null if unknown."),
+    ] = None
+
+
+# --------------------------------------------------------------------------------------- steps
+
+
+class Usage(_Record):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class CallRecord(_Record):
+    """Accounting for one model call."""
+
+    model: Annotated[str, Field(description="Model string the call was made with (litellm form).")]
+    usage: Usage = Usage()
+    cost_usd: Annotated[float | None, Field(description="Provider cost in USD; null when the model is unpriced.")] = None
+    latency_s: Annotated[float, Field(description="Wall-clock seconds of the call, retries included.")] = 0.0
+    retries: Annotated[int, Field(description="Transient failures retried before this call succeeded.")] = 0
+    finish_reason: str | None = None
+    seed: int | None = None
+    has_logprobs: Annotated[bool, Field(description="Whether the provider returned token logprobs.")] = False
+
+
+class Attempt(_Record):
+    """One model call for a step: the raw text and, if it was rejected, why."""
+
+    attempt: int
+    raw_text: Annotated[str, Field(description="The full generated text the parser saw.")]
+    error: Annotated[
+        str | None,
+        Field(description="Why the output was rejected (the repair message sent back), or null if accepted."),
+    ] = None
+    call: CallRecord
+
+
+class Step(_Record):
+    t: Annotated[int, Field(description="1-based step index.")]
+    think: str
+    action: str
+    verbal_confidence: Annotated[
+        float | None, Field(description="Parsed <confidence>, clipped to [0, 1]; null if not numeric.")
+    ]
+    confidence_raw: Annotated[str | None, Field(description="The <confidence> text before parsing.")] = None
+    explanation: str
+    observation: Annotated[str, Field(description="What the environment returned for the action (as shown to the model).")]
+    repair_attempts: Annotated[int, Field(description="Number of repairs needed for this step (0..2).")] = 0
+    attempts: Annotated[list[Attempt], Field(description="Every call made for this step, in order.")]
+    info: Annotated[dict[str, Any], Field(description="Domain-specific step details.")] = {}
+
+
+class Episode(_Record):
+    schema_version: int = SCHEMA_VERSION
+    episode_id: Annotated[str, Field(description="Stable id: '<task_id>#<sample_index>' (branches add '@b<k>').")]
+    task_id: str
+    sample_index: int = 0
+    stop_reason: StopReason
+    outcome: Annotated[int | None, Field(description="Y in {0,1} when stop_reason is clean, else null.")] = None
+    reward: Annotated[float | None, Field(description="Raw benchmark reward when observed.")] = None
+    reward_info: Annotated[dict[str, Any], Field(description="Domain reward breakdown (e.g. F1, tau2 checks).")] = {}
+    n_steps: Annotated[int, Field(description="Number of completed (parsed) steps.")]
+    step_budget: int
+    seed: Annotated[int | None, Field(description="Per-episode decoding seed derived from the run seed.")] = None
+    task_prompt: Annotated[str, Field(description="The first user message (task and initial observation).")]
+    steps: list[Step]
+    failed_step: Annotated[
+        list[Attempt] | None,
+        Field(description="For parse_error: the attempts of the step that could not be parsed."),
+    ] = None
+    source_episode_id: Annotated[
+        str | None, Field(description="For continuation branches: the censored episode this branch continues.")
+    ] = None
+    branch_index: int | None = None
+    prefix_steps: Annotated[
+        int, Field(description="Steps copied from the source prefix (continuations; 0 otherwise).")
+    ] = 0
+    started_at: str | None = None
+    finished_at: str | None = None
+    info: dict[str, Any] = {}
+
+    @property
+    def verbal_confidences(self) -> list[float | None]:
+        return [s.verbal_confidence for s in self.steps]
+
+
+# --------------------------------------------------------------------------------------- manifest
+
+
+class DecodingConfig(_Record):
+    temperature: float = 0.2
+    top_p: float = 1.0
+    logprobs: bool = True
+    top_logprobs: int = 5
+    seed: int = 42
+    max_tokens: int | None = 512
+    grammar: Annotated[bool, Field(description="Force the four-tag shape with a llama.cpp GBNF grammar.")] = False
+    reasoning: Annotated[
+        bool, Field(description="Ask the provider to enable reasoning where supported.")
+    ] = False
+
+
+class RunConfig(_Record):
+    """Everything that determines what a run produces. Its hash guards resume."""
+
+    domain: str
+    split: str | None = None
+    task_ids: list[str]
+    samples_per_task: int = 1
+    model: str
+    api_base: str | None = None
+    decoding: DecodingConfig = DecodingConfig()
+    step_budget: int
+    observation_chars: int | None = 420
+    domain_options: dict[str, Any] = {}
+    user_model: str | None = None
+    user_decoding: DecodingConfig | None = None
+    prompt_sha256: str
+    package_version: str
+    continuation: Annotated[
+        dict[str, Any] | None,
+        Field(description="For continuation runs: source run, branches, extra steps."),
+    ] = None
+
+    def config_hash(self) -> str:
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class Manifest(_Record):
+    schema_version: int = SCHEMA_VERSION
+    config: RunConfig
+    config_hash: str
+    created_at: str
+    system_prompt: Annotated[str, Field(description="The exact system prompt text used.")]
+    info: dict[str, Any] = {}
+
+
+# --------------------------------------------------------------------------------------- I/O helpers
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_jsonl_models(path: Path, model: type[M]) -> Iterator[M]:
+    """Yield records from a JSONL file, ignoring an incomplete (torn) final line."""
+    if not path.exists():
+        return
+    with path.open("rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    # The last element is either b"" (file ends with a newline) or a torn line from a crash.
+    for raw in lines[:-1]:
+        if raw.strip():
+            yield model.model_validate_json(raw)
+
+
+def read_manifest(run_dir: Path) -> Manifest:
+    return Manifest.model_validate_json((Path(run_dir) / MANIFEST_FILE).read_text())
+
+
+def read_episodes(run_dir: Path) -> list[Episode]:
+    return list(read_jsonl_models(Path(run_dir) / EPISODES_FILE, Episode))
+
+
+def read_sidecar(run_dir: Path) -> Iterator[LogprobRow]:
+    return read_jsonl_models(Path(run_dir) / SIDECAR_FILE, LogprobRow)
+
+
+def export_json_schemas() -> dict[str, Any]:
+    return {m.__name__: m.model_json_schema() for m in (Manifest, Episode, LogprobRow)}

@@ -1,0 +1,1 @@
+"""Scoring: pure numpy functions from run directories to the paper's numbers."""
