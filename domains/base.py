@@ -110,6 +110,15 @@ class Domain(abc.ABC):
     def make_env(self, task_id: str, *, episode_seed: int) -> Environment:
         """A fresh environment for one episode of ``task_id``."""
 
+    def prepare_runtime(self, runtime: dict[str, Any]) -> None:
+        """Receive run-time facts that are not part of the config hash, before any env is made.
+
+        Keys the runner may pass: ``user_model`` / ``user_api_base`` (a resolved litellm model string and
+        endpoint for a simulated user, e.g. when ``local:smollm2`` was started on a free port),
+        ``user_decoding`` (DecodingConfig), ``run_dir`` (Path).
+        """
+        self.runtime = dict(runtime)
+
     def manifest_info(self) -> dict[str, Any]:
         """Extra facts for the manifest (corpus, goals file hash, data source...)."""
         return {}

@@ -1,0 +1,31 @@
+"""Typed model output shared by every client implementation and the loop."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from harness.schema import CallRecord, TokenLogprob
+
+
+@dataclass
+class Completion:
+    """One successful model call."""
+
+    text: str  # the full raw generated text the parser must see (a leading <think> block included)
+    tokens: list[TokenLogprob] | None  # None when the provider returned no logprobs
+    call: CallRecord
+
+
+class ModelCallFailed(Exception):
+    """The call failed after retries (or on a non-retryable provider error).
+
+    This is an infrastructure failure, not an outcome: the episode is not written and a resumed run re-queues it.
+    """
+
+
+class ModelClient(Protocol):
+    model: str
+
+    async def complete(self, messages: list[dict], *, seed: int | None = None) -> Completion: ...
+
+    async def aclose(self) -> None: ...
