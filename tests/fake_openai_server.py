@@ -1,0 +1,405 @@
+"""A fake OpenAI-compatible chat-completions server for tests and benchmarks.
+
+The harness must not know it is fake: responses are real ``chat.completion`` JSON, with
+``logprobs.content[].{token, logprob, bytes, top_logprobs}`` whose tokens join back exactly to the text.
+
+Use in a test (or through the ``fake_server`` fixture in ``tests/conftest.py``)::
+
+    with FakeOpenAIServer(lambda req: "<think>hi</think>...", faults=["429"]) as srv:
+        client = make_model_client("openai/fake", api_base=srv.base_url, ...)
+        ...
+        assert srv.requests[0]["seed"] == 42
+
+Or from another process (benchmarks)::
+
+    python tests/fake_openai_server.py --port 0 --latency 0.2      # prints "READY http://127.0.0.1:PORT/v1"
+
+Logprobs are deterministic functions of the token text, so tests can compute them by hand
+(:func:`chosen_probability`, :func:`top_logprobs_for`):
+
+- the chosen token has probability ``p = 0.5 + 0.1 * (len(token) % 5)`` (0.5 .. 0.9), rank 0;
+- the four alternatives get ``(1 - p) * 0.5**i`` for ``i = 1..4``, in descending order, drawn from a small
+  vocabulary (:data:`ALT_VOCAB`) skipping the chosen token.
+
+Faults (consumed one per request, in order, before normal service):
+``"429"`` (Retry-After: 0), ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"404"``, ``"timeout"`` (sleeps
+``timeout_sleep_s`` before answering), ``"malformed"`` (HTTP 200 with a truncated JSON body), ``"reset"``
+(the connection is aborted without a response), ``"no_logprobs"`` (a normal answer without a logprobs field).
+
+With ``quirky_top_logprobs=True`` every position lists 6 alternatives including a duplicate string and
+``bytes: null`` -- the shape llama-cpp-python returns -- so clients' normalisation can be tested end to end.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import socket
+import sys
+import threading
+import time
+from functools import lru_cache
+from typing import Any, Callable, Iterable
+
+from aiohttp import web
+
+DEFAULT_TEXT = (
+    "<think>The question is simple; I can answer directly.</think>\n"
+    "<action>finish[42]</action>\n"
+    "<confidence>0.8</confidence>\n"
+    "<explanation>Direct arithmetic.</explanation>"
+)
+
+FAULTS = ("429", "500", "503", "400", "401", "404", "timeout", "malformed", "reset", "no_logprobs")
+
+ALT_VOCAB = (" the", ",", " a", ".", " and", "\n", " of", " to", "<", ">", " is", "0")
+
+_TOKEN_RE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
+
+Responder = Callable[[dict], str] | str | list[str] | None
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into tokens (leading whitespace attached to the next word/punctuation); joins back exactly."""
+    tokens = _TOKEN_RE.findall(text)
+    assert "".join(tokens) == text
+    return tokens
+
+
+def chosen_probability(token: str) -> float:
+    """Probability given to the generated token: ``0.5 + 0.1 * (len(token) % 5)``."""
+    return 0.5 + 0.1 * (len(token) % 5)
+
+
+def top_logprobs_for(token: str) -> list[tuple[str, float]]:
+    """The five (token, logprob) alternatives at a position whose generated token is ``token``, descending."""
+    p = chosen_probability(token)
+    alts = [a for a in ALT_VOCAB if a != token]
+    start = len(token) % len(alts)
+    picked = [alts[(start + i) % len(alts)] for i in range(4)]
+    out = [(token, math.log(p))]
+    out += [(a, math.log((1.0 - p) * 0.5**i)) for i, a in enumerate(picked, start=1)]
+    return out
+
+
+def _bytes(s: str) -> list[int]:
+    return list(s.encode("utf-8"))
+
+
+@lru_cache(maxsize=4096)
+def _logprob_entry(token: str, quirky: bool) -> dict:
+    tops = top_logprobs_for(token)
+    if quirky:
+        # llama-cpp-python: 6 entries, a duplicate string, bytes null.
+        entries = [{"token": t, "logprob": lp, "bytes": None} for t, lp in tops]
+        entries.insert(2, {"token": tops[1][0], "logprob": tops[1][1] - 0.5, "bytes": None})
+        entries.append({"token": "~", "logprob": tops[-1][1] - 1.0, "bytes": None})
+        return {"token": token, "logprob": tops[0][1], "bytes": None, "top_logprobs": entries}
+    return {
+        "token": token,
+        "logprob": tops[0][1],
+        "bytes": _bytes(token),
+        "top_logprobs": [{"token": t, "logprob": lp, "bytes": _bytes(t)} for t, lp in tops],
+    }
+
+
+def _message_text(messages: Iterable[dict]) -> str:
+    parts = []
+    for m in messages or ():
+        c = m.get("content")
+        if isinstance(c, str):
+            parts.append(c)
+        elif isinstance(c, list):
+            parts.extend(p.get("text", "") for p in c if isinstance(p, dict))
+    return "\n".join(parts)
+
+
+@lru_cache(maxsize=1024)
+def _completion_parts(text: str, max_tokens: int | None) -> tuple[str, tuple[str, ...], str]:
+    tokens = tokenize(text)
+    finish = "stop"
+    if max_tokens is not None and len(tokens) > max_tokens:
+        tokens = tokens[:max_tokens]
+        finish = "length"
+    return "".join(tokens), tuple(tokens), finish
+
+
+@lru_cache(maxsize=1024)
+def build_response_body(
+    text: str,
+    *,
+    model: str,
+    max_tokens: int | None,
+    logprobs: bool,
+    top_logprobs: int,
+    quirky: bool,
+    prompt_tokens: int,
+) -> bytes:
+    """The exact JSON bytes the server sends for one completion (cached: no per-request heavy work)."""
+    content, tokens, finish = _completion_parts(text, max_tokens)
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": content},
+        "finish_reason": finish,
+    }
+    if logprobs:
+        entries = []
+        for tok in tokens:
+            e = _logprob_entry(tok, quirky)
+            if not quirky:
+                e = dict(e, top_logprobs=e["top_logprobs"][: max(0, top_logprobs)])
+            entries.append(e)
+        choice["logprobs"] = {"content": entries}
+    else:
+        choice["logprobs"] = None
+    body = {
+        "id": "chatcmpl-fake-%08x" % (hash((text, max_tokens)) & 0xFFFFFFFF),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": "fp_fake",
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(tokens),
+            "total_tokens": prompt_tokens + len(tokens),
+        },
+    }
+    return json.dumps(body).encode()
+
+
+def _error_body(status: int, message: str, etype: str, code: str | None = None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": etype, "param": None, "code": code}}).encode()
+
+
+_FAULT_ERRORS = {
+    "429": (429, "Rate limit reached for requests (fake).", "rate_limit_error", "rate_limit_exceeded"),
+    "500": (500, "The server had an error while processing your request (fake).", "server_error", None),
+    "503": (503, "The server is overloaded (fake).", "server_error", None),
+    "400": (400, "Invalid request: 'messages' is malformed (fake).", "invalid_request_error", None),
+    "401": (401, "Incorrect API key provided (fake).", "invalid_request_error", "invalid_api_key"),
+    "404": (404, "The model does not exist (fake).", "invalid_request_error", "model_not_found"),
+}
+
+
+class FakeOpenAIServer:
+    """An aiohttp OpenAI-compatible server on 127.0.0.1 in a background thread with its own event loop."""
+
+    def __init__(
+        self,
+        responder: Responder = None,
+        *,
+        latency_s: float = 0.0,
+        faults: list[str] | None = None,
+        logprobs: bool = True,
+        timeout_sleep_s: float = 3.0,
+        quirky_top_logprobs: bool = False,
+        port: int = 0,
+        record_requests: bool = True,
+    ) -> None:
+        for f in faults or ():
+            if f not in FAULTS:
+                raise ValueError(f"unknown fault {f!r}; known: {', '.join(FAULTS)}")
+        self.responder = responder
+        self.latency_s = latency_s
+        self.faults: list[str] = list(faults or [])
+        self.logprobs = logprobs
+        self.timeout_sleep_s = timeout_sleep_s
+        self.quirky_top_logprobs = quirky_top_logprobs
+        self.record_requests = record_requests
+        self.requests: list[dict] = []
+        self.faults_served: list[str] = []
+        self.n_requests = 0
+        self._list_index = 0
+        self._port = port
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("server not started")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "FakeOpenAIServer":
+        if self._thread is not None:
+            return self
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def _run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._start_site())
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+                errors.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=_run, name="fake-openai-server", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        if errors:
+            self._thread = None
+            raise errors[0]
+        return self
+
+    async def _start_site(self) -> None:
+        app = self.make_app()
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._thread = None
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ----------------------------------------------------------------------------- serving
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024**2)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/models", self._models)
+        return app
+
+    async def _models(self, request: web.Request) -> web.Response:
+        body = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "fake"}]}
+        return web.json_response(body)
+
+    def _next_text(self, body: dict, *, advance: bool = True) -> str:
+        r = self.responder
+        if r is None:
+            return DEFAULT_TEXT
+        if isinstance(r, str):
+            return r
+        if isinstance(r, (list, tuple)):
+            with self._lock:
+                i = min(self._list_index, len(r) - 1)
+                if advance:
+                    self._list_index += 1
+            return r[i]
+        text = r(body)
+        if isinstance(text, (list, tuple)):  # a responder may hand back a script; serve it in order too
+            self.responder = list(text)
+            return self._next_text(body, advance=advance)
+        return text
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return web.Response(
+                status=400,
+                body=_error_body(400, "request body is not JSON", "invalid_request_error"),
+                content_type="application/json",
+            )
+        with self._lock:
+            self.n_requests += 1
+            if self.record_requests:
+                self.requests.append(body)
+            fault = self.faults.pop(0) if self.faults else None
+            if fault:
+                self.faults_served.append(fault)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+
+        if fault in _FAULT_ERRORS:
+            status, msg, etype, code = _FAULT_ERRORS[fault]
+            headers = {"Retry-After": "0"} if fault == "429" else {}
+            return web.Response(
+                status=status, body=_error_body(status, msg, etype, code), content_type="application/json",
+                headers=headers,
+            )
+        if fault == "timeout":
+            await asyncio.sleep(self.timeout_sleep_s)
+        if fault == "reset":
+            transport = request.transport
+            if transport is not None:
+                transport.abort()
+            raise ConnectionResetError("fake server: connection reset")
+
+        # A response the client never reads (timeout) or cannot parse (malformed) does not use up a scripted text.
+        text = self._next_text(body, advance=fault not in ("timeout", "malformed"))
+        want_logprobs = bool(body.get("logprobs")) and self.logprobs and fault != "no_logprobs"
+        top_n = body.get("top_logprobs")
+        top_n = int(top_n) if top_n is not None else 0
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        payload = build_response_body(
+            text,
+            model=str(body.get("model", "fake")),
+            max_tokens=int(max_tokens) if max_tokens is not None else None,
+            logprobs=want_logprobs,
+            top_logprobs=top_n,
+            quirky=self.quirky_top_logprobs,
+            prompt_tokens=len(tokenize(_message_text(body.get("messages", [])))),
+        )
+        if fault == "malformed":
+            payload = payload[: max(1, len(payload) // 2)]
+        return web.Response(body=payload, content_type="application/json")
+
+
+def _main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Fake OpenAI-compatible server (tests/benchmarks).")
+    p.add_argument("--port", type=int, default=0, help="port (0: a free one)")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds of latency per request")
+    p.add_argument("--text", default=None, help="completion text (default: a four-tag answer)")
+    p.add_argument("--no-logprobs", action="store_true", help="never return logprobs")
+    args = p.parse_args(argv)
+
+    srv = FakeOpenAIServer(
+        args.text, latency_s=args.latency, logprobs=not args.no_logprobs, port=args.port, record_requests=False
+    )
+
+    async def serve() -> None:
+        runner = web.AppRunner(srv.make_app(), access_log=None, handler_cancellation=True)
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", args.port))
+        sock.listen(4096)
+        site = web.SockSite(runner, sock)
+        await site.start()
+        port = sock.getsockname()[1]
+        print(f"READY http://127.0.0.1:{port}/v1", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
