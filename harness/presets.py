@@ -1,0 +1,318 @@
+"""The paper's run configurations as data (Appendix K, Tables 15-16), and the dry-run plan for each.
+
+``uqh run --preset NAME`` takes its run options from :func:`get_preset`; ``--dry-run`` prints
+:func:`plan` and calls no model. Every preset value can be overridden on the command line (the model
+especially: ``--model``).
+
+Shared decoding (Table 15): temperature 0.2, top_p 1.0, top_logprobs 5, max completion tokens 64,000,
+reasoning enabled, seed 42. Per dataset (Table 16 and Appendix G): StrategyQA full split, budget 16,
+top-k 3; HotpotQA 2,000 fullwiki validation questions, budget 7, top-k 5; Tau2 base split of
+airline/retail/telecom, budget 50, environment cap 120, user simulator Qwen 2.5 7B Instruct; WebShop
+500 tasks over the 1,000-product catalog, budget 30. Observations are cut to 420 characters everywhere.
+
+This module imports nothing heavy: listing and planning must work offline and fast.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+
+PAPER_MODEL = "openrouter/google/gemma-4-31b-it"
+PAPER_USER_MODEL = "openrouter/qwen/qwen-2.5-7b-instruct"
+PAPER_SEED = 42
+OBSERVATION_CHARS = 420
+MAX_REPAIRS = 2  # Appendix K: up to two repair attempts per step
+
+#: Table 15, shared by every dataset. Keys are :class:`harness.schema.DecodingConfig` fields.
+PAPER_DECODING: dict[str, Any] = {
+    "temperature": 0.2,
+    "top_p": 1.0,
+    "logprobs": True,
+    "top_logprobs": 5,
+    "seed": PAPER_SEED,
+    "max_tokens": 64_000,
+    "reasoning": True,
+}
+
+#: The user simulator of Tau2 is part of the environment, not the scored agent; it needs no logprobs.
+PAPER_USER_DECODING: dict[str, Any] = {
+    "temperature": 0.2,
+    "top_p": 1.0,
+    "logprobs": False,
+    "top_logprobs": 0,
+    "seed": PAPER_SEED,
+    "max_tokens": 2_048,
+    "reasoning": False,
+}
+
+
+def _preset(
+    *,
+    domain: str,
+    n_tasks: int | None,
+    step_budget: int,
+    description: str,
+    split: str | None = None,
+    domain_options: dict[str, Any] | None = None,
+    user_model: str | None = None,
+    expected_tasks: int,
+) -> dict[str, Any]:
+    return {
+        "domain": domain,
+        "split": split,
+        "n_tasks": n_tasks,  # None = every task of the split
+        "samples_per_task": 1,
+        "model": PAPER_MODEL,
+        "api_base": None,
+        "decoding": dict(PAPER_DECODING),
+        "step_budget": step_budget,
+        "observation_chars": OBSERVATION_CHARS,
+        "domain_options": dict(domain_options or {}),
+        "user_model": user_model,
+        "user_decoding": dict(PAPER_USER_DECODING) if user_model else None,
+        "seed": PAPER_SEED,
+        "out": f"runs/paper-{domain}",
+        "expected_tasks": expected_tasks,  # the paper's count, used when the domain cannot list tasks offline
+        "description": description,
+    }
+
+
+#: Preset name -> run options. ``uqh run --preset`` maps these onto RunConfig / run_batch arguments.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper-strategyqa": _preset(
+        domain="strategyqa",
+        n_tasks=None,
+        step_budget=16,
+        domain_options={"top_k": 3},
+        expected_tasks=2_290,
+        description="StrategyQA, full wics/strategy-qa test split (2,290 questions), budget 16, top-k 3",
+    ),
+    "paper-hotpotqa": _preset(
+        domain="hotpotqa",
+        n_tasks=2_000,
+        step_budget=7,
+        domain_options={"top_k": 5},
+        expected_tasks=2_000,
+        description="HotpotQA, 2,000 fullwiki validation questions (seed-42 sample), budget 7, top-k 5",
+    ),
+    **{
+        f"paper-tau2-{d}": _preset(
+            domain=f"tau2-{d}",
+            split="base",
+            n_tasks=None,
+            step_budget=50,
+            domain_options={"max_env_steps": 120},
+            user_model=PAPER_USER_MODEL,
+            expected_tasks=n,
+            description=f"Tau2-Bench {d}, base split ({n} tasks), budget 50, env cap 120, user Qwen 2.5 7B Instruct",
+        )
+        for d, n in (("airline", 50), ("retail", 114), ("telecom", 114))
+    },
+    "paper-webshop": _preset(
+        domain="webshop",
+        n_tasks=500,
+        step_budget=30,
+        domain_options={"n_products": 1_000},
+        expected_tasks=500,
+        description="WebShop, 500-task evaluation subset over the 1,000-product catalog, budget 30",
+    ),
+}
+
+#: Groups: a name that expands to several presets (run one after another).
+PRESET_GROUPS: dict[str, list[str]] = {
+    "paper-tau2": ["paper-tau2-airline", "paper-tau2-retail", "paper-tau2-telecom"],
+    "paper-all": [
+        "paper-strategyqa",
+        "paper-hotpotqa",
+        "paper-tau2-airline",
+        "paper-tau2-retail",
+        "paper-tau2-telecom",
+        "paper-webshop",
+    ],
+}
+
+# --------------------------------------------------------------------------------------- rough token model
+#: Assumptions of the rough token budget, printed with every plan.
+CHARS_PER_TOKEN = 4.0
+STEP_OUTPUT_TOKENS = 200  # one <think>/<action>/<confidence>/<explanation> step, reasoning excluded
+TASK_PROMPT_TOKENS = 150  # question / instruction plus first observation
+
+
+def preset_names() -> list[str]:
+    return sorted(PRESETS) + sorted(PRESET_GROUPS)
+
+
+def get_preset(name: str) -> dict[str, Any]:
+    """A deep copy of the preset's run options (safe to modify)."""
+    try:
+        return copy.deepcopy(PRESETS[name])
+    except KeyError:
+        hint = f" (a group: run each of {', '.join(PRESET_GROUPS[name])})" if name in PRESET_GROUPS else ""
+        raise UserError(f"unknown preset {name!r}{hint}; choose one of: {', '.join(sorted(PRESETS))}") from None
+
+
+def expand(name: str) -> list[str]:
+    """A preset or group name -> the preset names it stands for."""
+    if name in PRESET_GROUPS:
+        return list(PRESET_GROUPS[name])
+    get_preset(name)  # raises UserError for unknown names
+    return [name]
+
+
+def _prompt_chars(domain: str) -> tuple[int | None, str]:
+    base = "tau2" if domain.startswith("tau2") else domain
+    path = Path(__file__).resolve().parent.parent / "prompts" / f"{base}.txt"
+    if path.exists():
+        return len(path.read_text()), str(path.relative_to(path.parent.parent))
+    return None, f"prompts/{base}.txt (missing)"
+
+
+@contextlib.contextmanager
+def _offline_datasets():
+    """Forbid Hugging Face hub downloads while a domain lists its tasks (the dry run must not touch the network)."""
+    keys = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: "1" for k in keys})
+    ds_config = sys.modules.get("datasets.config")
+    saved_flag = getattr(ds_config, "HF_HUB_OFFLINE", None) if ds_config else None
+    if ds_config is not None:
+        ds_config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if ds_config is not None:
+            ds_config.HF_HUB_OFFLINE = saved_flag
+
+
+def _inspect_domain(opts: dict[str, Any]) -> tuple[int, str, int | None]:
+    """(tasks, where the count comes from, system prompt chars or None).
+
+    Tasks and prompt are asked of the domain when it can list them offline, else the paper's count is used.
+    """
+    try:
+        from domains import get_domain_class
+
+        cls = get_domain_class(opts["domain"])
+        with _offline_datasets():
+            dom = cls(dict(opts["domain_options"]), observation_chars=opts["observation_chars"])
+            ids = dom.select_task_ids(opts["n_tasks"], opts["seed"])
+    except Exception as exc:  # a domain that is not built yet or needs data that is not local
+        msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        return opts["expected_tasks"], f"paper count; the domain could not list tasks offline: {msg}", None
+    try:
+        prompt_chars: int | None = len(dom.system_prompt())
+    except Exception:
+        prompt_chars = None
+    return len(ids), "listed by the domain", prompt_chars
+
+
+def estimate(opts: dict[str, Any], n_tasks: int, prompt_chars: int | None) -> dict[str, Any]:
+    """Upper bounds of calls and prompt/completion tokens for a run with these options.
+
+    Calls: every episode uses at most ``step_budget`` steps, each step at most ``1 + MAX_REPAIRS`` calls.
+    Prompt tokens of step t (no repairs): system + task + (t - 1) * (step output + observation); summed
+    over t = 1..B that is B * (system + task) + B(B - 1)/2 * (step + observation).
+    """
+    episodes = n_tasks * int(opts.get("samples_per_task", 1))
+    budget = int(opts["step_budget"])
+    sys_tokens = math.ceil((prompt_chars or 0) / CHARS_PER_TOKEN)
+    obs_tokens = math.ceil((opts.get("observation_chars") or 2_000) / CHARS_PER_TOKEN)
+    per_episode_prompt = budget * (sys_tokens + TASK_PROMPT_TOKENS) + budget * (budget - 1) // 2 * (
+        STEP_OUTPUT_TOKENS + obs_tokens
+    )
+    return {
+        "episodes": episodes,
+        "calls_max": episodes * budget,
+        "calls_max_with_repairs": episodes * budget * (1 + MAX_REPAIRS),
+        "system_prompt_tokens": sys_tokens,
+        "prompt_tokens": episodes * per_episode_prompt,
+        "completion_tokens": episodes * budget * STEP_OUTPUT_TOKENS,
+        "completion_tokens_cap": episodes * budget * int(opts["decoding"].get("max_tokens") or 0),
+    }
+
+
+def plan(preset_name: str, *, overrides: dict[str, Any] | None = None) -> str:
+    """The exact plan of a preset (or preset group) as text. Calls no model and opens no connection."""
+    blocks = []
+    totals = {"episodes": 0, "calls_max": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    for name in expand(preset_name):
+        opts = get_preset(name)
+        opts.update(overrides or {})
+        n_tasks, source, dom_prompt_chars = _inspect_domain(opts)
+        prompt_chars, prompt_src = _prompt_chars(opts["domain"])
+        if dom_prompt_chars is not None:
+            prompt_chars, prompt_src = dom_prompt_chars, "the domain's filled-in system prompt"
+        est = estimate(opts, n_tasks, prompt_chars)
+        for k in totals:
+            totals[k] += est[k]
+        dec = opts["decoding"]
+        lines = [
+            f"preset {name}: {opts['description']}",
+            f"  domain          {opts['domain']}" + (f" (split {opts['split']})" if opts.get("split") else ""),
+            f"  tasks           {n_tasks:,} ({source}) x {opts['samples_per_task']} sample(s) = {est['episodes']:,} episodes",
+            *(
+                [f"  NOTE            the paper used {opts['expected_tasks']:,} tasks; the local data holds "
+                 f"{n_tasks:,} (give the domain the full data through its `data` option)"]
+                if n_tasks != opts["expected_tasks"]
+                else []
+            ),
+            f"  model           {opts['model']}" + (f" via {opts['api_base']}" if opts.get("api_base") else ""),
+            "  decoding        "
+            + ", ".join(f"{k}={dec[k]}" for k in ("temperature", "top_p", "top_logprobs", "max_tokens", "reasoning", "seed")),
+            f"  step budget     {opts['step_budget']}; observations cut to {opts['observation_chars']} chars",
+        ]
+        if opts["domain_options"]:
+            lines.append("  domain options  " + ", ".join(f"{k}={v}" for k, v in opts["domain_options"].items()))
+        if opts.get("user_model"):
+            lines.append(f"  user simulator  {opts['user_model']} (environment, not scored; calls not counted below)")
+        lines += [
+            f"  run directory   {opts['out']} (resumable: finished episodes are skipped)",
+            f"  model calls     <= {est['calls_max']:,} (tasks x samples x budget); "
+            f"<= {est['calls_max_with_repairs']:,} with {MAX_REPAIRS} repairs per step",
+            f"  prompt tokens   ~{est['prompt_tokens']:,} upper bound (system prompt {prompt_src}: "
+            f"~{est['system_prompt_tokens']:,} tokens, resent every call)",
+            f"  output tokens   ~{est['completion_tokens']:,} at {STEP_OUTPUT_TOKENS}/step without reasoning; "
+            f"hard cap {est['completion_tokens_cap']:,} (max_tokens x calls)",
+        ]
+        blocks.append("\n".join(lines))
+    footer = (
+        f"total: {totals['episodes']:,} episodes, <= {totals['calls_max']:,} model calls, "
+        f"~{totals['prompt_tokens']:,} prompt + ~{totals['completion_tokens']:,} output tokens (rough upper bounds: "
+        f"{CHARS_PER_TOKEN:g} chars/token, every episode runs its full budget; real runs stop earlier)\n"
+        "dry run: no model was called."
+    )
+    return "\n\n".join(blocks + [footer]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.presets [NAME...]``: print the dry-run plan (default: every paper preset)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m harness.presets", description="print the dry-run plan of presets")
+    p.add_argument("names", nargs="*", default=["paper-all"], help=f"presets or groups: {', '.join(preset_names())}")
+    p.add_argument("--model", default=None, help="override the agent model (litellm string)")
+    args = p.parse_args(argv)
+    overrides = {"model": args.model} if args.model else None
+    try:
+        for name in args.names:
+            print(plan(name, overrides=overrides), end="")
+    except UserError as exc:
+        print(f"presets: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

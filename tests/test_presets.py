@@ -1,0 +1,112 @@
+"""Paper presets (Appendix K, Tables 15-16) and their offline dry-run plan."""
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import presets
+from harness.errors import UserError
+from harness.schema import DecodingConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_table15_decoding_shared_by_every_preset():
+    assert set(presets.PRESETS) == {
+        "paper-strategyqa", "paper-hotpotqa", "paper-tau2-airline", "paper-tau2-retail", "paper-tau2-telecom", "paper-webshop"}
+    for name in presets.PRESETS:
+        p = presets.get_preset(name)
+        dec = DecodingConfig(**p["decoding"])  # the keys are real DecodingConfig fields
+        assert (dec.temperature, dec.top_p, dec.top_logprobs, dec.max_tokens, dec.reasoning, dec.seed) == (
+            0.2, 1.0, 5, 64_000, True, 42)
+        assert dec.logprobs is True
+        assert p["model"] == "openrouter/google/gemma-4-31b-it"
+        assert p["observation_chars"] == 420 and p["seed"] == 42
+
+
+@pytest.mark.parametrize(
+    "name,budget,n_tasks,options",
+    [
+        ("paper-strategyqa", 16, None, {"top_k": 3}),
+        ("paper-hotpotqa", 7, 2000, {"top_k": 5}),
+        ("paper-tau2-airline", 50, None, {"max_env_steps": 120}),
+        ("paper-webshop", 30, 500, {"n_products": 1000}),
+    ],
+)
+def test_table16_per_dataset(name, budget, n_tasks, options):
+    p = presets.get_preset(name)
+    assert p["step_budget"] == budget and p["n_tasks"] == n_tasks and p["domain_options"] == options
+
+
+def test_tau2_user_simulator_and_base_split_total_278():
+    tau = [presets.get_preset(n) for n in presets.expand("paper-tau2")]
+    assert all(p["user_model"] == "openrouter/qwen/qwen-2.5-7b-instruct" and p["split"] == "base" for p in tau)
+    assert sum(p["expected_tasks"] for p in tau) == 278  # Table 6: Tau2-Bench total 278
+
+
+def test_get_preset_returns_a_copy_and_unknown_names_are_user_errors():
+    p = presets.get_preset("paper-hotpotqa")
+    p["decoding"]["temperature"] = 1.5
+    assert presets.get_preset("paper-hotpotqa")["decoding"]["temperature"] == 0.2
+    with pytest.raises(UserError, match="unknown preset 'paper-nope'"):
+        presets.get_preset("paper-nope")
+    with pytest.raises(UserError, match="a group"):
+        presets.get_preset("paper-tau2")
+
+
+def test_estimate_closed_form():
+    opts = presets.get_preset("paper-hotpotqa")
+    est = presets.estimate(opts, n_tasks=10, prompt_chars=400)
+    # B=7, sys=100 tokens, task=150, obs=105, step=200: 7*(100+150) + 21*(200+105) = 1750 + 6405
+    assert est["prompt_tokens"] == 10 * 8155
+    assert est["calls_max"] == 70 and est["calls_max_with_repairs"] == 210
+    assert est["completion_tokens"] == 70 * 200 and est["completion_tokens_cap"] == 70 * 64_000
+
+
+def test_plan_is_offline_and_states_tasks_calls_tokens(monkeypatch):
+    def no_network(*a, **k):
+        raise AssertionError("the dry run opened a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    for name in list(presets.PRESETS) + ["paper-tau2", "paper-all"]:
+        text = presets.plan(name)
+        assert "dry run: no model was called." in text
+        for block in text.split("\n\n")[:-1]:
+            tasks = int(re.search(r"tasks\s+([\d,]+)", block).group(1).replace(",", ""))
+            budget = int(re.search(r"step budget\s+(\d+)", block).group(1))
+            calls = int(re.search(r"model calls\s+<= ([\d,]+)", block).group(1).replace(",", ""))
+            assert calls == tasks * budget
+            assert re.search(r"prompt tokens\s+~[\d,]+", block)
+    assert presets.plan("paper-all").count("preset paper-") == 6
+
+
+def test_plan_overrides_model():
+    assert "model           openai/my-model" in presets.plan("paper-webshop", overrides={"model": "openai/my-model"})
+
+
+def test_regenerate_script_dry_run_exits_zero_without_network():
+    env = {"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": "/tmp", "NO_PROXY": "*",
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "regenerate_paper.sh"), "--dry-run"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("preset paper-") == 6 and "dry run: no model was called." in proc.stdout
+
+
+def test_regenerate_script_rejects_unknown_preset_before_running_anything():
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "regenerate_paper.sh"), "--dry-run", "paper-nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "unknown preset 'paper-nope'" in proc.stderr and proc.stdout == ""
+
+
+def test_python_m_presets_cli(capsys):
+    assert presets.main(["paper-webshop", "--model", "openai/x"]) == 0
+    assert "model           openai/x" in capsys.readouterr().out
+    assert presets.main(["nope"]) == 2
+    assert "unknown preset" in capsys.readouterr().err
