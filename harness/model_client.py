@@ -1,0 +1,452 @@
+"""The model client: one async chat-completion call with token logprobs, retries and accounting.
+
+Every model call of the harness goes through :func:`make_model_client`. Two transports produce identical
+:class:`~harness.model_types.Completion` records:
+
+- the **litellm** path (``litellm.acompletion``) for every provider litellm knows;
+- the **direct** path (``openai.AsyncOpenAI``) for OpenAI-compatible endpoints given by URL
+  (``model="openai/NAME", api_base=URL``: llama.cpp, vLLM, Ollama, the test server). It skips litellm's
+  per-call bookkeeping and costs measurably less CPU per call (see ``benchmarks/harness_throughput.py``);
+  ``direct=None`` picks it automatically for such endpoints, ``direct=True/False`` forces either path.
+
+What both paths guarantee:
+
+- ``logprobs``/``top_logprobs``/``temperature``/``top_p``/``seed``/``max_tokens`` from the
+  :class:`~harness.schema.DecodingConfig` are sent; ``decoding.grammar`` adds the llama.cpp GBNF of
+  ``prompts/four_tags.gbnf`` as ``extra_body={"grammar": ...}``; ``decoding.reasoning`` asks the provider
+  for reasoning where it has a switch (OpenRouter ``reasoning={"enabled": true}``, litellm ``reasoning_effort``).
+- Transient failures (429, 5xx, timeouts, connection resets, truncated/malformed JSON bodies) are retried
+  with exponential backoff and jitter (tenacity), honouring ``Retry-After`` up to the backoff cap; the count
+  goes into ``CallRecord.retries``. Non-retryable errors (400, 401, 403, 404, 422) fail at once. Either way
+  the caller gets :class:`~harness.model_types.ModelCallFailed`.
+- Logprobs become typed :class:`~harness.schema.TokenLogprob` rows whose alternatives are normalised to the
+  top ``top_logprobs`` by logprob, duplicates merged by string (llama-cpp-python returns 6 and repeats).
+  A response without logprobs gives ``tokens=None``, ``has_logprobs=False`` and one warning per client.
+- ``Completion.text`` is the full raw text: litellm moves a leading ``<think>...</think>`` into
+  ``reasoning_content``; it is put back (the joined logprob tokens are preferred when they reproduce it).
+- Usage is copied from the response; cost is litellm's price for the model, or ``None`` (never 0) when the
+  model is unpriced.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import random
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from harness.model_types import Completion, ModelCallFailed
+from harness.schema import CallRecord, DecodingConfig, TokenLogprob, TopLogprob, Usage
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+log = logging.getLogger(__name__)
+
+GRAMMAR_PATH = Path(__file__).resolve().parent.parent / "prompts" / "four_tags.gbnf"
+
+#: HTTP statuses that are worth retrying.
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+#: HTTP statuses that never get better by retrying.
+FATAL_STATUS = frozenset({400, 401, 402, 403, 404, 405, 413, 415, 422})
+
+
+@lru_cache(maxsize=1)
+def grammar_text() -> str:
+    """The llama.cpp GBNF grammar forcing the four-tag shape (``prompts/four_tags.gbnf``)."""
+    return GRAMMAR_PATH.read_text()
+
+
+# ------------------------------------------------------------------------------------- error classes
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures a retry can cure: rate limits, server errors, timeouts, resets, broken bodies."""
+    import openai
+
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, json.JSONDecodeError)):
+        return True
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.APIResponseValidationError)):
+        return True
+    status = _status_of(exc)
+    if status is not None:
+        if status in FATAL_STATUS:
+            return False
+        if status in RETRYABLE_STATUS or status >= 500:
+            return True
+        return False
+    # litellm wraps some transport problems in exceptions without a status; a JSON decode message is a
+    # truncated body.
+    text = str(exc)
+    return any(s in text for s in ("Expecting value", "Unterminated string", "JSONDecodeError", "Connection error"))
+
+
+def _retry_after_s(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+# ------------------------------------------------------------------------------------- conversion
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    value = getattr(obj, key, default)
+    if value is default:
+        extra = getattr(obj, "model_extra", None)
+        if isinstance(extra, dict):
+            return extra.get(key, default)
+    return value
+
+
+def normalise_top_logprobs(entries: Any, k: int) -> list[TopLogprob]:
+    """The top ``k`` alternatives by logprob, duplicates merged by string (keeping the highest logprob)."""
+    best: dict[str, float] = {}
+    for e in entries or ():
+        token = _get(e, "token")
+        lp = _get(e, "logprob")
+        if token is None or lp is None:
+            continue
+        lp = float(lp)
+        if token not in best or lp > best[token]:
+            best[token] = lp
+    ranked = sorted(best.items(), key=lambda kv: kv[1], reverse=True)[: max(0, k)]
+    return [TopLogprob(token=t, logprob=lp) for t, lp in ranked]
+
+
+def convert_logprobs(logprobs: Any, k: int) -> list[TokenLogprob] | None:
+    """Provider ``choices[0].logprobs`` -> typed tokens; ``None`` when the provider sent none."""
+    content = _get(logprobs, "content")
+    if not content:
+        return None
+    out = []
+    for e in content:
+        token = _get(e, "token")
+        lp = _get(e, "logprob")
+        if token is None or lp is None:
+            return None  # a position without a logprob: the provider did not really return them
+        out.append(TokenLogprob(token=token, logprob=float(lp), top_logprobs=normalise_top_logprobs(_get(e, "top_logprobs"), k)))
+    return out
+
+
+_THINK_OPEN = ("<think>", "<thinking>", "<budget:thinking>")
+
+
+def rebuild_text(content: str | None, reasoning: str | None, tokens: list[TokenLogprob] | None) -> str:
+    """The full raw generated text, with a reasoning block litellm (or the server) split off put back.
+
+    litellm turns ``"<think>R</think>C"`` into ``reasoning_content="R", content="C"``. When the logprob tokens
+    join to a text that ends with ``C`` and contains ``R`` they are the ground truth (this also keeps the
+    original tag spelling); otherwise ``<think>R</think>C`` is rebuilt.
+    """
+    content = content or ""
+    if reasoning is None or "<think>" in content:
+        return content
+    candidate = f"<think>{reasoning}</think>{content}"
+    if tokens:
+        joined = "".join(t.token for t in tokens)
+        if joined != candidate and joined.endswith(content) and reasoning in joined and "\ufffd" not in joined:
+            if joined.lstrip().startswith(_THINK_OPEN):
+                return joined
+    return candidate
+
+
+def _reasoning_of(message: Any) -> str | None:
+    for key in ("reasoning_content", "reasoning"):
+        value = _get(message, key)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _usage_of(resp: Any) -> Usage:
+    usage = _get(resp, "usage")
+
+    def _int(key: str) -> int | None:
+        value = _get(usage, key)
+        return int(value) if isinstance(value, (int, float)) else None
+
+    return Usage(prompt_tokens=_int("prompt_tokens"), completion_tokens=_int("completion_tokens"), total_tokens=_int("total_tokens"))
+
+
+@lru_cache(maxsize=256)
+def _is_priced(model: str) -> bool:
+    import litellm
+
+    try:
+        litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+    except Exception:  # noqa: BLE001 - litellm raises a plain Exception for unmapped models
+        return False
+    return True
+
+
+def cost_usd(model: str, usage: Usage) -> float | None:
+    """USD cost of one call from litellm's price map; ``None`` when the model is unpriced or usage unknown."""
+    if usage.prompt_tokens is None or usage.completion_tokens is None or not _is_priced(model):
+        return None
+    import litellm
+
+    try:
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
+        )
+    except Exception:  # noqa: BLE001
+        return None
+    total = float(prompt_cost) + float(completion_cost)
+    return total if math.isfinite(total) else None
+
+
+# ------------------------------------------------------------------------------------- client
+
+
+class ModelClientImpl:
+    """litellm / direct-openai client. Build it with :func:`make_model_client`."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None,
+        decoding: DecodingConfig,
+        timeout_s: float = 600.0,
+        max_retries: int = 6,
+        direct: bool | None = None,
+        api_key: str | None = None,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+    ) -> None:
+        self.model = model
+        self.api_base = api_base
+        self.decoding = decoding
+        self.timeout_s = timeout_s
+        self.max_retries = max(0, int(max_retries))
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        openai_compatible = model.startswith("openai/") and api_base is not None
+        if direct and not model.startswith("openai/"):
+            raise ValueError(f"the direct path needs an OpenAI-compatible model string 'openai/NAME', got {model!r}")
+        self.direct = openai_compatible if direct is None else bool(direct)
+        # Servers given by URL often need no key, but litellm and openai insist on one being set: use
+        # OPENAI_API_KEY when present, else a placeholder. Without a URL the provider's own env var is used.
+        if api_key is None and api_base is not None:
+            api_key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
+        self._api_key = api_key
+        self._warned_no_logprobs = False
+        self._openai_clients: dict[int, Any] = {}
+        self._base_kwargs = self._request_kwargs()
+
+    # ---------------------------------------------------------------- request
+
+    def _request_kwargs(self) -> dict[str, Any]:
+        d = self.decoding
+        kw: dict[str, Any] = {"temperature": d.temperature, "top_p": d.top_p}
+        if d.max_tokens is not None:
+            kw["max_tokens"] = d.max_tokens
+        if d.logprobs:
+            kw["logprobs"] = True
+            kw["top_logprobs"] = d.top_logprobs
+        extra_body: dict[str, Any] = {}
+        if d.grammar:
+            extra_body["grammar"] = grammar_text()
+        if d.reasoning:
+            if self.model.startswith("openrouter/") or self.api_base is not None:
+                extra_body["reasoning"] = {"enabled": True}
+            elif not self.direct:
+                kw["reasoning_effort"] = "medium"
+        if extra_body:
+            kw["extra_body"] = extra_body
+        return kw
+
+    # ---------------------------------------------------------------- transports
+
+    async def _call_litellm(self, messages: list[dict], seed: int | None) -> Any:
+        import litellm
+
+        kw = dict(self._base_kwargs)
+        if seed is not None:
+            kw["seed"] = seed
+        if self.api_base is not None:
+            kw["api_base"] = self.api_base
+        if self._api_key is not None:
+            kw["api_key"] = self._api_key
+        return await litellm.acompletion(
+            model=self.model, messages=messages, timeout=self.timeout_s, num_retries=0, max_retries=0, **kw
+        )
+
+    def _openai_client(self) -> Any:
+        # httpx clients are bound to the event loop they were first used on: one per loop.
+        loop = asyncio.get_running_loop()
+        key = id(loop)
+        client = self._openai_clients.get(key)
+        if client is None:
+            import openai
+
+            client = openai.AsyncOpenAI(
+                base_url=self.api_base, api_key=self._api_key, max_retries=0, timeout=self.timeout_s
+            )
+            self._openai_clients = {k: v for k, v in self._openai_clients.items() if k == key}
+            self._openai_clients[key] = client
+        return client
+
+    async def _call_direct(self, messages: list[dict], seed: int | None) -> Any:
+        kw = dict(self._base_kwargs)
+        if seed is not None:
+            kw["seed"] = seed
+        name = self.model.split("/", 1)[1]
+        return await self._openai_client().chat.completions.create(model=name, messages=messages, **kw)
+
+    # ---------------------------------------------------------------- public
+
+    async def complete(self, messages: list[dict], *, seed: int | None = None) -> Completion:
+        """One chat completion with retries; raises ModelCallFailed when it cannot succeed."""
+        from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt
+
+        seed = self.decoding.seed if seed is None else seed
+        call = self._call_direct if self.direct else self._call_litellm
+        t0 = time.perf_counter()
+        attempts = 0
+
+        def _wait(state: Any) -> float:
+            n = state.attempt_number  # failures so far
+            backoff = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (n - 1))
+            backoff += random.uniform(0, self.backoff_initial_s)
+            exc = state.outcome.exception() if state.outcome else None
+            ra = _retry_after_s(exc) if exc is not None else None
+            if ra is not None:
+                backoff = max(backoff, min(ra, self.backoff_max_s))
+            return backoff
+
+        def _before_sleep(state: Any) -> None:
+            exc = state.outcome.exception()
+            log.info("%s: transient failure (%s); retry %d/%d", self.model, _short(exc), state.attempt_number, self.max_retries)
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=_wait,
+            retry=retry_if_exception(is_transient),
+            before_sleep=_before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    resp = await call(messages, seed)
+        except RetryError as exc:  # pragma: no cover - reraise=True hands back the last exception instead
+            raise ModelCallFailed(f"{self.model}: {attempts} attempts failed") from exc
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - everything else is a failed call
+            if is_transient(exc):
+                msg = f"{self.model}: call failed after {attempts} attempts ({self.max_retries} retries); last error: {_short(exc)}"
+            else:
+                msg = f"{self.model}: call failed (not retryable): {_short(exc)}"
+            raise ModelCallFailed(msg) from exc
+        latency = time.perf_counter() - t0
+        return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed)
+
+    def _to_completion(self, resp: Any, *, retries: int, latency_s: float, seed: int | None) -> Completion:
+        choices = _get(resp, "choices") or []
+        if not choices:
+            raise ModelCallFailed(f"{self.model}: the response has no choices")
+        choice = choices[0]
+        message = _get(choice, "message")
+        tokens = convert_logprobs(_get(choice, "logprobs"), self.decoding.top_logprobs) if self.decoding.logprobs else None
+        if self.decoding.logprobs and tokens is None:
+            text_so_far = _get(message, "content") or ""
+            if text_so_far or _reasoning_of(message):
+                self._warn_no_logprobs()
+            else:
+                tokens = []  # an empty completion has no tokens to score; nothing is missing
+        text = rebuild_text(_get(message, "content"), _reasoning_of(message), tokens)
+        usage = _usage_of(resp)
+        record = CallRecord(
+            model=self.model,
+            usage=usage,
+            cost_usd=cost_usd(self.model, usage),
+            latency_s=latency_s,
+            retries=retries,
+            finish_reason=_get(choice, "finish_reason"),
+            seed=seed,
+            has_logprobs=tokens is not None,
+        )
+        return Completion(text=text, tokens=tokens, call=record)
+
+    def _warn_no_logprobs(self) -> None:
+        if not self._warned_no_logprobs:
+            self._warned_no_logprobs = True
+            log.warning(
+                "%s: the provider returned no token logprobs; such calls are recorded with logprobs null "
+                "(has_logprobs=false), and logprob-based predictors will be missing for them",
+                self.model,
+            )
+
+    async def aclose(self) -> None:
+        clients, self._openai_clients = self._openai_clients, {}
+        for client in clients.values():
+            try:
+                await client.close()
+            except Exception:  # noqa: BLE001 - closing a client bound to a finished loop
+                pass
+
+
+def make_model_client(
+    model: str,
+    *,
+    api_base: str | None,
+    decoding: DecodingConfig,
+    timeout_s: float = 600,
+    max_retries: int = 6,
+    direct: bool | None = None,
+    api_key: str | None = None,
+    backoff_initial_s: float = 1.0,
+    backoff_max_s: float = 60.0,
+) -> ModelClientImpl:
+    """Build the client for a litellm model string (``openai/NAME`` + ``api_base`` for any OpenAI-compatible URL).
+
+    ``direct``: ``None`` chooses the direct openai path for OpenAI-compatible URLs, ``True``/``False`` forces it.
+    """
+    if model.startswith("local:"):
+        raise ValueError(f"{model!r} must be resolved first: use harness.local_model.resolve_model()")
+    import litellm  # noqa: F401 - imported here so the env var above is set first
+
+    litellm.suppress_debug_info = True
+    return ModelClientImpl(
+        model,
+        api_base=api_base,
+        decoding=decoding,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
+        direct=direct,
+        api_key=api_key,
+        backoff_initial_s=backoff_initial_s,
+        backoff_max_s=backoff_max_s,
+    )

@@ -1,0 +1,392 @@
+"""The model client against the fake OpenAI-compatible server: logprobs, retries, accounting, raw text."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from fake_openai_server import FakeOpenAIServer, tokenize, top_logprobs_for
+from harness.model_client import (
+    convert_logprobs,
+    grammar_text,
+    is_transient,
+    make_model_client,
+    normalise_top_logprobs,
+    rebuild_text,
+)
+from harness.model_types import ModelCallFailed
+from harness.schema import DecodingConfig, TokenLogprob, TopLogprob
+
+PATHS = [pytest.param(False, id="litellm"), pytest.param(True, id="direct")]
+MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
+STEP = "<think>Six sevens.</think>\n<action>finish[42]</action>\n<confidence>0.9</confidence>\n<explanation>Easy.</explanation>"
+
+
+def _client(srv, direct, *, model="openai/fake", decoding=None, max_retries=3, timeout_s=5.0):
+    return make_model_client(
+        model,
+        api_base=srv.base_url,
+        decoding=decoding or DecodingConfig(),
+        timeout_s=timeout_s,
+        max_retries=max_retries,
+        direct=direct,
+        backoff_initial_s=0.001,
+        backoff_max_s=0.01,
+    )
+
+
+def _complete(client, messages=MESSAGES, **kw):
+    async def go():
+        try:
+            return await client.complete(messages, **kw)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+# ------------------------------------------------------------------------------------- fake server itself
+
+
+def test_fake_server_tokens_join_and_logprobs_are_hand_computable(fake_server):
+    with fake_server("ab c") as srv:
+        req = urllib.request.Request(
+            srv.base_url + "/chat/completions",
+            data=json.dumps({"model": "m", "messages": MESSAGES, "logprobs": True, "top_logprobs": 5}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        body = json.loads(urllib.request.urlopen(req).read())
+    choice = body["choices"][0]
+    assert body["object"] == "chat.completion"
+    assert choice["message"] == {"role": "assistant", "content": "ab c"}
+    content = choice["logprobs"]["content"]
+    assert [c["token"] for c in content] == ["ab", " c"]
+    # len("ab") = 2 -> p = 0.7; alternatives start at ALT_VOCAB[2 % 12] = " a"
+    assert content[0]["logprob"] == pytest.approx(math.log(0.7))
+    assert [t["token"] for t in content[0]["top_logprobs"]] == ["ab", " a", ".", " and", "\n"]
+    assert [t["logprob"] for t in content[0]["top_logprobs"]] == pytest.approx(
+        [math.log(0.7), math.log(0.15), math.log(0.075), math.log(0.0375), math.log(0.01875)]
+    )
+    assert content[1]["bytes"] == [32, 99]
+    assert body["usage"]["completion_tokens"] == 2
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + 2
+
+
+def test_fake_server_script_cycles_last_and_rejects_unknown_fault(fake_server):
+    assert tokenize(" <think>a, b.</think>\n") == [" <", "think", ">", "a", ",", " b", ".", "<", "/", "think", ">", "\n"]
+    with pytest.raises(ValueError, match="unknown fault"):
+        FakeOpenAIServer(faults=["teapot"])
+    with fake_server(["one", "two"], faults=["429"]) as srv:
+        client = _client(srv, True)
+        texts = [_complete(client).text for _ in range(3)]
+    assert texts == ["one", "two", "two"]
+    assert srv.faults_served == ["429"]
+    assert len(srv.requests) == 4
+
+
+# ------------------------------------------------------------------------------------- logprobs
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_logprobs_captured_and_typed(fake_server, direct):
+    with fake_server(STEP) as srv:
+        c = _complete(_client(srv, direct))
+    assert c.text == STEP
+    assert c.tokens is not None and all(isinstance(t, TokenLogprob) for t in c.tokens)
+    assert "".join(t.token for t in c.tokens) == STEP
+    for t in c.tokens:
+        expected = top_logprobs_for(t.token)
+        assert t.logprob == pytest.approx(expected[0][1])
+        assert [(a.token, a.logprob) for a in t.top_logprobs] == [(tok, pytest.approx(lp)) for tok, lp in expected]
+        assert all(isinstance(a, TopLogprob) for a in t.top_logprobs)
+    assert c.call.has_logprobs is True
+    assert c.call.usage.completion_tokens == len(c.tokens) == len(tokenize(STEP))
+    assert c.call.usage.prompt_tokens == len(tokenize("You are terse.\nWhat is 6 times 7?"))
+    assert c.call.finish_reason == "stop"
+    assert c.call.retries == 0
+    assert c.call.model == "openai/fake"
+    assert c.call.latency_s > 0
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_llama_cpp_quirky_top_logprobs_normalised_to_top5(fake_server, direct):
+    with fake_server("alpha, beta", quirky_top_logprobs=True) as srv:
+        c = _complete(_client(srv, direct))
+    for t in c.tokens:
+        assert len(t.top_logprobs) == 5
+        assert [(a.token, a.logprob) for a in t.top_logprobs] == [
+            (tok, pytest.approx(lp)) for tok, lp in top_logprobs_for(t.token)
+        ]
+
+
+def test_normalise_top_logprobs_hand_case():
+    raw = [
+        {"token": "b", "logprob": -2.0, "bytes": None},
+        {"token": "a", "logprob": -0.1, "bytes": None},
+        {"token": "b", "logprob": -1.0, "bytes": None},  # duplicate string: the higher logprob is kept
+        {"token": "c", "logprob": -3.0, "bytes": None},
+        {"token": "d", "logprob": -4.0, "bytes": None},
+        {"token": "e", "logprob": -5.0, "bytes": None},
+        {"token": "f", "logprob": -0.5, "bytes": None},
+    ]
+    out = normalise_top_logprobs(raw, 5)
+    assert [(t.token, t.logprob) for t in out] == [("a", -0.1), ("f", -0.5), ("b", -1.0), ("c", -3.0), ("d", -4.0)]
+    assert normalise_top_logprobs(raw, 2) == [TopLogprob(token="a", logprob=-0.1), TopLogprob(token="f", logprob=-0.5)]
+    assert convert_logprobs(None, 5) is None
+    assert convert_logprobs({"content": []}, 5) is None
+    assert convert_logprobs({"content": [{"token": "x", "logprob": None}]}, 5) is None
+
+
+# ------------------------------------------------------------------------------------- retries
+
+
+@pytest.mark.parametrize("direct", PATHS)
+@pytest.mark.parametrize("fault", ["429", "500", "503", "timeout", "malformed", "reset"])
+def test_transient_fault_is_retried_then_succeeds(fake_server, direct, fault):
+    with fake_server(STEP, faults=[fault], timeout_sleep_s=2.0) as srv:
+        c = _complete(_client(srv, direct, timeout_s=0.5))
+    assert c.text == STEP
+    assert c.call.retries == 1
+    assert srv.faults_served == [fault]
+    assert len(srv.requests) == 2
+    assert c.call.has_logprobs is True
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_two_different_faults_count_two_retries(fake_server, direct):
+    with fake_server(STEP, faults=["429", "malformed"]) as srv:
+        c = _complete(_client(srv, direct))
+    assert c.call.retries == 2
+    assert c.call.latency_s > 0
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_faults_exhausted_raise_model_call_failed(fake_server, direct):
+    with fake_server(STEP, faults=["500", "500", "500", "500"]) as srv:
+        with pytest.raises(ModelCallFailed, match=r"after 3 attempts \(2 retries\)"):
+            _complete(_client(srv, direct, max_retries=2))
+        assert len(srv.requests) == 3
+
+
+@pytest.mark.parametrize("direct", PATHS)
+@pytest.mark.parametrize("fault", ["400", "401", "404"])
+def test_non_retryable_errors_fail_fast(fake_server, direct, fault):
+    with fake_server(STEP, faults=[fault]) as srv:
+        client = _client(srv, direct, max_retries=6)
+        client.backoff_initial_s = 5.0  # a retry would take seconds: prove there is none
+        t0 = time.perf_counter()
+        with pytest.raises(ModelCallFailed, match="not retryable"):
+            _complete(client)
+        assert time.perf_counter() - t0 < 3.0
+        assert len(srv.requests) == 1
+
+
+def test_is_transient_classification():
+    import litellm
+    import openai
+
+    assert is_transient(json.JSONDecodeError("Expecting value", "", 0))
+    assert is_transient(ConnectionResetError())
+    assert is_transient(litellm.Timeout("t", model="m", llm_provider="openai"))
+    assert is_transient(litellm.ServiceUnavailableError("s", model="m", llm_provider="openai"))
+    assert is_transient(litellm.APIConnectionError("c", model="m", llm_provider="openai"))
+    assert not is_transient(litellm.BadRequestError("b", model="m", llm_provider="openai"))
+    assert not is_transient(litellm.PermissionDeniedError("p", model="m", llm_provider="openai", response=_httpx_response(403)))
+    assert not is_transient(ValueError("a bug"))
+    assert isinstance(litellm.RateLimitError("r", model="m", llm_provider="openai"), openai.RateLimitError)
+
+
+def _httpx_response(status):
+    import httpx
+
+    return httpx.Response(status, request=httpx.Request("POST", "http://x"))
+
+
+# ------------------------------------------------------------------------------------- missing logprobs, cost
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_missing_logprobs_recorded_with_exactly_one_warning(fake_server, direct, caplog):
+    caplog.set_level(logging.WARNING, logger="harness.model_client")
+    with fake_server(STEP, logprobs=False) as srv:
+        client = _client(srv, direct)
+
+        async def two_calls():
+            out = [await client.complete(MESSAGES), await client.complete(MESSAGES)]
+            await client.aclose()
+            return out
+
+        results = asyncio.run(two_calls())
+    for c in results:
+        assert c.tokens is None
+        assert c.call.has_logprobs is False
+        assert c.text == STEP
+    warnings = [r for r in caplog.records if r.name == "harness.model_client" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "no token logprobs" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_no_logprobs_fault_on_one_call_only(fake_server, direct):
+    with fake_server(STEP, faults=["no_logprobs"]) as srv:
+        client = _client(srv, direct)
+
+        async def two_calls():
+            out = [await client.complete(MESSAGES), await client.complete(MESSAGES)]
+            await client.aclose()
+            return out
+
+        first, second = asyncio.run(two_calls())
+    assert first.tokens is None and first.call.has_logprobs is False and first.call.retries == 0
+    assert second.tokens is not None and second.call.has_logprobs is True
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_cost_is_none_for_unpriced_model(fake_server, direct):
+    with fake_server(STEP) as srv:
+        c = _complete(_client(srv, direct, model="openai/not-a-priced-model-xyz"))
+    assert c.call.cost_usd is None
+    assert c.call.usage.total_tokens is not None
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_cost_for_priced_model_matches_price_map(fake_server, direct):
+    import litellm
+
+    price = litellm.model_cost["gpt-4o-mini"]
+    with fake_server(STEP) as srv:
+        c = _complete(_client(srv, direct, model="openai/gpt-4o-mini"))
+    u = c.call.usage
+    expected = u.prompt_tokens * price["input_cost_per_token"] + u.completion_tokens * price["output_cost_per_token"]
+    assert c.call.cost_usd == pytest.approx(expected)
+    assert c.call.cost_usd > 0
+
+
+# ------------------------------------------------------------------------------------- raw text, paths
+
+
+@pytest.mark.parametrize("logprobs", [True, False], ids=["tokens", "no-tokens"])
+@pytest.mark.parametrize("direct", PATHS)
+def test_leading_think_block_is_kept_in_text(fake_server, direct, logprobs):
+    with fake_server(STEP) as srv:
+        c = _complete(_client(srv, direct, decoding=DecodingConfig(logprobs=logprobs)))
+    assert c.text == STEP
+    assert c.text.startswith("<think>Six sevens.</think>\n<action>")
+
+
+def test_litellm_really_splits_think_and_we_rebuild(fake_server):
+    """Guard the premise: litellm moves the <think> block into reasoning_content."""
+    import litellm
+
+    with fake_server(STEP) as srv:
+        resp = asyncio.run(
+            litellm.acompletion(model="openai/fake", api_base=srv.base_url, api_key="x", messages=MESSAGES)
+        )
+    msg = resp.choices[0].message
+    assert msg.reasoning_content == "Six sevens."
+    assert not msg.content.startswith("<think>")
+    assert rebuild_text(msg.content, msg.reasoning_content, None) == STEP
+
+
+def test_rebuild_text_prefers_tokens_for_other_tag_spellings():
+    text = "<thinking>hmm</thinking>\n<action>x</action>"
+    tokens = [TokenLogprob(token=t, logprob=-0.1) for t in tokenize(text)]
+    assert rebuild_text("\n<action>x</action>", "hmm", tokens) == text
+    assert rebuild_text("\n<action>x</action>", "hmm", None) == "<think>hmm</think>\n<action>x</action>"
+    assert rebuild_text("plain", None, None) == "plain"
+    assert rebuild_text(None, None, None) == ""
+
+
+def test_direct_and_litellm_paths_give_the_same_completion(fake_server):
+    with fake_server(STEP, quirky_top_logprobs=True) as srv:
+        a = _complete(_client(srv, False))
+        b = _complete(_client(srv, True))
+        assert srv.requests[0]["messages"] == srv.requests[1]["messages"]
+    assert a.text == b.text
+    assert a.tokens == b.tokens
+    assert a.call.model_dump(exclude={"latency_s"}) == b.call.model_dump(exclude={"latency_s"})
+
+
+def test_direct_is_chosen_automatically_for_openai_compatible_urls(fake_server):
+    dec = DecodingConfig()
+    assert make_model_client("openai/x", api_base="http://127.0.0.1:1/v1", decoding=dec).direct is True
+    assert make_model_client("openai/x", api_base="http://127.0.0.1:1/v1", decoding=dec, direct=False).direct is False
+    assert make_model_client("openrouter/google/gemma-4-31b-it", api_base=None, decoding=dec).direct is False
+    with pytest.raises(ValueError, match="resolve_model"):
+        make_model_client("local:smollm2", api_base=None, decoding=dec)
+    with pytest.raises(ValueError, match="direct path"):
+        make_model_client("anthropic/claude", api_base=None, decoding=dec, direct=True)
+
+
+# ------------------------------------------------------------------------------------- request body
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_decoding_settings_are_sent(fake_server, direct):
+    dec = DecodingConfig(temperature=0.35, top_p=0.9, top_logprobs=3, seed=7, max_tokens=40, grammar=True, reasoning=True)
+    with fake_server(STEP) as srv:
+        c = _complete(_client(srv, direct, decoding=dec), seed=1234)
+        body = srv.requests[0]
+    assert body["model"] == "fake"
+    assert body["messages"] == MESSAGES
+    assert body["seed"] == 1234
+    assert body["temperature"] == 0.35
+    assert body["top_p"] == 0.9
+    assert body["logprobs"] is True
+    assert body["top_logprobs"] == 3
+    assert body.get("max_tokens", body.get("max_completion_tokens")) == 40
+    assert body["grammar"] == grammar_text()
+    assert body["reasoning"] == {"enabled": True}
+    assert c.call.seed == 1234
+    assert all(len(t.top_logprobs) == 3 for t in c.tokens)
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_defaults_send_paper_decoding_and_no_grammar(fake_server, direct):
+    with fake_server(STEP) as srv:
+        c = _complete(_client(srv, direct))
+        body = srv.requests[0]
+    assert (body["temperature"], body["top_p"], body["seed"], body["top_logprobs"]) == (0.2, 1.0, 42, 5)
+    assert "grammar" not in body and "reasoning" not in body
+    assert c.call.seed == 42
+
+
+@pytest.mark.parametrize("direct", PATHS)
+def test_max_tokens_truncation_reports_length(fake_server, direct):
+    with fake_server(STEP) as srv:
+        c = _complete(_client(srv, direct, decoding=DecodingConfig(max_tokens=5)))
+    assert c.call.finish_reason == "length"
+    assert c.tokens is not None and len(c.tokens) == 5
+    assert c.text == "".join(tokenize(STEP)[:5])
+
+
+def test_grammar_file_has_the_four_tags():
+    g = grammar_text()
+    assert g.count("root ") + g.count("root\t") >= 1
+    for tag in ("think", "action", "confidence", "explanation"):
+        assert f'"<{tag}>"' in g and f'"</{tag}>"' in g
+
+
+def test_concurrent_calls_share_one_client(fake_server):
+    with fake_server(lambda req: req["messages"][-1]["content"].upper(), latency_s=0.05) as srv:
+        client = _client(srv, True)
+
+        async def many():
+            outs = await asyncio.gather(
+                *(client.complete([{"role": "user", "content": f"q{i}"}]) for i in range(20))
+            )
+            await client.aclose()
+            return outs
+
+        t0 = time.perf_counter()
+        outs = asyncio.run(many())
+        elapsed = time.perf_counter() - t0
+    assert [o.text for o in outs] == [f"Q{i}" for i in range(20)]
+    assert len(srv.requests) == 20
+    assert elapsed < 20 * 0.05  # they overlapped (a loose behavioural check, not a benchmark)
