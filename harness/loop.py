@@ -114,6 +114,8 @@ class EpisodeSpec:
     # When set, the environment was already reset and this is its first message (otherwise run_episode resets it).
     task_prompt: str | None = None
     started_at: str | None = None
+    # Overrides the batch's step budget for this episode (continuation branches).
+    step_budget: int | None = None
 
 
 @dataclass

@@ -109,6 +109,38 @@ def check_out_dir(run_dir: Path) -> None:
         raise UserError(f"cannot create --out {run_dir}: {ancestor} is not writable; choose another directory")
 
 
+def _read_manifest_checked(run_dir: Path) -> Manifest:
+    path = Path(run_dir) / MANIFEST_FILE
+    if not path.exists():
+        raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE})")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {str(exc).splitlines()[0]}; use a new --out directory") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version != SCHEMA_VERSION:
+        raise UserError(
+            f"{run_dir} was written with schema_version {version}, this harness writes {SCHEMA_VERSION}; "
+            "use a new --out directory"
+        )
+    try:
+        return Manifest.model_validate(raw)
+    except ValueError as exc:
+        raise UserError(f"{path} is not a valid manifest ({str(exc).splitlines()[0]}); use a new --out") from None
+
+
+def check_resumable(run_dir: Path, config: RunConfig) -> Manifest:
+    """Raise UserError (writing nothing) unless ``run_dir`` holds a run with exactly this config."""
+    manifest = _read_manifest_checked(run_dir)
+    if manifest.config_hash != config.config_hash():
+        diffs = config_differences(manifest.config, config) or ["(hash only)"]
+        raise UserError(
+            f"{run_dir} holds a run with a different config (differs in: {', '.join(diffs)}); "
+            "re-run with the original settings to resume, or use a new --out directory"
+        )
+    return manifest
+
+
 class RunStore:
     """A run directory opened for writing (single writer)."""
 
@@ -130,16 +162,8 @@ class RunStore:
         run_dir = Path(run_dir)
         check_out_dir(run_dir)
         if (run_dir / MANIFEST_FILE).exists():
-            store = cls.open(run_dir)
-            old = store.manifest.config
-            if store.manifest.config_hash != config.config_hash():
-                store.close()
-                diffs = config_differences(old, config) or ["(hash only)"]
-                raise UserError(
-                    f"{run_dir} holds a run with a different config (differs in: {', '.join(diffs)}); "
-                    "re-run with the original settings to resume, or use a new --out directory"
-                )
-            return store
+            check_resumable(run_dir, config)
+            return cls.open(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         manifest = Manifest(
             config=config,
@@ -157,20 +181,7 @@ class RunStore:
     def open(cls, run_dir: Path) -> "RunStore":
         """Open an existing run directory for appending: repair torn lines and orphaned sidecar rows."""
         run_dir = Path(run_dir)
-        path = run_dir / MANIFEST_FILE
-        if not path.exists():
-            raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE})")
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise UserError(f"cannot read {path}: {exc}; use a new --out directory") from None
-        version = raw.get("schema_version") if isinstance(raw, dict) else None
-        if version != SCHEMA_VERSION:
-            raise UserError(
-                f"{run_dir} was written with schema_version {version}, this harness writes {SCHEMA_VERSION}; "
-                "use a new --out directory"
-            )
-        manifest = Manifest.model_validate(raw)
+        manifest = _read_manifest_checked(run_dir)
         store = cls(run_dir, manifest)
         store._repair()
         store._open_files()
@@ -210,14 +221,18 @@ class RunStore:
 
     def append_episode(self, episode: Episode, sidecar: Iterable[LogprobRow]) -> None:
         """Write one finished episode: sidecar rows first, then the episode line (each append fsynced)."""
-        if episode.episode_id in self.finished_ids:
-            raise ValueError(f"episode {episode.episode_id} is already in {EPISODES_FILE}")
         rows = b"".join(r.model_dump_json().encode() + b"\n" for r in sidecar)
-        if rows:
-            _append(self._sidecar_f, rows)
-        _append(self._episodes_f, episode.model_dump_json().encode() + b"\n")
-        self.finished_ids.add(episode.episode_id)
-        self.delete_checkpoint(episode.episode_id)
+        self.append_serialized(episode.episode_id, episode.model_dump_json().encode() + b"\n", rows)
+
+    def append_serialized(self, episode_id: str, episode_line: bytes, sidecar_bytes: bytes) -> None:
+        """As :meth:`append_episode` for already serialized records (newline-terminated JSON lines)."""
+        if episode_id in self.finished_ids:
+            raise ValueError(f"episode {episode_id} is already in {EPISODES_FILE}")
+        if sidecar_bytes:
+            _append(self._sidecar_f, sidecar_bytes)
+        _append(self._episodes_f, episode_line)
+        self.finished_ids.add(episode_id)
+        self.delete_checkpoint(episode_id)
 
     def update_manifest_info(self, **info: Any) -> None:
         self.manifest.info.update(info)

@@ -1,0 +1,432 @@
+"""The batch runner: many episodes concurrently into one run directory, resumable.
+
+Layers (as in tau2-bench): :func:`harness.loop.run_episode` runs one episode; :func:`run_specs` runs many on one
+event loop under a semaphore; :func:`run_batch` owns the run directory (:class:`harness.store.RunStore`), the
+model server/client lifetime, progress, resume and the optional worker processes.
+
+Resume: finished episode ids are skipped; an in-flight episode with a checkpoint continues from its last completed
+step when the domain supports replay (``Domain.supports_replay``), otherwise it restarts from scratch (its
+checkpoint is discarded). An episode whose model call failed after retries (``ModelCallFailed``) or that crashed
+on an unexpected error is an *infrastructure error*: it is not written, it is counted, and re-running the same
+command picks it up again.
+
+Workers (``workers > 1``): episodes are dealt round-robin to N spawned processes, each with its own event loop,
+model client and ``ceil(concurrency / N)`` concurrency. Children write only their own checkpoint files; they send
+finished episodes (already serialized) to the parent, the single writer of the JSONL files.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.errors import UserError
+from harness.loop import (
+    EpisodeResult,
+    EpisodeSpec,
+    PartialEpisode,
+    derive_seed,
+    episode_id_for,
+    recorded_steps,
+    run_episode,
+)
+from harness.progress import BatchStats, EpisodeSummary, Progress
+from harness.schema import RunConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EpisodeSpec", "BatchSummary", "plan_specs", "build_domain", "run_batch", "run_specs"]
+
+
+def default_concurrency(model: str) -> int:
+    """8 for API models; 2 for the local llama.cpp model (one CPU-bound server)."""
+    return 2 if model.startswith("local:") else 8
+
+
+def prompt_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def build_domain(config: RunConfig):
+    """The configured domain instance (options = domain_options, plus ``split`` when the config sets one)."""
+    from domains import get_domain_class
+
+    cls = get_domain_class(config.domain)
+    options = dict(config.domain_options)
+    if config.split is not None:
+        options.setdefault("split", config.split)
+    return cls(options, observation_chars=config.observation_chars)
+
+
+def plan_specs(config: RunConfig) -> list[EpisodeSpec]:
+    """One spec per (task, sample): id ``<task_id>#<k>``, seed derived from the run seed and the id."""
+    specs = []
+    for task_id in config.task_ids:
+        for k in range(config.samples_per_task):
+            eid = episode_id_for(task_id, k)
+            specs.append(
+                EpisodeSpec(episode_id=eid, task_id=task_id, sample_index=k, seed=derive_seed(config.decoding.seed, eid))
+            )
+    return specs
+
+
+@dataclass
+class BatchSummary:
+    run_dir: Path
+    planned: int
+    finished_before: int
+    stats: BatchStats
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> int:
+        return self.planned - self.finished_before - self.stats.done
+
+    @property
+    def ok(self) -> bool:
+        return self.remaining == 0
+
+
+# --------------------------------------------------------------------------------------- one event loop
+
+
+@dataclass
+class _Job:
+    spec: EpisodeSpec
+    resumed: bool = False  # prefix comes from this episode's own checkpoint
+
+
+async def run_specs(
+    jobs: list[_Job],
+    *,
+    domain,
+    client,
+    system_prompt: str,
+    step_budget: int,
+    concurrency: int,
+    run_dir: Path | None,
+    checkpoints: bool,
+    on_done: Callable[[EpisodeResult], None],
+    on_error: Callable[[EpisodeSpec, str], None],
+) -> None:
+    """Run jobs concurrently (at most ``concurrency`` at a time) on the current event loop."""
+    from harness.model_types import ModelCallFailed
+    from harness.store import write_checkpoint
+
+    sem = asyncio.Semaphore(max(1, concurrency))
+    use_checkpoints = checkpoints and run_dir is not None and getattr(domain, "supports_replay", False)
+
+    def checkpoint(partial: PartialEpisode) -> None:
+        write_checkpoint(run_dir, partial)
+
+    async def one(job: _Job) -> None:
+        async with sem:
+            spec = job.spec
+            env = None
+            try:
+                env = domain.make_env(spec.task_id, episode_seed=spec.seed)
+                task_prompt = await env.reset()
+                if spec.prefix is not None and spec.prefix.steps:
+                    from domains.base import ReplayMismatch
+
+                    try:
+                        await env.replay(recorded_steps(spec.prefix.steps))
+                    except ReplayMismatch as exc:
+                        if not job.resumed:
+                            raise
+                        log.warning("%s: checkpoint replay failed (%s); restarting the episode", spec.episode_id, exc)
+                        env.close()
+                        env = domain.make_env(spec.task_id, episode_seed=spec.seed)
+                        task_prompt = await env.reset()
+                        spec = dataclasses.replace(
+                            spec, prefix=None, prefix_steps=None, prefix_sidecar=[], started_at=None
+                        )
+                spec = dataclasses.replace(spec, task_prompt=task_prompt)
+                result = await run_episode(
+                    env,
+                    client,
+                    spec=spec,
+                    system_prompt=system_prompt,
+                    step_budget=spec.step_budget or step_budget,
+                    on_step=checkpoint if use_checkpoints else None,
+                )
+            except ModelCallFailed as exc:
+                on_error(spec, f"model call failed: {_first_line(exc)}")
+                return
+            except Exception as exc:  # noqa: BLE001 - any other crash is an infra error, reported, re-queued
+                log.debug("episode %s crashed", spec.episode_id, exc_info=True)
+                on_error(spec, f"{type(exc).__name__}: {_first_line(exc)}")
+                return
+            finally:
+                if env is not None:
+                    with contextlib.suppress(Exception):
+                        env.close()
+            on_done(result)
+
+    await asyncio.gather(*(one(j) for j in jobs))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------- batch
+
+
+def run_batch(
+    config: RunConfig,
+    run_dir: Path | str,
+    *,
+    specs: list[EpisodeSpec] | None = None,
+    concurrency: int | None = None,
+    workers: int = 1,
+    progress: bool = True,
+    checkpoints: bool = True,
+    client_factory: Callable[[str, str | None], Any] | None = None,
+) -> BatchSummary:
+    """Run (or resume) every planned episode of ``config`` into ``run_dir``; return the summary.
+
+    ``client_factory(litellm_model, api_base)`` replaces :func:`harness.model_client.make_model_client` (tests).
+    """
+    from harness.store import RunStore
+
+    run_dir = Path(run_dir)
+    domain = build_domain(config)
+    system_prompt = domain.system_prompt()
+    if prompt_sha256(system_prompt) != config.prompt_sha256:
+        raise UserError(
+            f"the {config.domain} system prompt changed since the config was made (sha256 differs); "
+            "rebuild the config (uqh run) or restore the prompt file"
+        )
+    specs = plan_specs(config) if specs is None else list(specs)
+    ids = [s.episode_id for s in specs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("episode ids in specs are not unique")
+    concurrency = concurrency or default_concurrency(config.model)
+    workers = max(1, int(workers))
+
+    with RunStore.open_or_create(run_dir, config, system_prompt=system_prompt, info=domain.manifest_info()) as store:
+        finished_before = sum(1 for i in ids if i in store.finished_ids)
+        jobs = _jobs_with_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
+        stats = BatchStats(total=len(specs), already_done=finished_before)
+        summary = BatchSummary(run_dir, len(specs), finished_before, stats, notes=list(store.notes))
+        if not jobs:
+            return summary
+
+        def write(episode_id: str, episode_line: bytes, sidecar_bytes: bytes, ep_summary: EpisodeSummary) -> None:
+            store.append_serialized(episode_id, episode_line, sidecar_bytes)
+            stats.add(ep_summary)
+            bar.update()
+
+        def error(spec: EpisodeSpec, message: str) -> None:
+            stats.add_error(message)
+            bar.update()
+
+        with contextlib.ExitStack() as stack:
+            model, api_base = _resolve(stack, config.model, config.api_base)
+            runtime: dict[str, Any] = {"run_dir": run_dir}
+            if config.user_model:
+                user_model, user_base = _resolve(stack, config.user_model, None)
+                runtime.update(user_model=user_model, user_api_base=user_base, user_decoding=config.user_decoding)
+            domain.prepare_runtime(runtime)
+            bar = stack.enter_context(Progress(stats, enabled=progress))
+            if workers == 1 or len(jobs) == 1:
+                asyncio.run(
+                    _run_in_process(
+                        jobs, config, domain, system_prompt, model, api_base, concurrency, run_dir, checkpoints,
+                        write, error, client_factory,
+                    )
+                )
+            else:
+                _run_workers(
+                    jobs, config, system_prompt, model, api_base, runtime, concurrency, workers, run_dir,
+                    checkpoints, write, error,
+                )
+        return summary
+
+
+def _resolve(stack: contextlib.ExitStack, model: str, api_base: str | None) -> tuple[str, str | None]:
+    from harness.local_model import resolve_model
+
+    return stack.enter_context(resolve_model(model, api_base))
+
+
+def _jobs_with_checkpoints(store, domain, specs: list[EpisodeSpec]) -> list[_Job]:
+    saved = store.load_checkpoints()
+    jobs = []
+    for spec in specs:
+        partial = saved.pop(spec.episode_id, None)
+        if partial is None:
+            jobs.append(_Job(spec))
+        elif not getattr(domain, "supports_replay", False):
+            store.delete_checkpoint(spec.episode_id)
+            store.notes.append(f"{spec.episode_id}: restarted (the domain cannot replay a checkpoint)")
+            jobs.append(_Job(spec))
+        else:
+            jobs.append(
+                _Job(
+                    dataclasses.replace(
+                        spec,
+                        prefix=partial,
+                        prefix_steps=partial.prefix_steps,
+                        prefix_sidecar=list(partial.sidecar),
+                        started_at=partial.started_at,
+                    ),
+                    resumed=True,
+                )
+            )
+    for stale in saved:  # checkpoints of episodes this batch does not plan
+        log.info("ignoring checkpoint of unplanned episode %s", stale)
+    return jobs
+
+
+def _make_client(model: str, api_base: str | None, config: RunConfig, client_factory):
+    if client_factory is not None:
+        return client_factory(model, api_base)
+    from harness.model_client import make_model_client
+
+    return make_model_client(model, api_base=api_base, decoding=config.decoding)
+
+
+def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]:
+    ep = result.episode
+    line = ep.model_dump_json().encode() + b"\n"
+    rows = b"".join(r.model_dump_json().encode() + b"\n" for r in result.sidecar)
+    return ep.episode_id, line, rows, EpisodeSummary.of(ep)
+
+
+async def _run_in_process(
+    jobs, config, domain, system_prompt, model, api_base, concurrency, run_dir, checkpoints, write, error,
+    client_factory,
+) -> None:
+    client = _make_client(model, api_base, config, client_factory)
+    try:
+        await run_specs(
+            jobs,
+            domain=domain,
+            client=client,
+            system_prompt=system_prompt,
+            step_budget=config.step_budget,
+            concurrency=concurrency,
+            run_dir=run_dir,
+            checkpoints=checkpoints,
+            on_done=lambda result: write(*_serialize(result)),
+            on_error=error,
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            await client.aclose()
+
+
+# --------------------------------------------------------------------------------------- worker processes
+
+
+def _run_workers(
+    jobs, config, system_prompt, model, api_base, runtime, concurrency, workers, run_dir, checkpoints, write, error
+) -> None:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    workers = min(workers, len(jobs))
+    share = max(1, math.ceil(concurrency / workers))
+    procs = []
+    config_json = config.model_dump_json()
+    for w in range(workers):
+        chunk = jobs[w::workers]
+        p = ctx.Process(
+            target=_worker_main,
+            args=(w, config_json, system_prompt, model, api_base, runtime, share, str(run_dir), checkpoints, chunk,
+                  queue, os.getpid()),
+            daemon=True,
+            name=f"uqh-worker-{w}",
+        )
+        p.start()
+        procs.append(p)
+    alive = set(range(workers))
+    pending = {j.spec.episode_id: j.spec for j in jobs}
+    try:
+        import queue as queue_mod
+
+        while alive:
+            try:
+                msg = queue.get(timeout=1.0)
+            except queue_mod.Empty:
+                for w in list(alive):
+                    if not procs[w].is_alive():
+                        alive.discard(w)  # died without saying goodbye (crash): its episodes are counted below
+                continue
+            kind = msg[0]
+            if kind == "done":
+                _, eid, line, rows, ep_summary = msg
+                pending.pop(eid, None)
+                write(eid, line, rows, ep_summary)
+            elif kind == "error":
+                _, eid, message = msg
+                spec = pending.pop(eid, None)
+                error(spec, message)
+            elif kind == "exit":
+                alive.discard(msg[1])
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    for eid, spec in pending.items():  # a worker died before reporting these
+        error(spec, "worker process exited unexpectedly")
+
+
+def _worker_main(index, config_json, system_prompt, model, api_base, runtime, concurrency, run_dir, checkpoints,
+                 jobs, queue, parent_pid) -> None:
+    import harness  # noqa: F401 - sets LITELLM_LOCAL_MODEL_COST_MAP before litellm is imported
+
+    config = RunConfig.model_validate_json(config_json)
+    domain = build_domain(config)
+    domain.prepare_runtime(runtime)
+
+    def done(result: EpisodeResult) -> None:
+        eid, line, rows, ep_summary = _serialize(result)
+        queue.put(("done", eid, line, rows, ep_summary))
+
+    def failed(spec: EpisodeSpec, message: str) -> None:
+        queue.put(("error", spec.episode_id, message))
+
+    async def main() -> None:
+        async def watch_parent() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                if os.getppid() != parent_pid:  # the parent was killed: stop, do not run on unsupervised
+                    os._exit(1)
+
+        watcher = asyncio.create_task(watch_parent())
+        client = _make_client(model, api_base, config, None)
+        try:
+            await run_specs(
+                jobs,
+                domain=domain,
+                client=client,
+                system_prompt=system_prompt,
+                step_budget=config.step_budget,
+                concurrency=concurrency,
+                run_dir=Path(run_dir),
+                checkpoints=checkpoints,
+                on_done=done,
+                on_error=failed,
+            )
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        queue.put(("exit", index))
