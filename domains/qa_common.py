@@ -101,11 +101,35 @@ def resolve_data_source(
     return DataSource(hub=hub, config=config, split=split)
 
 
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached (fast DNS/TCP check), or None. Offline mode (cache) skips it."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import huggingface_hub.constants as hf
+
+    if hf.HF_HUB_OFFLINE:
+        return None
+    parts = urlsplit(hf.ENDPOINT)
+    try:
+        socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)), timeout=5).close()
+    except OSError as exc:
+        return f"{parts.hostname} is unreachable ({exc.__class__.__name__}: {exc})"
+    return None
+
+
 def load_rows(source: DataSource) -> list[dict[str, Any]]:
     """Load the rows of ``source`` through ``datasets.load_dataset`` (local JSON/JSONL or hub name)."""
     import datasets
 
     datasets.disable_progress_bars()
+    if not source.files:
+        why = _hub_unreachable()
+        if why:
+            raise UserError(
+                f"cannot load the hub dataset {source.hub}: {why}; pass --data PATH to a local JSON/JSONL file, "
+                "set UQH_SHARED_DATA to the shared data folder, or HF_HUB_OFFLINE=1 to use a cached download"
+            )
     try:
         if source.files:
             ds = datasets.load_dataset("json", data_files=list(source.files), split="train")
