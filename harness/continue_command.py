@@ -1,0 +1,76 @@
+"""`uqh continue`: Monte Carlo continuation branches from censored (max_steps) prefixes, then q_Z and the audit.
+
+    uqh continue RUN_DIR --branches M --extra-steps K [--prefixes N | --ids ID ...] [--min-valid 5]
+                 --out CONT_DIR [--concurrency C] [--qz-method hybrid|mc|plugin]
+
+Re-running the same command resumes an interrupted continuation run (finished branches are kept).
+With ``--qz-only`` no model is called: q_Z and the audit are recomputed from the branches already in CONT_DIR.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="source run directory (read only)")
+    p.add_argument("--branches", "-M", type=int, default=10, help="continuation branches per prefix (default 10)")
+    p.add_argument("--extra-steps", "-K", type=int, help="extra step budget per branch (default: the source budget)")
+    sel = p.add_mutually_exclusive_group()
+    sel.add_argument("--prefixes", type=int, metavar="N", help="continue the first N max_steps episodes (canonical order)")
+    sel.add_argument("--ids", nargs="+", metavar="ID", help="continue exactly these max_steps episode ids")
+    p.add_argument("--min-valid", type=int, default=5,
+                   help="resolved non-parse-error branches a prefix needs for an MC estimate (default 5)")
+    p.add_argument("--out", required=True, metavar="CONT_DIR", help="continuation run directory (new or to resume)")
+    p.add_argument("--concurrency", type=int, default=4, help="branches in flight at once (default 4)")
+    p.add_argument("--api-base", help="override the source run's API base (e.g. a restarted server)")
+    p.add_argument("--qz-method", choices=("hybrid", "mc", "plugin"), default="hybrid",
+                   help="q_Z estimator written to qz.jsonl (default hybrid: MC where retained, plug-in elsewhere)")
+    p.add_argument("--score", default="log", help="score rule of the audit (log, brier, beta:A,B; default log)")
+    p.add_argument("--weights", default="linear-front", help="weight schedule of the audit (default linear-front)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the audit CIs (default 1000)")
+    p.add_argument("--qz-only", action="store_true", help="no model calls: recompute qz.jsonl and the audit")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.continuation import estimate_qz, run_continuations
+    from harness.errors import UserError
+
+    if args.bootstrap < 1:
+        raise UserError("--bootstrap must be at least 1")
+    if args.concurrency < 1:
+        raise UserError("--concurrency must be at least 1")
+    if not args.qz_only:
+        report = run_continuations(
+            Path(args.run_dir),
+            Path(args.out),
+            branches=args.branches,
+            extra_steps=args.extra_steps,
+            n_prefixes=args.prefixes,
+            ids=args.ids,
+            concurrency=args.concurrency,
+            api_base=args.api_base,
+            progress=not args.no_progress,
+        )
+        for s in report.skipped:
+            print(f"skipped {s.episode_id}: {s.reason}")
+        print(
+            f"{report.n_prefixes} prefixes selected, {len(report.skipped)} skipped (not replayable), "
+            f"{report.n_branches_written} branches written to {args.out}"
+        )
+        if report.n_branches_missing:
+            print(f"{report.n_branches_missing} branches did not finish (model failures); re-run the command to resume")
+    result = estimate_qz(
+        Path(args.out),
+        min_valid=args.min_valid,
+        method=args.qz_method,
+        rule=args.score,
+        weights=args.weights,
+        n_boot=args.bootstrap,
+    )
+    print(result.text)
+    print(f"q_Z file: {Path(args.out) / 'qz.jsonl'}  (use: uqh score {args.run_dir} --censoring exact --q-z "
+          f"{Path(args.out) / 'qz.jsonl'})")
+    return 0

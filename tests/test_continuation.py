@@ -1,0 +1,326 @@
+"""`uqh continue`: replayed prefixes, branches, seeds, no prefix model calls, skipped prefixes, q_Z and the audit.
+
+A source run is made with the real batch runner against the fake OpenAI server; the responder decides what the
+"model" says from the request (mode and per-branch seed), so every branch outcome is known in advance.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import harness
+from domains import get_domain_class
+from domains.arithmetic import make_question
+from harness import continuation as cont
+from harness.cli import main as uqh
+from harness.loop import build_messages, derive_seed
+from harness.runner import prompt_sha256, run_batch
+from harness.schema import DecodingConfig, Episode, RunConfig, StopReason, read_episodes, read_manifest
+
+CALC = "<think>keep going</think>\n<action>Calc[1+1]</action>\n<confidence>{c}</confidence>\n<explanation>unsure</explanation>"
+FINISH = "<think>done</think>\n<action>Finish[{a}]</action>\n<confidence>0.9</confidence>\n<explanation>computed</explanation>"
+GARBAGE = "I refuse to use tags."
+
+
+class Responder:
+    """Source mode: always Calc (so every episode hits max_steps). Branch mode: the branch's fate is a function of
+    its decoding seed: seed % 4 == 0 -> correct Finish, 1 -> wrong Finish, 2 -> Calc (unresolved), 3 -> garbage
+    (parse error after the repairs)."""
+
+    def __init__(self):
+        self.mode = "source"
+
+    def __call__(self, req: dict) -> str:
+        if self.mode == "source":
+            return CALC.format(c=0.3)
+        question = req["messages"][1]["content"]
+        answer = _answer(question)
+        fate = req["seed"] % 4
+        if fate == 0:
+            return FINISH.format(a=answer)
+        if fate == 1:
+            return FINISH.format(a=answer + 1)
+        if fate == 2:
+            return CALC.format(c=0.5)
+        return GARBAGE
+
+
+def _answer(question: str) -> int:
+    from domains.arithmetic import safe_eval
+
+    expr = re.search(r"What is (.*)\?", question).group(1)
+    return int(safe_eval(expr))
+
+
+def fate(source_id: str, k: int, run_seed: int = 42) -> int:
+    return cont.branch_seed(run_seed, source_id, k) % 4
+
+
+def make_config(domain: str, task_ids, base_url: str, *, step_budget: int, options=None) -> RunConfig:
+    cls = get_domain_class(domain)
+    d = cls(options or {})
+    return RunConfig(
+        domain=domain,
+        task_ids=list(task_ids),
+        model="openai/fake",
+        api_base=base_url,
+        decoding=DecodingConfig(max_tokens=64, seed=42),
+        step_budget=step_budget,
+        domain_options=options or {},
+        prompt_sha256=prompt_sha256(d.system_prompt()),
+        package_version=harness.__version__,
+    )
+
+
+def tree_digest(d: Path) -> dict[str, str]:
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+TASKS = [f"arith-{i:04d}" for i in range(3)]
+
+
+@pytest.fixture
+def source_run(tmp_path, fake_server):
+    responder = Responder()
+    srv = fake_server(responder).__enter__()
+    cfg = make_config("arithmetic", TASKS, srv.base_url, step_budget=2)
+    src = tmp_path / "source"
+    summary = run_batch(cfg, src, progress=False)
+    assert summary.ok
+    responder.mode = "branch"
+    srv.requests.clear()
+    return src, srv, responder
+
+
+def test_branches_continue_recorded_prefix_without_prefix_calls(source_run, tmp_path):
+    src, srv, _ = source_run
+    before = tree_digest(src)
+    source = {ep.episode_id: ep for ep in read_episodes(src)}
+    assert all(ep.stop_reason == StopReason.max_steps and ep.n_steps == 2 for ep in source.values())
+    out = tmp_path / "cont"
+    report = cont.run_continuations(src, out, branches=4, extra_steps=1, concurrency=3, progress=False)
+    assert report.skipped == [] and report.n_branches_planned == 12 and report.n_branches_written == 12
+    assert tree_digest(src) == before  # the source run is never modified
+
+    manifest = read_manifest(out)
+    c = manifest.config.continuation
+    assert c["source_run_dir"] == str(src.resolve()) and c["branches"] == 4 and c["extra_steps"] == 1
+    assert c["source_config_hash"] == read_manifest(src).config_hash
+    assert manifest.config.step_budget == 3 and manifest.config.model == "openai/fake"
+
+    branches = {ep.episode_id: ep for ep in read_episodes(out)}
+    assert sorted(branches) == sorted(f"{s}@b{k}" for s in source for k in range(4))
+    system = read_manifest(src).system_prompt
+    first_requests = {}
+    for req in srv.requests:
+        first_requests.setdefault(req["seed"], req)
+    for bid, br in branches.items():
+        s = source[br.source_episode_id]
+        k = br.branch_index
+        assert bid == f"{s.episode_id}@b{k}" and br.prefix_steps == 2
+        assert br.seed == derive_seed(42, bid) == cont.branch_seed(42, s.episode_id, k)
+        # the prefix is the source record, unchanged (forecasts included)
+        assert [st.model_dump() for st in br.steps[:2]] == [st.model_dump() for st in s.steps]
+        # the first request of the branch is the conversation rebuilt from the record
+        req = first_requests[br.seed]
+        assert req["messages"] == build_messages(system, s.task_prompt, s.steps)
+        f = fate(s.episode_id, k)
+        expect = {0: (StopReason.clean, 1), 1: (StopReason.clean, 0), 2: (StopReason.max_steps, None),
+                  3: (StopReason.parse_error, None)}[f]
+        assert (br.stop_reason, br.outcome) == expect
+        if f in (0, 1):  # first new observation continues from the stopped state
+            assert br.steps[2].t == 3 and br.steps[2].observation.startswith("Episode finished.")
+    # no model call for the prefix: exactly one call per new attempt
+    new_attempts = sum(
+        sum(len(st.attempts) for st in br.steps[br.prefix_steps:]) + len(br.failed_step or []) for br in branches.values()
+    )
+    assert len(srv.requests) == new_attempts
+    assert len({r["seed"] for r in srv.requests}) == 12  # seeds differ per branch
+
+    # q_Z from the branches, hand-computed from the fates
+    res = cont.estimate_qz(out, min_valid=1, method="mc", n_boot=50)
+    for rec in res.records:
+        fates = [fate(rec.episode_id, k) for k in range(4)]
+        resolved = [f for f in fates if f in (0, 1)]
+        assert rec.n_valid == len(resolved) and rec.method == "mc"
+        assert rec.q_hat_z == pytest.approx(sum(f == 0 for f in resolved) / len(resolved))
+    lines = (out / "qz.jsonl").read_text().splitlines()
+    assert len(lines) == len(res.records)
+
+
+def test_seeds_reproducible_and_resume(source_run, tmp_path):
+    src, srv, _ = source_run
+    a, b = tmp_path / "a", tmp_path / "b"
+    cont.run_continuations(src, a, branches=2, extra_steps=1, progress=False)
+    seeds_a = sorted(r["seed"] for r in srv.requests)
+    srv.requests.clear()
+    cont.run_continuations(src, b, branches=2, extra_steps=1, progress=False)
+    assert sorted(r["seed"] for r in srv.requests) == seeds_a
+
+    def strip(ep: Episode):
+        d = ep.model_dump()
+        for k in ("started_at", "finished_at"):
+            d.pop(k)
+        for st in d["steps"]:
+            for att in st["attempts"]:
+                att["call"]["latency_s"] = 0
+        for att in d["failed_step"] or []:
+            att["call"]["latency_s"] = 0
+        return d
+
+    ea = sorted((strip(e) for e in read_episodes(a)), key=lambda d: d["episode_id"])
+    eb = sorted((strip(e) for e in read_episodes(b)), key=lambda d: d["episode_id"])
+    assert ea == eb
+    # re-running the same command resumes: nothing left to do, no model call
+    srv.requests.clear()
+    rep = cont.run_continuations(src, a, branches=2, extra_steps=1, progress=False)
+    assert srv.requests == [] and rep.n_branches_written == 6
+    # a different continuation config in the same directory is refused
+    with pytest.raises(harness.errors.UserError, match="different config"):
+        cont.run_continuations(src, a, branches=3, extra_steps=1, progress=False)
+
+
+def test_tampered_prefix_is_reported_and_not_continued(source_run, tmp_path, capsys):
+    src, srv, _ = source_run
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    lines = (copy / "episodes.jsonl").read_text().splitlines()
+    ep = json.loads(lines[1])
+    tampered_id = ep["episode_id"]
+    ep["steps"][1]["observation"] = "Result: 3"  # Calc[1+1] replays to "Result: 2"
+    lines[1] = json.dumps(ep)
+    (copy / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "cont"
+    rc = uqh(["continue", str(copy), "--branches", "2", "--extra-steps", "1", "--out", str(out), "--no-progress",
+              "--min-valid", "1", "--bootstrap", "20"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert f"skipped {tampered_id}: replay mismatch: step 2" in printed
+    skipped = [json.loads(x) for x in (out / "skipped_prefixes.jsonl").read_text().splitlines()]
+    assert [s["episode_id"] for s in skipped] == [tampered_id]
+    ids = {e.source_episode_id for e in read_episodes(out)}
+    assert tampered_id not in ids and len(ids) == 2
+    assert all(r["messages"][1]["content"] != f"Question: {make_question(tampered_id.split('#')[0])[0]}"
+               for r in srv.requests)
+    assert "skipped (not replayable) 1" in (out / "audit.md").read_text()
+
+
+def test_user_errors(source_run, tmp_path, capsys):
+    src, srv, _ = source_run
+    cases = [
+        (["--ids", "arith-0000#5"], "not in the source run"),
+        (["--prefixes", "0"], "--prefixes must be at least 1"),
+        (["--branches", "0"], "--branches must be at least 1"),
+    ]
+    for extra, msg in cases:
+        out = tmp_path / "never"
+        rc = uqh(["continue", str(src), "--out", str(out), "--extra-steps", "1", "--no-progress", *extra])
+        assert rc == 2
+        assert msg in capsys.readouterr().err
+        assert not out.exists()
+    rc = uqh(["continue", str(src), "--out", str(src / "inside"), "--no-progress"])
+    assert rc == 2 and "outside the source run" in capsys.readouterr().err
+    rc = uqh(["continue", str(tmp_path / "nope"), "--out", str(tmp_path / "x")])
+    assert rc == 2 and "not a run directory" in capsys.readouterr().err
+    assert srv.requests == []
+
+
+def _write_run(run_dir: Path, config: RunConfig, episodes: list[Episode], system_prompt: str = "sys") -> None:
+    from harness.store import RunStore
+
+    with RunStore.open_or_create(run_dir, config, system_prompt=system_prompt) as store:
+        for ep in episodes:
+            store.append_episode(ep, [])
+
+
+def _step(t, conf, action="Calc[1+1]", obs="Result: 2", repairs=0):
+    from harness.schema import Attempt, CallRecord, Step
+
+    return Step(t=t, think="", action=action, verbal_confidence=conf, explanation="e", observation=obs,
+                repair_attempts=repairs, attempts=[Attempt(attempt=0, raw_text="x", call=CallRecord(model="m"))])
+
+
+def test_estimate_qz_on_generated_runs(tmp_path):
+    """Aggregation with unresolved / parse-error branches, sensitivity rows, hybrid plug-in and the projection
+    identity (to 1e-12), on run directories written directly."""
+    from scoring.qz_file import read_qz_file
+
+    rng = np.random.default_rng(5)
+    Z = 4
+    src_cfg = RunConfig(domain="arithmetic", task_ids=[f"t{i}" for i in range(12)], model="openai/m", step_budget=Z,
+                        prompt_sha256="x", package_version="0")
+    sources, branches = [], []
+    plan = {}
+    for i in range(12):
+        conf = rng.uniform(0.05, 0.95, size=Z)
+        actions = ["Calc[1+1]"] * Z if i % 2 else [f"Calc[{j}]" for j in range(Z)]
+        steps = [_step(t + 1, float(conf[t]), action=actions[t]) for t in range(Z)]
+        src = Episode(episode_id=f"t{i}#0", task_id=f"t{i}", stop_reason=StopReason.max_steps, n_steps=Z,
+                      step_budget=Z, task_prompt="q", steps=steps)
+        sources.append(src)
+        if i >= 9:
+            continue  # not continued: hybrid must use the plug-in
+        m = 6 if i < 6 else 3  # prefixes 6..8 have too few valid branches for MC
+        ys = rng.integers(0, 2, size=m)
+        plan[src.episode_id] = ys
+        extra = [("max_steps", None), ("parse_error", None)] if i % 3 == 0 else []
+        for k, (sr, y) in enumerate([("clean", int(y)) for y in ys] + extra):
+            br_steps = steps + [_step(Z + 1, 0.5, action="Finish[1]", obs="done")]
+            branches.append(Episode(episode_id=f"{src.episode_id}@b{k}", task_id=src.task_id,
+                                    stop_reason=StopReason(sr), outcome=y, n_steps=Z + 1, step_budget=Z + 1,
+                                    task_prompt="q", steps=br_steps, source_episode_id=src.episode_id,
+                                    branch_index=k, prefix_steps=Z))
+    src_dir, out = tmp_path / "src", tmp_path / "cont"
+    _write_run(src_dir, src_cfg, sources)
+    cont_cfg = cont.continuation_config(read_manifest(src_dir), src_dir, sources[:9], branches=8, extra_steps=1)
+    _write_run(out, cont_cfg, branches)
+
+    res = cont.estimate_qz(out, min_valid=5, method="hybrid", n_boot=200)
+    recs = read_qz_file(out / "qz.jsonl")
+    assert len(recs) == 12
+    for i in range(6):
+        r = recs[f"t{i}#0"]
+        assert r.method == "mc" and r.n_valid == 6
+        assert r.q_hat_z == pytest.approx(plan[f"t{i}#0"].mean())
+    assert all(recs[f"t{i}#0"].method == "plugin" for i in range(6, 12))
+    # prefixes 6..8 are labelled (3 branches each) -> cross-fitted; 9..11 unlabelled -> full model
+    mc = res.mc["exclude"]
+    assert mc.n_unresolved[[0, 3]].tolist() == [1, 1] and mc.n_parse_error[[0, 3]].tolist() == [1, 1]
+    assert res.mc["failure"].q_hat[0] == pytest.approx(plan["t0#0"].sum() / 7)
+    assert res.mc["success"].q_hat[0] == pytest.approx((plan["t0#0"].sum() + 1) / 7)
+    a = res.audit
+    assert a["counts"]["retained"] == 6 and a["counts"]["scored"] == 6
+    assert a["identity_max_error"] < 1e-12
+    assert a["counts"]["max_abs_branch_vs_source_forecast"] == 0.0
+    # Eq. (17): exact - simple = q * sum_t w_t logit(F_t), per prefix
+    from scoring.weights import trajectory_weights
+
+    for row in a["per_prefix"]:
+        i = int(row["episode_id"][1:].split("#")[0])
+        f = np.array([s.verbal_confidence for s in sources[i].steps])
+        w = trajectory_weights(np.array([0, Z]), "linear-front")
+        assert row["exact_mc"] - row["simple"] == pytest.approx(row["q_hat_mc"] * np.sum(w * np.log(f / (1 - f))))
+        assert row["simple"] == pytest.approx(np.sum(w * np.log1p(-f)))
+    assert set(a["sensitivity"]) == {"excluded (primary)", "as failures", "as successes"}
+    assert "Conditional-projection identity" in res.text and "Mean q_hat_Z^MC" in res.text
+
+    # mc-only: no records for prefixes without an MC estimate (never imputed)
+    res_mc = cont.estimate_qz(out, min_valid=5, method="mc", n_boot=20, write=False)
+    assert len(res_mc.records) == 6 and res_mc.audit["counts"]["without_estimate"] == 6
+
+    # a branch whose copied prefix differs from the source is not counted
+    bad = branches[0].model_copy(deep=True)
+    bad.steps[0].action = "Calc[9]"
+    bad.episode_id = "t0#0@b99"
+    bad.branch_index = 99
+    with open(out / "episodes.jsonl", "a") as fh:
+        fh.write(bad.model_dump_json() + "\n")
+    res2 = cont.estimate_qz(out, min_valid=5, n_boot=20, write=False)
+    assert res2.audit["counts"]["join_mismatch_branches"] == 1
+    assert res2.mc["exclude"].n_resolved[0] == 6
