@@ -70,6 +70,11 @@ def parse_react(raw: str) -> ParsedStep | ParseError:
     """Parse the four tags from the full raw model output."""
     if not raw.strip():
         return ParseError("your output was empty.")
+    if not any(_OPEN[t].search(raw) or _CLOSE[t].search(raw) for t in TAGS):
+        return ParseError(
+            "none of the four tags <think>, <action>, <confidence>, <explanation> was found; "
+            "write your whole answer inside them."
+        )
     problems: list[str] = []
     spans: dict[str, tuple[int, int]] = {}  # content span per tag
     outer: list[tuple[int, int]] = []  # full tag spans, to find text outside the tags
