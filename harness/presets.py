@@ -108,7 +108,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             split="base",
             n_tasks=None,
             step_budget=50,
-            domain_options={"max_env_steps": 120},
+            domain_options={"max_hops": 120},
             user_model=PAPER_USER_MODEL,
             expected_tasks=n,
             description=f"Tau2-Bench {d}, base split ({n} tasks), budget 50, env cap 120, user Qwen 2.5 7B Instruct",
@@ -206,7 +206,10 @@ def _inspect_domain(opts: dict[str, Any]) -> tuple[int, str, int | None]:
 
         cls = get_domain_class(opts["domain"])
         with _offline_datasets():
-            dom = cls(dict(opts["domain_options"]), observation_chars=opts["observation_chars"])
+            options = dict(opts["domain_options"])
+            if opts.get("split") is not None:  # as harness.runner.build_domain does
+                options.setdefault("split", opts["split"])
+            dom = cls(options, observation_chars=opts["observation_chars"])
             ids = dom.select_task_ids(opts["n_tasks"], opts["seed"])
     except Exception as exc:  # a domain that is not built yet or needs data that is not local
         msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
