@@ -324,3 +324,62 @@ def test_estimate_qz_on_generated_runs(tmp_path):
     res2 = cont.estimate_qz(out, min_valid=5, n_boot=20, write=False)
     assert res2.audit["counts"]["join_mismatch_branches"] == 1
     assert res2.mc["exclude"].n_resolved[0] == 6
+
+
+# ------------------------------------------------------------------------------------------ HotpotQA: stateful env
+
+QA_CORPUS = [
+    {"title": "Gustave Eiffel", "text": "Gustave Eiffel was a French civil engineer. Eiffel was born in Dijon in 1832. "
+                                        "Eiffel designed the tower."},
+    {"title": "Dijon", "text": "Dijon is a city in eastern France. Dijon is famous for its mustard."},
+]
+QA_ROWS = [{"id": "h1", "question": "Where was the designer of the Eiffel Tower born?", "answer": "Dijon", "type": "bridge"}]
+
+
+def _qa(action: str, c: float = 0.4) -> str:
+    return f"<think>t</think>\n<action>{action}</action>\n<confidence>{c}</confidence>\n<explanation>e</explanation>"
+
+
+def test_hotpotqa_branch_resumes_lookup_cursor(tmp_path, fake_server):
+    """The prefix ends after Lookup[Eiffel] showed result 1; a branch's Lookup[Eiffel] must show result 2, which only
+    a faithfully replayed environment can produce (a fresh one has no context loaded)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in QA_CORPUS))
+    data = tmp_path / "hqa.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in QA_ROWS))
+    options = {"data": str(data), "corpus": str(corpus), "index_dir": str(tmp_path / "index"), "top_k": 1}
+    state = {"mode": "source"}
+
+    def responder(req):
+        n_assistant = sum(m["role"] == "assistant" for m in req["messages"])
+        if state["mode"] == "source":
+            return _qa("Search[Gustave Eiffel]" if n_assistant == 0 else "Lookup[Eiffel]")
+        return _qa("Lookup[Eiffel]") if req["seed"] % 2 == 0 else _qa("Finish[Dijon]", 0.8)
+
+    with fake_server(responder) as srv:
+        cfg = make_config("hotpotqa", ["h1"], srv.base_url, step_budget=2, options=options)
+        src = tmp_path / "src"
+        assert run_batch(cfg, src, progress=False).ok
+        (ep,) = read_episodes(src)
+        assert ep.stop_reason == StopReason.max_steps
+        assert ep.steps[1].observation.startswith("(Result 1 / 3) Gustave Eiffel was a French civil engineer.")
+        state["mode"] = "branch"
+        srv.requests.clear()
+        out = tmp_path / "cont"
+        rep = cont.run_continuations(src, out, branches=4, extra_steps=1, progress=False)
+        assert rep.skipped == [] and rep.n_branches_written == 4
+        assert len(srv.requests) == 4  # one call per branch: nothing for the two prefix steps
+    seen = set()
+    for br in read_episodes(out):
+        new = br.steps[2]
+        seen.add(br.seed % 2)
+        if br.seed % 2 == 0:
+            assert new.observation.startswith("(Result 2 / 3) Eiffel was born in Dijon in 1832.")
+            assert br.stop_reason == StopReason.max_steps
+        else:
+            assert br.stop_reason == StopReason.clean and br.outcome == 1
+    assert seen == {0, 1}
+    res = cont.estimate_qz(out, min_valid=1, method="mc", n_boot=20)
+    (rec,) = res.records
+    assert rec.q_hat_z == 1.0 and rec.n_valid == sum(b.seed % 2 for b in read_episodes(out))
+    assert res.mc["failure"].q_hat[0] == pytest.approx(rec.n_valid / 4)
