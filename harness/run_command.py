@@ -66,21 +66,11 @@ def _positive(name: str, value: int | None, minimum: int = 1) -> None:
 def validate_model_string(model: str, api_base: str | None) -> None:
     """Raise UserError for a model string litellm cannot route (no network)."""
     from harness.errors import UserError
+    from harness.local_model import check_model_string
 
-    if model.startswith("local:"):
-        if model != "local:smollm2":
-            raise UserError(f"unknown local model {model!r}; the built-in local model is local:smollm2")
-        return
-    import harness  # noqa: F401 - LITELLM_LOCAL_MODEL_COST_MAP before litellm
-    import litellm
-
-    try:
-        litellm.get_llm_provider(model=model, api_base=api_base)
-    except Exception:  # noqa: BLE001 - litellm raises various types for unroutable strings
-        raise UserError(
-            f"unknown model string {model!r}; use a litellm model such as openai/gpt-4o-mini, "
-            "openai/NAME with --api-base URL, or local:smollm2"
-        ) from None
+    check_model_string(model)
+    if model.startswith("local:") and api_base is not None:
+        raise UserError(f"--api-base cannot be combined with {model}; the local server picks its own address")
 
 
 def build_config(args: argparse.Namespace):
