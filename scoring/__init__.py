@@ -1,1 +1,85 @@
-"""Scoring: pure numpy functions from run directories to the paper's numbers."""
+"""Scoring: pure numpy functions from run directories to the paper's numbers.
+
+Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; see docs/scoring.md):
+
+- rules:       :class:`ScoreRule`, :func:`parse_score` (``log``, ``brier``, ``beta:A,B``)       -- §3, App. J
+- weights:     :func:`trajectory_weights`, :func:`step_weights`, ``WEIGHT_SCHEMES``              -- §4.1, App. I
+- TPS:         :func:`tps`, :func:`tps_censored_exact`, :func:`tps_censored_simple`,
+               :func:`exact_minus_simple_log`, :func:`artificial_censoring`, :func:`posterior_weight`
+                                                                                                  -- Eqs. 2, 4–6, 17
+- streams:     :func:`load_run`, :func:`build_sample`, :class:`RunData`, :class:`Sample`          -- App. F, K
+- calibration: :func:`cross_fit_platt`, :func:`fit_platt`, :func:`stratified_split`              -- App. D
+- diagnostics: :class:`ScalarDiagnostics`, :func:`auroc`, :func:`auprc`, :func:`aurc`, :func:`t_ece`,
+               :func:`t_brier`, :func:`trajectory_scalar`, :func:`phi_last`, :func:`phi_avg`, :func:`phi_min`
+                                                                                                  -- §5.1, App. B, F
+- bootstrap:   :func:`paired_bootstrap`, :func:`resample_counts`, :func:`compare`, :func:`interval`
+- fixed rank:  :func:`fixed_rank_analysis`                                                        -- App. E
+- tables:      :class:`ScoreOptions`, :func:`score_run`, :func:`evaluate_predictor`, :func:`pool_runs`
+- q_Z file:    :class:`QzRecord`, :func:`read_qz_file`, :func:`write_qz_file`
+
+Only :mod:`harness.schema` (and :mod:`harness.errors`) are imported from the harness.
+"""
+from __future__ import annotations
+
+import importlib
+
+# Lazy re-exports: `uqh --help` imports scoring.command, which must not pull in numpy/scipy.
+_EXPORTS = {
+    "compare": "scoring.bootstrap",
+    "interval": "scoring.bootstrap",
+    "paired_bootstrap": "scoring.bootstrap",
+    "resample_counts": "scoring.bootstrap",
+    "standard_error": "scoring.bootstrap",
+    "CrossFitResult": "scoring.calibration",
+    "PlattMap": "scoring.calibration",
+    "cross_fit_platt": "scoring.calibration",
+    "fit_platt": "scoring.calibration",
+    "stratified_split": "scoring.calibration",
+    "ScalarDiagnostics": "scoring.diagnostics",
+    "auprc": "scoring.diagnostics",
+    "aurc": "scoring.diagnostics",
+    "auroc": "scoring.diagnostics",
+    "phi_avg": "scoring.diagnostics",
+    "phi_last": "scoring.diagnostics",
+    "phi_min": "scoring.diagnostics",
+    "scalarized_loss": "scoring.diagnostics",
+    "t_brier": "scoring.diagnostics",
+    "t_ece": "scoring.diagnostics",
+    "trajectory_scalar": "scoring.diagnostics",
+    "fixed_rank_analysis": "scoring.fixed_rank",
+    "QzRecord": "scoring.qz_file",
+    "read_qz_file": "scoring.qz_file",
+    "write_qz_file": "scoring.qz_file",
+    "ScoreRule": "scoring.rules",
+    "parse_score": "scoring.rules",
+    "PREDICTORS": "scoring.streams",
+    "RunData": "scoring.streams",
+    "Sample": "scoring.streams",
+    "build_sample": "scoring.streams",
+    "load_run": "scoring.streams",
+    "ScoreOptions": "scoring.tables",
+    "evaluate_predictor": "scoring.tables",
+    "pool_runs": "scoring.tables",
+    "score_run": "scoring.tables",
+    "artificial_censoring": "scoring.tps",
+    "exact_minus_simple_log": "scoring.tps",
+    "posterior_weight": "scoring.tps",
+    "tps": "scoring.tps",
+    "tps_censored_exact": "scoring.tps",
+    "tps_censored_simple": "scoring.tps",
+    "WEIGHT_SCHEMES": "scoring.weights",
+    "step_weights": "scoring.weights",
+    "trajectory_weights": "scoring.weights",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'scoring' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

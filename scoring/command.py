@@ -1,0 +1,112 @@
+"""`uqh score`: Trajectory Proper Score, censored extensions and diagnostics of run directories.
+
+Thin CLI over :func:`scoring.tables.score_run`; heavy imports stay inside :func:`run`.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
+    p.add_argument("--predictor", action="append", metavar="NAME",
+                   help="per-step predictor(s), repeatable or comma-separated: verbal, token_prob, token_entropy, "
+                        "action_prob, action_entropy, base_rate (default: all)")
+    p.add_argument("--calibration", choices=("none", "platt", "both"), default="both",
+                   help="raw rows (none), cross-fitted Platt rows (platt) or both (default)")
+    p.add_argument("--score", action="append", metavar="RULE",
+                   help="score family, repeatable: log, brier, beta:A,B (default: log, brier, beta:2,4)")
+    p.add_argument("--weights", default="linear-front",
+                   help="weight schedule: linear-front (default), uniform, exponential-front, linear-back")
+    p.add_argument("--censoring", choices=("exclude", "simple", "exact"), default="exclude",
+                   help="max_steps trajectories: exclude (complete-only), simple (q_Z≈0) or exact (needs --q-z)")
+    p.add_argument("--q-z", dest="q_z", metavar="FILE", help="q_Z file (JSONL from `uqh continue`) for --censoring exact")
+    p.add_argument("--include-parse-errors", action="store_true",
+                   help="sensitivity analysis (Appendix G.2): score parse_error trajectories as censored")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="paired bootstrap resamples (0: none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--no-auq", action="store_true", help="omit the scalar AUQ aggregator table (Φ_last, Φ_avg, Φ_min)")
+    p.add_argument("--fixed-rank", action="store_true", help="add the fixed-rank analysis of Appendix E")
+    p.add_argument("--pooled", action="store_true", help="also score all RUN_DIRs pooled into one sample")
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
+    p.add_argument("--json", action="store_const", const="json", dest="format", help="alias for --format json")
+
+
+def options_from_args(args: argparse.Namespace):
+    """Validate flags into :class:`scoring.tables.ScoreOptions` (UserError on bad input)."""
+    from harness.errors import UserError
+    from scoring.qz_file import read_qz_file
+    from scoring.rules import DEFAULT_SCORES, parse_score
+    from scoring.streams import PREDICTORS, check_predictor
+    from scoring.tables import ScoreOptions
+    from scoring.weights import check_scheme
+
+    preds: list[str] = []
+    for item in args.predictor or []:
+        for name in item.split(","):
+            if name.strip() and check_predictor(name.strip()) not in preds:
+                preds.append(name.strip())
+    rules = [parse_score(s) for s in (args.score or DEFAULT_SCORES)]
+    if len({r.name for r in rules}) != len(rules):
+        raise UserError("the same --score was given twice")
+    check_scheme(args.weights)
+    if args.bootstrap < 0:
+        raise UserError("--bootstrap must be >= 0")
+    q_z = None
+    if args.censoring == "exact":
+        if not args.q_z:
+            raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
+        q_z = {k: r.q_hat_z for k, r in read_qz_file(args.q_z).items()}
+    elif args.q_z:
+        raise UserError("--q-z is only used with --censoring exact")
+    if args.include_parse_errors and args.censoring == "exclude":
+        raise UserError("--include-parse-errors treats parse errors as censored; use it with --censoring simple or exact")
+    cal = {"none": ("none",), "platt": ("platt",), "both": ("none", "platt")}[args.calibration]
+    return ScoreOptions(
+        predictors=tuple(preds) if preds else PREDICTORS,
+        calibrations=cal,
+        scores=tuple(rules),
+        weights=args.weights,
+        censoring=args.censoring,
+        q_z=q_z,
+        include_parse_errors=args.include_parse_errors,
+        n_bootstrap=args.bootstrap,
+        seed=args.seed,
+        auq=not args.no_auq,
+        fixed_rank=args.fixed_rank,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import csv
+    import json
+    import sys
+
+    from scoring.streams import load_run
+    from scoring.tables import CSV_FIELDS, csv_records, pool_runs, render_table, score_run
+
+    opts = options_from_args(args)
+    runs = [load_run(d) for d in args.run_dirs]  # every input is validated before anything is printed
+    if opts.censoring == "exact":
+        # ids must be covered in every run before scoring starts
+        from scoring.streams import build_sample
+
+        for r in runs:
+            build_sample(r, "verbal", censoring="exact", q_z=opts.q_z, include_parse_errors=opts.include_parse_errors)
+    targets = list(runs)
+    if args.pooled and len(runs) > 1:
+        targets.append(pool_runs(runs))
+    results = [score_run(r, opts) for r in targets]
+    if args.format == "json":
+        json.dump(results if len(results) > 1 else results[0], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.format == "csv":
+        w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        for res in results:
+            for rec in csv_records(res):
+                w.writerow({k: ("" if v is None else v) for k, v in rec.items()})
+    else:
+        for res in results:
+            render_table(res)
+    return 0

@@ -1,0 +1,73 @@
+"""The q_Z file: per censored prefix, the estimated continuation-success weight q_hat_Z (Appendix H.1).
+
+One JSON object per line::
+
+    {"episode_id": "<task_id>#<k>", "q_hat_z": 0.4, "n_valid": 10, "method": "mc"}
+
+``uqh continue`` (the continuation engineer) writes it with :func:`write_qz_file`; ``uqh score
+--censoring exact --q-z FILE`` reads it with :func:`read_qz_file`. ``q_hat_z`` is the plug-in weight of the
+exact reduced censored score, Eq. (4) / Eq. (16) of the paper.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from harness.errors import UserError
+
+
+class QzRecord(BaseModel):
+    """One line of a q_Z file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: Annotated[str, Field(description="The censored (max_steps) source episode this estimate is for.")]
+    q_hat_z: Annotated[float, Field(description="Estimated P(Y=1 | H_Z) for the stopped prefix, in [0, 1].")]
+    n_valid: Annotated[int, Field(description="Continuation branches (or labels) the estimate rests on.", ge=0)]
+    method: Annotated[Literal["mc", "plugin", "hybrid"], Field(description="Estimator route of Appendix H.1.")]
+
+    @field_validator("q_hat_z")
+    @classmethod
+    def _in_unit_interval(cls, v: float) -> float:
+        if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise ValueError(f"q_hat_z must be a finite number in [0, 1], got {v}")
+        return v
+
+
+def write_qz_file(path: Path, records: Iterable[QzRecord]) -> None:
+    """Write records as JSONL (atomic: temp file + os.replace)."""
+    import os
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        for r in records:
+            f.write(r.model_dump_json() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_qz_file(path: Path) -> dict[str, QzRecord]:
+    """Read a q_Z file into ``{episode_id: QzRecord}``. Bad files raise :class:`UserError` (one line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"q_Z file {path} does not exist; pass the file written by `uqh continue` to --q-z")
+    out: dict[str, QzRecord] = {}
+    for lineno, raw in enumerate(path.read_text().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            rec = QzRecord.model_validate(json.loads(raw))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UserError(f"{path}:{lineno}: not a q_Z record ({first}); expected "
+                            '{"episode_id", "q_hat_z", "n_valid", "method"}') from None
+        if rec.episode_id in out:
+            raise UserError(f"{path}:{lineno}: duplicate q_Z record for episode {rec.episode_id!r}")
+        out[rec.episode_id] = rec
+    return out

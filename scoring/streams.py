@@ -1,0 +1,320 @@
+"""Predictor streams from a run directory, and the (values, offsets, Y, Δ, q_Z) arrays they are scored on.
+
+Reads the run directory only through :mod:`harness.schema`. Per step (Appendix F, "Per-step predictor pool"):
+
+- ``verbal``          -- the parsed <confidence> (``Step.verbal_confidence``; null -> missing);
+- ``token_prob``      -- completion-token probability: mean over the step's generated tokens of exp(logprob);
+- ``token_entropy``   -- completion-entropy confidence 1 - H/ln 5, H = mean over tokens of the Shannon entropy
+                         (nats) of the top-5 alternatives renormalised to sum to one;
+- ``action_prob``, ``action_entropy`` -- the same two, restricted to the tokens of the <action> content
+                         (``LogprobRow.action_token_range`` of the ACCEPTED attempt of the step);
+- ``base_rate``       -- the constant ȳ (mean Y of the complete trajectories of the scored sample).
+
+Token signals come from the accepted attempt's sidecar row; no row, ``tokens: null``, an empty token list, a
+token without alternatives (entropy) or no action range (action-span) make the step's value missing.
+Missing values are never imputed: a trajectory with any missing value is skipped for that predictor and
+counted (Appendix K, "Missing predictor values").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness.errors import UserError
+from harness.schema import (
+    EPISODES_FILE,
+    MANIFEST_FILE,
+    Episode,
+    LogprobRow,
+    Manifest,
+    TokenLogprob,
+    read_episodes,
+    read_manifest,
+    read_sidecar,
+)
+
+STEP_PREDICTORS = ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy")
+BASE_RATE = "base_rate"
+PREDICTORS = STEP_PREDICTORS + (BASE_RATE,)
+PREDICTOR_LABELS = {
+    "verbal": "Verbal confidence",
+    "token_prob": "Completion token probability",
+    "token_entropy": "Completion entropy confidence",
+    "action_prob": "Action-span token probability",
+    "action_entropy": "Action-span entropy confidence",
+    "base_rate": "Base-rate constant",
+}
+CENSORING_MODES = ("exclude", "simple", "exact")
+LN5 = math.log(5.0)
+
+
+def check_predictor(name: str) -> str:
+    if name not in PREDICTORS:
+        raise UserError(f"unknown predictor {name!r}; use one of {', '.join(PREDICTORS)}")
+    return name
+
+
+# ------------------------------------------------------------------------------------------ token signals
+
+
+def token_probability(tokens: list[TokenLogprob] | None) -> float:
+    """Mean chosen-token probability exp(logprob) over ``tokens``; NaN when there are none."""
+    if not tokens:
+        return float("nan")
+    return float(np.mean(np.exp([t.logprob for t in tokens])))
+
+
+def entropy_confidence(tokens: list[TokenLogprob] | None) -> float:
+    """1 - H/ln 5 with H the mean (over tokens) Shannon entropy of the renormalised top-5 alternatives (nats)."""
+    if not tokens:
+        return float("nan")
+    hs = []
+    for tok in tokens:
+        if not tok.top_logprobs:
+            return float("nan")
+        lp = np.array([a.logprob for a in tok.top_logprobs[:5]], dtype=float)
+        if not np.all(np.isfinite(lp)) and not np.any(np.isfinite(lp)):
+            return float("nan")
+        lp = lp - np.max(lp)
+        p = np.exp(lp)
+        p = p / p.sum()
+        nz = p > 0
+        hs.append(float(-(p[nz] * np.log(p[nz])).sum()))
+    return 1.0 - float(np.mean(hs)) / LN5
+
+
+def action_tokens(row: LogprobRow) -> list[TokenLogprob] | None:
+    """The tokens of the <action> content of a sidecar row, or None when unknown/empty/out of range."""
+    if row.tokens is None or row.action_token_range is None:
+        return None
+    start, end = row.action_token_range
+    if not (0 <= start < end <= len(row.tokens)):
+        return None
+    return row.tokens[start:end]
+
+
+def step_token_signals(row: LogprobRow | None) -> dict[str, float]:
+    """The four token-derived predictor values of one step from its accepted attempt's sidecar row."""
+    nan = float("nan")
+    if row is None or row.tokens is None:
+        return {"token_prob": nan, "token_entropy": nan, "action_prob": nan, "action_entropy": nan}
+    act = action_tokens(row)
+    return {
+        "token_prob": token_probability(row.tokens),
+        "token_entropy": entropy_confidence(row.tokens),
+        "action_prob": token_probability(act),
+        "action_entropy": entropy_confidence(act),
+    }
+
+
+# ------------------------------------------------------------------------------------------ run data
+
+
+@dataclass
+class RunData:
+    """Everything scoring needs from one run directory, as arrays (one entry per episode / per parsed step)."""
+
+    run_dir: Path
+    manifest: Manifest
+    episode_ids: np.ndarray  # object array of str
+    stop_reason: np.ndarray  # object array of str (StopReason values)
+    outcome: np.ndarray  # float: Y for clean episodes, NaN otherwise
+    n_steps: np.ndarray  # int: parsed steps stored per episode
+    step_budget: np.ndarray  # int
+    offsets: np.ndarray  # int, len n+1 over the flat step arrays
+    streams: dict[str, np.ndarray] = field(default_factory=dict)  # name -> flat float (NaN = missing)
+
+    @property
+    def label(self) -> str:
+        return str(self.run_dir)
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory into :class:`RunData`. A missing directory or non-run directory is a UserError."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} does not exist")
+    if not (run_dir / MANIFEST_FILE).is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
+    try:
+        manifest = read_manifest(run_dir)
+        episodes = read_episodes(run_dir)
+        rows: dict[tuple[str, int], LogprobRow] = {}
+        for row in read_sidecar(run_dir):
+            if row.accepted:
+                rows[(row.episode_id, row.t)] = row  # the last accepted row of a step wins
+    except ValueError as exc:  # pydantic ValidationError / JSON errors
+        first = str(exc).splitlines()[0]
+        raise UserError(f"{run_dir} has a malformed record ({first}); is it from this version of uqh?") from None
+    if not (run_dir / EPISODES_FILE).is_file():
+        raise UserError(f"{run_dir} has no {EPISODES_FILE}; no episode has finished yet")
+    return run_data_from_records(run_dir, manifest, episodes, rows)
+
+
+def run_data_from_records(
+    run_dir: Path, manifest: Manifest, episodes: list[Episode], rows: dict[tuple[str, int], LogprobRow]
+) -> RunData:
+    episodes = sorted(episodes, key=lambda e: e.episode_id)
+    seen: set[str] = set()
+    uniq = []
+    for ep in episodes:  # a resumed run can never duplicate ids, but be defensive: keep the first
+        if ep.episode_id not in seen:
+            seen.add(ep.episode_id)
+            uniq.append(ep)
+    episodes = uniq
+    n = len(episodes)
+    lengths = np.array([len(ep.steps) for ep in episodes], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    total = int(offsets[-1])
+    streams = {name: np.full(total, np.nan) for name in STEP_PREDICTORS}
+    k = 0
+    for ep in episodes:
+        for step in ep.steps:
+            if step.verbal_confidence is not None and math.isfinite(step.verbal_confidence):
+                streams["verbal"][k] = min(max(step.verbal_confidence, 0.0), 1.0)
+            for name, v in step_token_signals(rows.get((ep.episode_id, step.t))).items():
+                streams[name][k] = v
+            k += 1
+    return RunData(
+        run_dir=Path(run_dir),
+        manifest=manifest,
+        episode_ids=np.array([ep.episode_id for ep in episodes], dtype=object),
+        stop_reason=np.array([ep.stop_reason.value for ep in episodes], dtype=object),
+        outcome=np.array(
+            [float(ep.outcome) if (ep.stop_reason.value == "clean" and ep.outcome is not None) else np.nan for ep in episodes]
+        ),
+        n_steps=lengths,
+        step_budget=np.array([ep.step_budget for ep in episodes], dtype=np.int64),
+        offsets=offsets,
+        streams=streams,
+    )
+
+
+# ------------------------------------------------------------------------------------------ samples
+
+
+@dataclass
+class Sample:
+    """The arrays one predictor row is scored on (flat values + offsets; per-trajectory Y, Δ, q_Z, horizon)."""
+
+    predictor: str
+    episode_ids: np.ndarray
+    values: np.ndarray
+    offsets: np.ndarray
+    y: np.ndarray  # Y for complete trajectories, NaN for censored
+    delta: np.ndarray  # True: outcome observed (complete); False: administratively censored
+    q_z: np.ndarray  # q_hat_Z for censored trajectories under exact censoring, NaN otherwise
+    horizon: np.ndarray  # evaluated horizon T_i used for the weights
+    ybar: float  # base rate of the working sample's complete trajectories
+    counts: dict[str, int]
+
+    @property
+    def n(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def subset(self, mask: np.ndarray) -> "Sample":
+        mask = np.asarray(mask, dtype=bool)
+        lengths = np.diff(self.offsets)
+        step_mask = np.repeat(mask, lengths)
+        new_off = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
+        return Sample(self.predictor, self.episode_ids[mask], self.values[step_mask], new_off, self.y[mask],
+                      self.delta[mask], self.q_z[mask], self.horizon[mask], self.ybar, dict(self.counts))
+
+
+def working_mask(run: RunData, censoring: str, include_parse_errors: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Which episodes enter scoring and which of them are censored, plus exclusion counts.
+
+    clean -> complete (Δ=1); max_steps -> censored (Δ=0) unless ``censoring == "exclude"``; parse_error ->
+    excluded (informative, Appendix G) unless ``include_parse_errors`` (the G.2 sensitivity analysis: censored at
+    the failing step); tool_error / env_terminated -> excluded. Episodes without parsed steps are excluded.
+    """
+    if censoring not in CENSORING_MODES:
+        raise UserError(f"unknown censoring {censoring!r}; use one of {', '.join(CENSORING_MODES)}")
+    if include_parse_errors and censoring == "exclude":
+        raise UserError("--include-parse-errors treats parse errors as censored; use it with --censoring simple or exact")
+    sr = run.stop_reason
+    clean = (sr == "clean") & np.isfinite(run.outcome)
+    censored = np.zeros(sr.shape, dtype=bool)
+    if censoring != "exclude":
+        censored |= sr == "max_steps"
+        if include_parse_errors:
+            censored |= sr == "parse_error"
+    has_steps = run.n_steps > 0
+    keep = (clean | censored) & has_steps
+    counts = {
+        "episodes": int(sr.size),
+        "complete": int((clean & has_steps).sum()),
+        "censored": int((censored & has_steps).sum()),
+        "excluded_max_steps": int(((sr == "max_steps") & ~censored).sum()),
+        "excluded_parse_error": int(((sr == "parse_error") & ~censored).sum()),
+        "excluded_tool_error": int((sr == "tool_error").sum()),
+        "excluded_env_terminated": int((sr == "env_terminated").sum()),
+        "excluded_clean_without_outcome": int(((sr == "clean") & ~np.isfinite(run.outcome)).sum()),
+        "excluded_no_steps": int(((clean | censored) & ~has_steps).sum()),
+        "parse_errors_included_as_censored": int(((sr == "parse_error") & censored & has_steps).sum()),
+    }
+    return keep, censored & keep, counts
+
+
+def build_sample(
+    run: RunData,
+    predictor: str,
+    *,
+    censoring: str = "exclude",
+    q_z: dict[str, float] | None = None,
+    include_parse_errors: bool = False,
+) -> Sample:
+    """The scored arrays of one predictor on one run directory (see :func:`working_mask` for the sample).
+
+    Under ``censoring="exact"`` every censored episode needs a q_hat_Z in ``q_z`` (UserError otherwise). The
+    evaluated horizon of every trajectory is its observed length (complete: the terminal length; natural
+    censoring: the observed stop length, i.e. the budget for max_steps) -- §4.1.
+    """
+    check_predictor(predictor)
+    keep, censored, counts = working_mask(run, censoring, include_parse_errors)
+    lengths = np.diff(run.offsets)
+    complete = keep & ~censored
+    ybar = float(np.mean(run.outcome[complete])) if complete.any() else float("nan")
+    if predictor == BASE_RATE:
+        flat = np.full(int(run.offsets[-1]), ybar)
+    else:
+        flat = run.streams[predictor]
+    traj_missing = np.zeros(lengths.size, dtype=bool)
+    if lengths.sum():
+        traj_of_step = np.repeat(np.arange(lengths.size), lengths)
+        traj_missing = np.bincount(traj_of_step, weights=~np.isfinite(flat), minlength=lengths.size) > 0
+    skipped = keep & traj_missing
+    counts["skipped_missing"] = int(skipped.sum())
+    use = keep & ~traj_missing
+    counts["used"] = int(use.sum())
+    counts["used_complete"] = int((use & ~censored).sum())
+    counts["used_censored"] = int((use & censored).sum())
+    qz = np.full(lengths.size, np.nan)
+    if censoring == "exact":
+        if q_z is None:
+            raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
+        need = np.flatnonzero(censored)
+        missing = [str(run.episode_ids[i]) for i in need if run.episode_ids[i] not in q_z]
+        if missing:
+            raise UserError(
+                f"the q_Z file has no q_hat_z for {len(missing)} censored episode(s) of {run.run_dir} "
+                f"(e.g. {missing[0]!r}); run `uqh continue` on them or use --censoring simple"
+            )
+        for i in need:
+            qz[i] = float(q_z[run.episode_ids[i]])
+    step_use = np.repeat(use, lengths)
+    return Sample(
+        predictor=predictor,
+        episode_ids=run.episode_ids[use],
+        values=np.asarray(flat[step_use], dtype=float),
+        offsets=np.concatenate([[0], np.cumsum(lengths[use])]).astype(np.int64),
+        y=np.where(censored, np.nan, run.outcome)[use],
+        delta=~censored[use],
+        q_z=qz[use],
+        horizon=lengths[use].copy(),
+        ybar=ybar,
+        counts=counts,
+    )
