@@ -32,7 +32,7 @@ from .retrieval import (
 
 log = logging.getLogger(__name__)
 
-KNOWN_OPTIONS = ("data", "retrieval", "es_url", "es_index", "top_k", "corpus", "index_dir")
+KNOWN_OPTIONS = ("data", "split", "retrieval", "es_url", "es_index", "top_k", "corpus", "index_dir")
 _warned: set[str] = set()
 
 
@@ -212,7 +212,7 @@ class QADomain(Domain):
                 preferred=self.preferred_files,
                 hub=self.hub_name,
                 config=self.hub_config,
-                split=self.default_split or "train",
+                split=str(self.options.get("split") or self.default_split or "train"),
             )
         return self._source
 

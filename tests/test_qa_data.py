@@ -110,6 +110,9 @@ def test_local_file_and_hub_name_share_one_code_path(monkeypatch, tmp_path):
     assert calls == [("wics/strategy-qa", None, "test", {})]
     h = get_domain_class("hotpotqa")({})
     assert h.source == DataSource(hub="hotpotqa/hotpot_qa", config="fullwiki", split="validation")
+    # --split (passed by the runner as the `split` option) picks the hub split; local files are one split
+    assert get_domain_class("hotpotqa")({"split": "train"}).source.split == "train"
+    assert get_domain_class("strategyqa")({"split": "test", "data": str(SQA_FILE)}).source.files == (str(SQA_FILE),)
     # the local path calls the same function with the json builder
     calls.clear()
     load_rows(DataSource(files=(str(SQA_FILE),)))
