@@ -3,7 +3,7 @@
 The original indexes, per product, the lower-cased ``Title + Description + first bullet point + options text``
 (options text: ``"name: v1, v2, and name2: ..."``) with pyserini/Lucene (k1 = 0.9, b = 0.4, Porter stemming,
 Lucene's 33 English stop words) and returns up to 50 hits. Here ``bm25s`` (method ``lucene``) computes the same
-scoring; ties are broken by catalog order (Lucene breaks them by document id, i.e. indexing order). Only products
+scoring as Lucene >= 8 (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), tf part tf / (tf + k1 (1 - b + b dl / avgdl))); ties are broken by catalog order (Lucene breaks them by document id, i.e. indexing order). Only products
 with a positive score are returned, like a Lucene disjunctive query.
 
 Known difference: bm25s's tokenizer keeps tokens of two or more word characters, Lucene's StandardTokenizer also

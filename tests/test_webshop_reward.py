@@ -1,0 +1,132 @@
+"""WebShop reward on hand-computed cases (the original's formula, thresholds and type rules)."""
+from __future__ import annotations
+
+import pytest
+
+from domains.webshop import reward as R
+from domains.webshop.catalog import clean_products
+
+
+def product(asin, name, *, desc="", bullets=(""), options=None, attrs=None, query="running shoes",
+            product_category="Clothing › Shoes › Running"):
+    raw = {
+        "asin": asin, "name": name, "full_description": desc, "small_description": list(bullets),
+        "pricing": "$25.00", "customization_options": options or "", "category": "c", "query": query,
+        "product_category": product_category,
+    }
+    return clean_products([raw], {asin: {"attributes": attrs or []}})[0]
+
+
+SHOES = product(
+    "P01", "Red Running Shoes", desc="Light sneakers for jogging.", bullets=["rubber sole"],
+    options={"Size": [{"value": "7"}, {"value": "8"}], "Color": [{"value": "Red/Black"}, {"value": "white"}]},
+    attrs=["running shoes", "rubber sole"],
+)
+GOAL = {
+    "asin": "P01", "query": "running shoes", "name": "Red Running Shoes",
+    "product_category": "Clothing › Shoes › Running",
+    "attributes": ["running shoes", "machine wash"],
+    "goal_options": {"color": "red | black", "size": "7"},
+    "price_upper": 30.0,
+}
+
+
+def test_perfect_buy_is_one():
+    # "machine wash" is neither an attribute nor in the text: put it in the description for a perfect match
+    p = dict(SHOES, Description="Light sneakers for jogging. Machine wash.")
+    reward, info = R.get_reward(p, GOAL, price=25.0, options={"color": "red | black", "size": "7"})
+    assert reward == 1.0
+    assert info["r_att"] == 1.0 and info["r_option"] == 1.0 and info["r_price"] is True and info["r_type"] == 1.0
+    assert info["w_att"] == pytest.approx(2 / 5) and info["w_option"] == pytest.approx(2 / 5)
+    assert info["w_price"] == pytest.approx(1 / 5)
+
+
+def test_unmatched_attribute():
+    reward, info = R.get_reward(SHOES, GOAL, price=25.0, options={"color": "red | black", "size": "7"})
+    assert info["num_attr_matches"] == 1  # "machine wash" is nowhere
+    assert reward == pytest.approx((1 + 2 + 1) / 5)
+
+
+def test_wrong_option():
+    p = dict(SHOES, Description="machine wash")
+    reward, info = R.get_reward(p, GOAL, price=25.0, options={"color": "white", "size": "7"})
+    assert info["num_option_matches"] == 1
+    assert reward == pytest.approx((2 + 1 + 1) / 5)
+    # size is matched exactly, not fuzzily: "8" vs goal "7"
+    reward, info = R.get_reward(p, GOAL, price=25.0, options={"color": "red | black", "size": "8"})
+    assert info["num_option_matches"] == 1 and reward == pytest.approx(4 / 5)
+    # no options selected: only attributes and price count
+    reward, info = R.get_reward(p, GOAL, price=25.0, options={})
+    assert info["r_option"] == 0.0 and reward == pytest.approx(3 / 5)
+
+
+def test_over_price():
+    p = dict(SHOES, Description="machine wash")
+    reward, info = R.get_reward(p, GOAL, price=30.01, options={"color": "red | black", "size": "7"})
+    assert info["r_price"] is False and reward == pytest.approx(4 / 5)
+    reward, _ = R.get_reward(p, GOAL, price=30.0, options={"color": "red | black", "size": "7"})
+    assert reward == 1.0  # the limit is inclusive
+
+
+def test_wrong_product_type_zero():
+    wallet = product("P04", "Leather Wallet", attrs=["genuine leather"], query="wallets",
+                     product_category="Accessories › Wallets")
+    info = R.get_type_reward(wallet, GOAL)
+    assert info == {"r_type": 0.0, "query_match": False, "category_match": False, "title_score": 0.0}
+    reward, _ = R.get_reward(wallet, GOAL, price=1.0, options={})
+    assert reward == 0.0
+
+
+def test_color_normalisation_and_fuzzy_threshold():
+    assert R.normalize_color("red | black") == "black"  # first colour of the original's list order
+    assert R.normalize_color("charcoal grey") == "charcoal"
+    assert R.normalize_color("7") == "7"
+    assert R._token_set_ratio("Machine-Wash", "machine wash") == 100
+    assert R._token_set_ratio("navy blue", "blue navy") == 100
+    # token-set matching sees "x-large" as containing "large": why the original matches sizes exactly
+    assert R._token_set_ratio("x-large", "large") == 100
+    assert R._token_set_ratio("forest green", "kelly green") <= 85
+    # colour option: "jet black" normalises to "black" and matches the goal's "red | black"
+    p = dict(SHOES, Description="machine wash")
+    _, info = R.get_reward(p, GOAL, price=1.0, options={"color": "jet black"})
+    assert info["num_option_matches"] == 1
+
+
+def test_attribute_fallback_to_text_fields():
+    p = dict(SHOES, Attributes=[], BulletPoints=["Easy machine wash"], Description="")
+    r_att, n = R.get_attribute_reward(p, {"attributes": ["machine wash", "running shoes", "waterproof"]})
+    assert n == 2 and r_att == pytest.approx(2 / 3)  # bullet + title substrings; waterproof nowhere
+
+
+@pytest.mark.parametrize(
+    "query_match,category_levels,goal_nouns,bought_nouns,expected",
+    [
+        (True, 0, ["shoes", "sole"], ["shoes"], 1.0),       # query match, overlap 0.5
+        (False, 2, ["shoes", "sole"], ["shoes"], 1.0),      # two shared category levels
+        (False, 0, ["a", "b", "c", "d", "e"], ["a"], 0.5),  # overlap exactly 0.2 is not > 0.2
+        (False, 0, ["a", "b", "c"], ["a"], 1.0),            # overlap 1/3 > 0.2
+        (True, 0, list("abcdefghijk"), ["a"], 0.1),         # overlap 1/11 < 0.1 caps even a query match
+        (True, 2, ["a"], ["z"], 0.0),                        # no shared noun: 0
+        (False, 0, [], ["z"], 0.5),                          # goal title without nouns: overlap 0.2
+    ],
+)
+def test_type_reward_rules(monkeypatch, query_match, category_levels, goal_nouns, bought_nouns, expected):
+    nouns = {"goal": tuple(goal_nouns), "bought": tuple(bought_nouns)}
+    monkeypatch.setattr(R, "title_nouns", lambda title: nouns[title])
+    cats = ["A", "B", "C"]
+    goal = {"query": "q", "name": "goal", "product_category": " › ".join(cats)}
+    bought = {
+        "query": "q" if query_match else "other",
+        "name": "bought",
+        "product_category": " › ".join(cats[:category_levels] + ["X", "Y"]),
+    }
+    assert R.get_type_reward(bought, goal)["r_type"] == expected
+
+
+def test_offline_noun_tagger():
+    nouns = R.title_nouns("Leather Wallet for Men, Slim-Fit 3-Pack")
+    assert "wallet" in nouns and "men" in nouns
+    assert "for" not in nouns and "," not in nouns
+    assert "slim" in nouns and "fit" in nouns  # hyphenated tokens are split like spaCy does
+    assert "3" not in nouns  # numbers are not nouns
+    assert R.title_nouns("easy carry refillable containers")[-1] == "containers"
