@@ -449,6 +449,11 @@ class Tau2Environment(Environment):
             if rec.info.get("kind") == "ended_before_agent":
                 raise ReplayMismatch(f"step {i}: the episode ended during replay; the prefix is not censored")
             messages.extend(step_msgs)
+        for m in messages:
+            if isinstance(m, t2.msg.UserMessage) and not m.is_tool_call() and t2.UserSimulator.is_stop(m):
+                raise ReplayMismatch(
+                    f"the recorded user ended the conversation ({(m.content or '').strip()[:40]!r}); the prefix is not censored"
+                )
         if not messages or messages[0].content != GREETING:
             raise ReplayMismatch("step 1: the recorded conversation does not start with tau2's greeting")
         env = t2.registry.get_env_constructor(self.domain.tau2_domain)()
