@@ -3,7 +3,7 @@
 Paper settings (Appendix K, Table 16): the 500-task fixed evaluation subset (split ``test`` = goals 0..499),
 the 1,000-product catalog, step budget 30, actions ``Search[query]`` / ``Click[target]``.
 
-Domain options (``--domain-option key=value``):
+Domain options (RunConfig ``domain_options``; ``uqh run --data DIR`` sets ``data``, ``--split`` sets ``split``):
 
 - ``data``: directory with ``items_shuffle_1000.json`` (or ``items_shuffle_1000_prefix.json``) and
   ``items_ins_v2_1000.json``; default ``$UQH_SHARED_DATA/webshop`` or ``../shared/data/webshop``.

@@ -27,9 +27,16 @@ class ProductSearch:
     """An in-memory BM25 index over a product list; ``search`` returns ASINs, best first."""
 
     def __init__(self, products: list[dict[str, Any]]):
+        import logging
+
         import bm25s
         import numpy as np
         import Stemmer
+
+        # bm25s sets its own logger to DEBUG at import; keep "Building index ..." out of the user's stderr.
+        bm25s_log = logging.getLogger("bm25s")
+        if bm25s_log.level < logging.WARNING:
+            bm25s_log.setLevel(logging.WARNING)
 
         self._np = np
         self._bm25s = bm25s
