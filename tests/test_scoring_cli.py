@@ -1,0 +1,157 @@
+"""`uqh score` end to end on fixture run directories: table / json / csv, censoring, q_Z file, bad input."""
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from scoring.qz_file import QzRecord, read_qz_file, write_qz_file
+from scoring.streams import load_run
+from scoring.weights import trajectory_weights
+from scoring_fixtures import synthetic_run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return synthetic_run(tmp_path_factory.mktemp("score") / "run", n=40, censored=6, parse_errors=3)
+
+
+def uqh(capsys, *argv):
+    code = main(["score", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_output_table2_shape(run_dir, capsys):
+    code, out, err = uqh(capsys, run_dir, "--json", "--bootstrap", "50")
+    assert code == 0, err
+    res = json.loads(out)
+    rows = res["rows"]
+    labels = [(r["predictor"], r["calibration"]) for r in rows]
+    for p in ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy"):
+        assert (p, "raw") in labels and (p, "platt") in labels
+    assert labels[-1] == ("base_rate", "raw") and len(rows) == 11
+    assert res["counts"]["complete"] == 40 and res["counts"]["excluded_max_steps"] == 6
+    assert res["counts"]["excluded_parse_error"] == 3
+    base = rows[-1]
+    ybar = base["ybar"]
+    m = base["metrics"]
+    assert m["tps_log"]["value"] == pytest.approx(ybar * math.log(ybar) + (1 - ybar) * math.log(1 - ybar), abs=1e-12)
+    assert m["tps_brier"]["value"] == pytest.approx(-ybar * (1 - ybar), abs=1e-12)
+    assert m["t_ece"]["value"] == pytest.approx(0.0, abs=1e-12) and m["auroc"]["value"] == 0.5
+    verbal_platt = rows[1]
+    assert verbal_platt["calibration"] == "platt"
+    lo, hi = verbal_platt["metrics"]["tps_log"]["ci"]
+    assert lo <= verbal_platt["metrics"]["tps_log"]["value"] <= hi
+    assert "delta_over_se" in verbal_platt["vs_raw"]["tps_log"]
+    assert res["calibration"]["verbal"]["split_A"]["b"] > 0  # informative synthetic confidences
+    assert {r["aggregator"] for r in res["auq"]} == {"last", "avg", "min"}
+    assert all("tps_log" not in r["metrics"] for r in res["auq"])
+
+
+def test_json_is_reproducible_with_seed(run_dir, capsys):
+    a = uqh(capsys, run_dir, "--json", "--bootstrap", "30", "--seed", "3", "--predictor", "verbal")[1]
+    b = uqh(capsys, run_dir, "--json", "--bootstrap", "30", "--seed", "3", "--predictor", "verbal")[1]
+    assert a == b
+
+
+def test_table_output(run_dir, capsys):
+    code, out, _ = uqh(capsys, run_dir, "--bootstrap", "20", "--fixed-rank", "--predictor", "verbal,base_rate")
+    assert code == 0
+    for text in ("Verbal confidence (raw)", "Verbal confidence (Platt)", "Base-rate constant", "AUROC↑", "TPS log↑",
+                 "Raw → Platt", "Φ_last", "Fixed-rank", "affine 0.4+0.2x", "excluded: max_steps=6, parse_error=3"):
+        assert text in out, text
+
+
+def test_csv_output(run_dir, capsys):
+    code, out, _ = uqh(capsys, run_dir, "--format", "csv", "--bootstrap", "0", "--predictor", "verbal",
+                       "--calibration", "none", "--score", "log", "--no-auq")
+    assert code == 0
+    recs = list(csv.DictReader(io.StringIO(out)))
+    assert {r["metric"] for r in recs} == {"auroc", "auprc", "aurc", "t_ece", "t_brier", "tps_log"}
+    assert all(r["calibration"] == "raw" and r["predictor"] == "verbal" and r["ci_low"] == "" for r in recs)
+
+
+def test_censoring_simple_and_exact_eq17(run_dir, capsys, tmp_path):
+    code, out, _ = uqh(capsys, run_dir, "--json", "--bootstrap", "0", "--predictor", "verbal", "--calibration", "none",
+                       "--censoring", "simple", "--score", "log")
+    simple = json.loads(out)["rows"][0]
+    assert simple["n_censored"] == 6 and simple["n_complete"] == 40
+    m = simple["metrics"]
+    assert m["delta_practice_log"]["value"] == pytest.approx(m["tps_log"]["value"] - m["tps_log_complete_only"]["value"])
+    run = load_run(run_dir)
+    cens = [e for e, s in zip(run.episode_ids, run.stop_reason) if s == "max_steps"]
+    q = {e: (k + 1) / 10 for k, e in enumerate(cens)}
+    qz = tmp_path / "qz.jsonl"
+    write_qz_file(qz, [QzRecord(episode_id=e, q_hat_z=v, n_valid=10, method="mc") for e, v in q.items()])
+    code, out, err = uqh(capsys, run_dir, "--json", "--bootstrap", "0", "--predictor", "verbal", "--calibration",
+                         "none", "--censoring", "exact", "--q-z", qz, "--score", "log")
+    assert code == 0, err
+    exact = json.loads(out)["rows"][0]["metrics"]["tps_log"]["value"]
+    # Eq. 17: mean(exact) - mean(simple) = (1/n) Σ_censored q Σ_t w_t logit F_t
+    corr = 0.0
+    for i, e in enumerate(run.episode_ids):
+        if e in q:
+            a, b = run.offsets[i], run.offsets[i + 1]
+            f = np.clip(run.streams["verbal"][a:b], 1e-6, 1 - 1e-6)
+            w = trajectory_weights(np.array([0, b - a]), "linear-front")
+            corr += q[e] * np.sum(w * np.log(f / (1 - f)))
+    assert exact - m["tps_log"]["value"] == pytest.approx(corr / 46, abs=1e-12)
+
+
+def test_multiple_run_dirs_and_pooled(run_dir, capsys, tmp_path):
+    other = synthetic_run(tmp_path / "r2", n=20, seed=5)
+    code, out, _ = uqh(capsys, run_dir, other, "--json", "--bootstrap", "0", "--predictor", "verbal", "--pooled")
+    res = json.loads(out)
+    assert len(res) == 3 and res[2]["counts"]["complete"] == 60
+
+
+def test_parse_error_sensitivity_flag(run_dir, capsys):
+    _, out, _ = uqh(capsys, run_dir, "--json", "--bootstrap", "0", "--predictor", "verbal", "--censoring", "simple",
+                    "--include-parse-errors")
+    res = json.loads(out)
+    assert res["counts"]["parse_errors_included_as_censored"] == 3 and res["rows"][0]["n_censored"] == 9
+
+
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["{missing}"], "does not exist"),
+        (["{empty}"], "not a run directory"),
+        (["{run}", "--predictor", "vibes"], "unknown predictor"),
+        (["{run}", "--score", "spherical"], "unknown score"),
+        (["{run}", "--weights", "quadratic"], "unknown weights"),
+        (["{run}", "--censoring", "exact"], "needs --q-z"),
+        (["{run}", "--censoring", "exact", "--q-z", "{missing}"], "does not exist"),
+        (["{run}", "--censoring", "exact", "--q-z", "{partial_qz}"], "no q_hat_z for"),
+        (["{run}", "--censoring", "exact", "--q-z", "{bad_qz}"], "not a q_Z record"),
+        (["{run}", "--include-parse-errors"], "include-parse-errors"),
+        (["{run}", "--q-z", "{partial_qz}"], "only used with --censoring exact"),
+    ],
+)
+def test_bad_input_is_one_line(argv, msg, run_dir, tmp_path, capsys):
+    (tmp_path / "empty").mkdir(exist_ok=True)
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text(json.dumps({"episode_id": "nope#0", "q_hat_z": 0.5, "n_valid": 3, "method": "mc"}) + "\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"episode_id": "x#0", "q_hat_z": 1.5, "n_valid": 3, "method": "mc"}) + "\n")
+    paths = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "run": run_dir, "partial_qz": partial,
+             "bad_qz": bad}
+    code, out, err = uqh(capsys, *[a.format(**paths) for a in argv])
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("uqh score: error: ") and msg in err
+
+
+def test_qz_file_roundtrip_and_duplicates(tmp_path):
+    p = tmp_path / "q.jsonl"
+    write_qz_file(p, [QzRecord(episode_id="a#0", q_hat_z=0.3, n_valid=7, method="hybrid")])
+    assert read_qz_file(p)["a#0"].q_hat_z == 0.3
+    p.write_text(p.read_text() * 2)
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="duplicate"):
+        read_qz_file(p)
