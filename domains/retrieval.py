@@ -175,9 +175,13 @@ class Bm25Retriever:
                 "n_passages": len(self.paragraphs),
             }
             (tmp / INDEX_META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-            if index_dir.exists():
-                shutil.rmtree(index_dir)
-            os.replace(tmp, index_dir)
+            existing = self.read_meta(index_dir)
+            if existing and existing.get("corpus_sha256") == self.sha256 and existing.get("settings") == BM25_SETTINGS:
+                shutil.rmtree(tmp, ignore_errors=True)  # another process saved the same index meanwhile
+            else:
+                if index_dir.exists():
+                    shutil.rmtree(index_dir)
+                os.replace(tmp, index_dir)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if (index_dir / INDEX_META_FILE).exists():  # another process won the race
@@ -223,6 +227,7 @@ class Bm25Retriever:
                 return cls.load(index_dir)
             except (UserError, OSError, ValueError) as exc:  # a damaged cache is rebuilt, not trusted
                 log.warning("rebuilding damaged bm25s index in %s (%s)", index_dir, exc)
+                shutil.rmtree(index_dir, ignore_errors=True)
         retriever = cls.build(paragraphs)
         retriever.save(index_dir)
         return retriever
