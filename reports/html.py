@@ -65,12 +65,15 @@ def table_html(t: Table) -> str:
 
 
 _SVG_START = re.compile(r"<svg\b", re.S)
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
 
 
 def inline_svg(svg_text: str) -> str:
     """The <svg> element of a matplotlib SVG file, without XML prolog and doctype."""
     m = _SVG_START.search(svg_text)
-    return svg_text[m.start():] if m else ""
+    if not m:
+        return ""
+    return _METADATA.sub("", svg_text[m.start():])
 
 
 def figure_html(fig: Figure, out_dir: Path) -> str:

@@ -1,0 +1,209 @@
+"""`uqh report`: every artefact is written, and its numbers are the scoring package's numbers."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+
+import pytest
+
+from harness.cli import main
+from harness.errors import UserError
+from harness.schema import StopReason
+from report_fixtures import Ep, tau2_like, webshop_like, write_run
+from reports.report import ReportOptions, build_report
+
+B, SEED = 60, 3
+
+
+def _csv(path):
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _num(s):
+    return None if s == "" else float(s)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    base = tmp_path_factory.mktemp("report")
+    ws, t2 = webshop_like(base / "ws"), tau2_like(base / "t2")
+    res = build_report([ws, t2], base / "out", ReportOptions(n_bootstrap=B, seed=SEED, max_traces=5))
+    return ws, t2, res
+
+
+def test_every_artefact_is_written(report):
+    _, _, res = report
+    names = {p.name for p in res.out_dir.iterdir()}
+    tables = ["termination_audit", "selection_diagnostic", "transparency__ws", "transparency__t2", "auq_scalar",
+              "platt_diagnostics", "calibration_invariance", "fixed_rank", "sensitivity", "censored_shift",
+              "parse_error_sensitivity"]
+    figures = ["calibration_invariance__ws", "calibration_invariance__t2", "censored_shift__ws", "selection_diagnostic"]
+    expected = {f"{t}.{ext}" for t in tables for ext in ("csv", "md")} | {f"{f}.{ext}" for f in figures for ext in ("png", "svg")}
+    expected |= {"scores_long__ws.csv", "scores_long__t2.csv", "report.html", "report.md", "report.json"}
+    assert expected == names
+    assert {p.name for p in res.files} == names
+    for f in figures:
+        assert (res.out_dir / f"{f}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert "<svg" in (res.out_dir / f"{f}.svg").read_text()
+    page = res.html.read_text()
+    for t in tables:  # every table is on the page, every figure inlined
+        assert f'data-table="{t}"' in page
+    for f in figures:
+        assert f'data-figure="{f}"' in page
+    # self-contained: nothing is fetched (namespace URIs in xmlns attributes are names, not requests)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)|url\(\s*["']?https?:|@import|<link rel="stylesheet""", page)
+    assert "<metadata>" not in page
+
+
+def _score(run_dir, **kw):
+    from scoring.streams import load_run
+    from scoring.tables import ScoreOptions, score_run
+
+    return score_run(load_run(run_dir), ScoreOptions(n_bootstrap=B, seed=SEED, **kw))
+
+
+def test_transparency_and_long_csv_equal_scoring_output(report):
+    from scoring.tables import csv_records, row_label
+
+    ws, _, res = report
+    expected = _score(ws, censoring="exclude", fixed_rank=True)
+    rows = _csv(res.out_dir / "transparency__ws.csv")
+    assert [r["Predictor"] for r in rows] == [row_label(r) for r in expected["rows"]]
+    assert len(rows) == 11  # five predictors x raw/Platt + base rate
+    for got, exp in zip(rows, expected["rows"]):
+        assert int(got["n"]) == exp["n_used"] and int(got["skipped (missing)"]) == exp["n_skipped_missing"]
+        for col, key in (("AUROC↑", "auroc"), ("AURC↓", "aurc"), ("T-ECE↓", "t_ece"), ("TPS_log↑", "tps_log"),
+                         ("TPS_Brier↑", "tps_brier"), ("TPS_β(2,4)↑", "tps_beta(2,4)")):
+            assert _num(got[col]) == exp["metrics"][key]["value"]  # exact: repr round-trips floats
+    # verbal confidence: one trajectory (h) has a missing step and is skipped, counted
+    assert rows[0]["Predictor"] == "Verbal confidence (raw)" and rows[0]["n"] == "3" and rows[0]["skipped (missing)"] == "1"
+    long_rows = _csv(res.out_dir / "scores_long__ws.csv")
+    recs = csv_records(expected)
+    assert len(long_rows) == len(recs)
+    for got, exp in zip(long_rows, recs):
+        assert got["metric"] == exp["metric"] and got["predictor"] == exp["predictor"]
+        for k in ("value", "ci_low", "ci_high", "se"):
+            assert _num(got[k]) == exp[k]
+
+
+def test_base_rate_row_closed_form(report):
+    _, _, res = report
+    base = [r for r in _csv(res.out_dir / "transparency__t2.csv") if r["Predictor"] == "Base-rate constant"][0]
+    ybar = 0.5  # tau2 fixture: 2 successes of 4 clean
+    assert _num(base["TPS_log↑"]) == pytest.approx(ybar * math.log(ybar) + (1 - ybar) * math.log(1 - ybar))
+    assert _num(base["TPS_Brier↑"]) == pytest.approx(-ybar * (1 - ybar))
+    assert _num(base["T-ECE↓"]) == pytest.approx(0.0)
+
+
+def test_calibration_invariance_equals_scoring_delta_over_se(report):
+    ws, _, res = report
+    expected = _score(ws, censoring="exclude", fixed_rank=True)
+    platt = next(r for r in expected["rows"] if r["predictor"] == "verbal" and r["calibration"] == "platt")
+    raw = next(r for r in expected["rows"] if r["predictor"] == "verbal" and r["calibration"] == "raw")
+    rows = [r for r in _csv(res.out_dir / "calibration_invariance.csv") if r["Run"] == "ws (webshop)"]
+    assert [r["Metric"] for r in rows] == ["AUROC↑", "AUPRC↑", "AURC↓", "T-ECE↓", "TPS_log↑"]
+    tps = rows[-1]
+    assert _num(tps["Raw"]) == raw["metrics"]["tps_log"]["value"]
+    assert _num(tps["Raw CI low"]) == raw["metrics"]["tps_log"]["ci"][0]
+    assert _num(tps["Δ (Platt − raw)"]) == platt["vs_raw"]["tps_log"]["delta"]
+    assert _num(tps["Δ/SE"]) == platt["vs_raw"]["tps_log"]["delta_over_se"]
+
+
+def test_censored_shift_sensitivity_and_parse_errors_equal_scoring(report):
+    ws, t2, res = report
+    simple = _score(ws, censoring="simple", auq=False)
+    verbal_platt = next(r for r in simple["rows"] if r["predictor"] == "verbal" and r["calibration"] == "platt")
+    shift = [r for r in _csv(res.out_dir / "censored_shift.csv")]
+    assert {r["Run"] for r in shift} == {"ws (webshop)"}  # t2 has no max_steps trajectory
+    row = next(r for r in shift if r["Predictor"] == "Verbal confidence (Platt)" and r["Score"] == "log")
+    d = verbal_platt["metrics"]["delta_practice_log"]
+    assert _num(row["Δ_practice"]) == d["value"] and [_num(row["Δ CI low"]), _num(row["Δ CI high"])] == d["ci"]
+    assert _num(row["TPS complete-only"]) == verbal_platt["metrics"]["tps_log_complete_only"]["value"]
+    assert int(row["n complete"]) == 3 and int(row["n censored"]) == 3  # h skipped (missing confidence)
+    assert _num(row["Censoring rate"]) == pytest.approx(0.5)
+    # Δ_practice is the difference of the two reported means
+    assert _num(row["Δ_practice"]) == pytest.approx(_num(row["TPS cen-ext"]) - _num(row["TPS complete-only"]))
+
+    sens = _csv(res.out_dir / "sensitivity.csv")
+    assert {(r["Weight schedule"]) for r in sens} == {"linear-front", "uniform", "exponential-front", "linear-back"}
+    assert {r["Score"] for r in sens} == {"log", "brier", "beta(2,4)"}
+    uni = _score(ws, censoring="simple", auq=False, weights="uniform")
+    exp = next(r for r in uni["rows"] if r["predictor"] == "token_prob" and r["calibration"] == "raw")
+    got = next(r for r in sens if r["Run"] == "ws (webshop)" and r["Weight schedule"] == "uniform"
+               and r["Predictor"] == "Completion token probability (raw)" and r["Score"] == "brier")
+    assert _num(got["Δ_practice"]) == exp["metrics"]["delta_practice_brier"]["value"]
+    t2_rows = [r for r in sens if r["Run"] == "t2 (tau2-airline)"]
+    assert t2_rows and all(r["Censoring"] == "exclude" and r["Δ_practice"] == "" for r in t2_rows)
+
+    parse = _csv(res.out_dir / "parse_error_sensitivity.csv")
+    assert {r["Run"] for r in parse} == {"ws (webshop)"}  # only ws has a parse error
+    alt = _score(ws, censoring="simple", auq=False, include_parse_errors=True)
+    p_exp = next(r for r in alt["rows"] if r["predictor"] == "verbal" and r["calibration"] == "raw")
+    p_got = next(r for r in parse if r["Predictor"] == "Verbal confidence (raw)" and r["Score"] == "log")
+    assert _num(p_got["TPS incl. parse errors"]) == p_exp["metrics"]["tps_log"]["value"]
+    assert int(p_got["n with parse errors"]) == int(p_got["n working"]) + 1
+    assert int(p_got["parse errors as censored"]) == 1
+
+
+def test_auq_fixed_rank_and_json(report):
+    ws, _, res = report
+    expected = _score(ws, censoring="exclude", fixed_rank=True)
+    auq = [r for r in _csv(res.out_dir / "auq_scalar.csv") if r["Run"] == "ws (webshop)"]
+    assert len(auq) == len(expected["auq"]) == 5 * 2 * 3  # predictors x raw/Platt x (last, avg, min)
+    assert _num(auq[0]["AUROC↑"]) == expected["auq"][0]["metrics"]["auroc"]["value"]
+    fixed = [r for r in _csv(res.out_dir / "fixed_rank.csv") if r["Run"] == "ws (webshop)" and r["Predictor"] == "Verbal confidence"]
+    assert [r["Transform"] for r in fixed] == [r["transform"] for r in expected["fixed_rank"]["verbal"]]
+    assert len({r["AUROC↑"] for r in fixed}) == 1  # rank metrics fixed by construction
+    for got, exp in zip(fixed, expected["fixed_rank"]["verbal"]):
+        assert _num(got["TPS_log↑"]) == exp["tps_log"]
+    dumped = json.loads((res.out_dir / "report.json").read_text())
+    assert [r["slug"] for r in dumped["runs"]] == ["ws", "t2"]
+
+
+def test_runs_without_censoring_or_parse_errors_say_so(tmp_path):
+    d = tau2_like(tmp_path / "t2")
+    res = build_report([d], tmp_path / "out", ReportOptions(n_bootstrap=20))
+    page = res.html.read_text()
+    assert "No run has administratively censored (max_steps) trajectories" in page
+    assert "No run has parse-error trajectories" in page
+    assert not (tmp_path / "out" / "censored_shift__t2.png").exists()
+    assert _csv(tmp_path / "out" / "censored_shift.csv") == []
+
+
+def test_pool_adds_a_pooled_dataset(tmp_path):
+    a, b = tau2_like(tmp_path / "a"), tau2_like(tmp_path / "b")
+    res = build_report([a, b], tmp_path / "out", ReportOptions(n_bootstrap=20, pool=True))
+    rows = _csv(res.out_dir / "transparency__pooled-Tau2-Bench.csv")
+    assert rows[0]["n"] == "8"
+
+
+def test_user_errors_write_nothing(tmp_path, capsys):
+    empty = write_run(tmp_path / "empty", "webshop", 3, [])
+    assert main(["report", str(empty), "--out", str(tmp_path / "o1")]) == 2
+    assert "no finished episodes" in capsys.readouterr().err
+    assert not (tmp_path / "o1").exists()
+    assert main(["report", str(tmp_path / "nope"), "--out", str(tmp_path / "o2")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    f = tmp_path / "file"
+    f.write_text("x")
+    d = webshop_like(tmp_path / "ws")
+    assert main(["report", str(d), "--out", str(f)]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert main(["report", str(d), "--out", str(tmp_path / "o3"), "--bootstrap", "0"]) == 2
+    with pytest.raises(UserError):
+        build_report([], tmp_path / "o4")
+
+
+def test_cli_writes_report(tmp_path, capsys):
+    d = write_run(tmp_path / "r", "strategyqa", 3, [
+        Ep("q1", StopReason.clean, [0.9, 0.8], outcome=1, token_p=[0.9, 0.8]),
+        Ep("q2", StopReason.clean, [0.6], outcome=0, token_p=[0.5]),
+        Ep("q3", StopReason.clean, [0.7, 0.2], outcome=0, token_p=[0.7, 0.4]),
+        Ep("q4", StopReason.clean, [0.95], outcome=1, token_p=[0.97]),
+    ])
+    assert main(["report", str(d), "--out", str(tmp_path / "out"), "--bootstrap", "30"]) == 0
+    assert "report.html" in capsys.readouterr().out
+    assert (tmp_path / "out" / "transparency__r.csv").exists()
