@@ -529,7 +529,7 @@ def _audit_text(audit: dict) -> str:
         tail.append(f"WARNING: {c['join_mismatch_branches']} branches whose prefix differs from the source were ignored.")
     if s.get("plugin_note"):
         tail.append(s["plugin_note"])
-    return head + "\n".join(tail)
+    return head + "\n" + "\n".join(tail)
 
 
 # ------------------------------------------------------------------------------------------ running branches

@@ -383,3 +383,45 @@ def test_hotpotqa_branch_resumes_lookup_cursor(tmp_path, fake_server):
     (rec,) = res.records
     assert rec.q_hat_z == 1.0 and rec.n_valid == sum(b.seed % 2 for b in read_episodes(out))
     assert res.mc["failure"].q_hat[0] == pytest.approx(rec.n_valid / 4)
+
+
+def test_interrupted_branch_resumes_from_its_checkpoint(source_run, tmp_path):
+    """Issue item 6 through the same machinery: a branch whose model fails mid-way keeps its checkpoint (prefix +
+    completed new steps); re-running continues from the last completed step instead of restarting."""
+    from harness.model_client import make_model_client
+    from harness.model_types import ModelCallFailed
+
+    src, srv, responder = source_run
+    responder.mode = "source"  # always Calc: branches only end on their budget
+    calls = {"n": 0}
+
+    class FailingSecondCall:
+        def __init__(self, model, api_base):
+            self.inner = make_model_client(model, api_base=api_base, decoding=DecodingConfig(max_tokens=64, seed=42))
+            self.model = model
+
+        async def complete(self, messages, *, seed=None):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise ModelCallFailed("simulated outage")
+            return await self.inner.complete(messages, seed=seed)
+
+        async def aclose(self):
+            await self.inner.aclose()
+
+    out = tmp_path / "cont"
+    first = cont.run_continuations(src, out, branches=1, extra_steps=3, ids=["arith-0000#0"], concurrency=1,
+                                   progress=False, client_factory=FailingSecondCall)
+    assert first.n_branches_written == 0 and first.n_branches_missing == 1
+    ckpts = list((out / "checkpoints").glob("*.json"))
+    assert len(ckpts) == 1
+    assert len(srv.requests) == 1
+    srv.requests.clear()
+    second = cont.run_continuations(src, out, branches=1, extra_steps=3, ids=["arith-0000#0"], concurrency=1,
+                                    progress=False)
+    assert second.n_branches_written == 1
+    (br,) = read_episodes(out)
+    assert br.n_steps == 5 and br.prefix_steps == 2 and br.stop_reason == StopReason.max_steps
+    assert len(srv.requests) == 2  # steps 4 and 5 only: neither the prefix nor step 3 is generated again
+    assert [len(m) for m in (r["messages"] for r in srv.requests)] == [2 + 2 * 3, 2 + 2 * 4]
+    assert not list((out / "checkpoints").glob("*.json"))
