@@ -1,0 +1,166 @@
+"""`uqh run` end to end: summary, resume after kill -9, bad input (one line, exit 2, nothing written), smoke."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.schema import EPISODES_FILE, SIDECAR_FILE, read_episodes, read_manifest, read_sidecar
+from test_runner import solver
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def uqh(*argv: str) -> int:
+    return main(["run", *argv])
+
+
+def test_run_against_fake_server_prints_summary(fake_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    with fake_server(solver) as srv:
+        code = uqh("--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks", "3",
+                   "--samples", "2", "--max-tokens", "64", "--out", str(out), "--no-progress")
+        assert srv.requests[0]["max_tokens"] == 64 and srv.requests[0]["temperature"] == 0.2
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "6/6 finished" in text and "clean=6" in text and "cost n/a" in text and str(out) in text
+    m = read_manifest(out)
+    assert m.config.task_ids == ["arith-0000", "arith-0001", "arith-0002"] and m.config.samples_per_task == 2
+    assert m.config.step_budget == 6  # the domain's default
+    assert m.config.domain_options == {}
+    assert len(read_episodes(out)) == 6
+
+
+def test_config_change_refused_one_line(fake_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    with fake_server(solver) as srv:
+        args = ["--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks", "1",
+                "--out", str(out), "--no-progress"]
+        assert uqh(*args) == 0
+        before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+        capsys.readouterr()
+        assert uqh(*args, "--temperature", "0.7") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("uqh run: error: ")
+    assert "differs in: decoding.temperature" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["--domain", "nope", "--tasks", "1"], "unknown domain 'nope'"),
+        (["--domain", "arithmetic", "--tasks", "1", "--model", "nosuchprovider/xyz"], "unknown model string"),
+        (["--domain", "arithmetic", "--tasks", "1", "--model", "local:gpt5"], "unknown local model"),
+        (["--domain", "arithmetic", "--tasks", "1", "--model", "openai/gpt-4o-mini"], "OPENAI_API_KEY"),
+        (["--domain", "arithmetic", "--task-ids", "arith-0001,zzz", "--model", "openai/x", "--api-base",
+          "http://127.0.0.1:9/v1"], "unknown task ids for arithmetic: zzz"),
+        (["--domain", "arithmetic", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1"], "--tasks N"),
+        (["--domain", "arithmetic", "--tasks", "0", "--model", "openai/x", "--api-base", "http://x/v1"], "--tasks must be"),
+        (["--preset", "no-such-preset"], "unknown preset"),
+    ],
+)
+def test_bad_input_one_line_exit_2_nothing_written(argv, fragment, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    out = tmp_path / "run"
+    assert uqh(*argv, "--out", str(out), "--no-progress") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("uqh run: error: ") and fragment in err, err
+    assert not out.exists()
+
+
+def test_unwritable_out_dir(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://x/v1",
+               "--out", str(tmp_path / "afile" / "run")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot create --out" in err
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "thesis.tex").write_text("x")
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://x/v1",
+               "--out", str(tmp_path / "busy")) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["thesis.tex"]
+
+
+def test_dry_run_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert uqh("--domain", "arithmetic", "--tasks", "4", "--model", "openai/x", "--api-base", "http://x/v1",
+               "--step-budget", "3", "--out", str(out), "--dry-run") == 0
+    text = capsys.readouterr().out
+    assert "4 x 1 sample(s) = 4 episodes" in text and "step budget   3" in text and "nothing was written" in text
+    assert not out.exists()
+
+
+def _wait_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"uqh run exited early: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for episodes")
+
+
+def test_resume_after_kill_9(fake_server, tmp_path):
+    out = tmp_path / "run"
+    n_tasks = 12
+    with fake_server(solver, latency_s=0.25) as srv:
+        cmd = [sys.executable, "-m", "harness.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
+               "--api-base", srv.base_url, "--tasks", str(n_tasks), "--concurrency", "3", "--out", str(out),
+               "--no-progress"]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            _wait_lines(out / EPISODES_FILE, 3, proc)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        killed_at = len(read_episodes(out))
+        assert killed_at < n_tasks  # it really died mid-run
+        requests_before = len(srv.requests)
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        resumed_requests = len(srv.requests) - requests_before
+    assert done.returncode == 0, done.stderr
+    assert f"{n_tasks}/{n_tasks} finished" in done.stdout
+    planned = [f"arith-{i:04d}#0" for i in range(n_tasks)]
+    for name in (EPISODES_FILE, SIDECAR_FILE):
+        data = (out / name).read_bytes()
+        assert data.endswith(b"\n")
+        for line in data.splitlines():
+            json.loads(line)  # no torn lines
+    ids = [e.episode_id for e in read_episodes(out)]
+    assert sorted(ids) == planned and len(ids) == len(set(ids))  # exactly the planned episodes, no duplicates
+    # sidecar consistent with the episodes: one row per attempt, no duplicates, no orphans
+    rows = Counter((r.episode_id, r.t, r.attempt) for r in read_sidecar(out))
+    expected = Counter((e.episode_id, s.t, a.attempt) for e in read_episodes(out) for s in e.steps for a in s.attempts)
+    assert rows == expected
+    # finished episodes were not re-run (in-flight ones continue from checkpoints: at most 2 calls each)
+    assert resumed_requests <= 2 * (n_tasks - killed_at)
+    assert not list((out / "checkpoints").glob("*.json"))
+
+
+@pytest.mark.smoke
+def test_smoke_local_smollm2(tmp_path):
+    out = tmp_path / "tmp"
+    code = main(["run", "--domain", "arithmetic", "--model", "local:smollm2", "--tasks", "1", "--step-budget", "2",
+                 "--max-tokens", "48", "--out", str(out), "--no-progress"])
+    assert code == 0
+    (ep,) = read_episodes(out)
+    assert ep.stop_reason.value in {"clean", "max_steps", "parse_error"}
+    rows = list(read_sidecar(out))
+    assert rows and all(r.tokens for r in rows)  # real logprobs from llama.cpp
+    attempts = [a for s in ep.steps for a in s.attempts] + list(ep.failed_step or [])
+    assert len(rows) == len(attempts)
+    for row, att in zip(rows, attempts):
+        assert "".join(t.token for t in row.tokens) == att.raw_text or row.action_token_range is None

@@ -1,0 +1,194 @@
+"""The batch runner against the fake OpenAI-compatible server and the real model client."""
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+
+import pytest
+
+from domains import register_domain
+from domains.arithmetic import ArithmeticDomain
+from harness.loop import PartialEpisode, derive_seed
+from harness.runner import plan_specs, prompt_sha256, run_batch
+from harness.schema import DecodingConfig, RunConfig, StopReason, read_episodes, read_manifest, read_sidecar
+from harness.store import RunStore, checkpoint_path
+
+SYSTEM = ArithmeticDomain().system_prompt()
+
+
+def step_text(action: str, conf: str = "0.6") -> str:
+    return f"<think>t</think>\n<action>{action}</action>\n<confidence>{conf}</confidence>\n<explanation>e</explanation>"
+
+
+def solver(body: dict) -> str:
+    """Solves an arithmetic task in two steps: Calc[the expression], then Finish[the result]."""
+    msgs = body["messages"]
+    expr = re.search(r"What is (.*)\?", msgs[1]["content"]).group(1)
+    if not any(m["role"] == "assistant" for m in msgs):
+        return step_text(f"Calc[{expr}]", "0.5")
+    return step_text(f"Finish[{msgs[-1]['content'].split()[-1]}]", "0.9")
+
+
+def make_config(n_tasks=3, samples=1, **kw) -> RunConfig:
+    base = dict(
+        domain="arithmetic", task_ids=ArithmeticDomain().all_task_ids()[:n_tasks], samples_per_task=samples,
+        model="openai/fake", api_base=None, step_budget=4, prompt_sha256=prompt_sha256(SYSTEM),
+        package_version="0.1.0", decoding=DecodingConfig(max_tokens=64),
+    )
+    base.update(kw)
+    return RunConfig(**base)
+
+
+def fast_client_factory(max_retries=0, fail_after=None):
+    """Real client, no backoff waits; optionally raising ModelCallFailed after ``fail_after`` calls."""
+    from harness.model_client import make_model_client
+    from harness.model_types import ModelCallFailed
+
+    calls = Counter()
+
+    def factory(model, api_base):
+        client = make_model_client(model, api_base=api_base, decoding=DecodingConfig(max_tokens=64),
+                                   max_retries=max_retries, backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=10)
+        if fail_after is None:
+            return client
+        inner = client.complete
+
+        async def complete(messages, *, seed=None):
+            calls["n"] += 1
+            if calls["n"] > fail_after:
+                raise ModelCallFailed("injected outage")
+            return await inner(messages, seed=seed)
+
+        client.complete = complete
+        return client
+
+    return factory
+
+
+def test_plan_specs_ids_and_seeds():
+    specs = plan_specs(make_config(n_tasks=2, samples=2))
+    assert [s.episode_id for s in specs] == ["arith-0000#0", "arith-0000#1", "arith-0001#0", "arith-0001#1"]
+    assert specs[3].seed == derive_seed(42, "arith-0001#1") and specs[3].sample_index == 1
+
+
+def test_batch_writes_run_dir_and_resume_skips(fake_server, tmp_path):
+    config = make_config(n_tasks=3, samples=2)
+    with fake_server(solver) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        summary = run_batch(config, tmp_path / "run", concurrency=4, progress=False)
+        n_first = len(srv.requests)
+        again = run_batch(config, tmp_path / "run", concurrency=4, progress=False)
+        assert len(srv.requests) == n_first  # nothing re-run
+    assert summary.ok and summary.stats.done == 6 and summary.stats.stop_reasons == {"clean": 6}
+    assert again.ok and again.finished_before == 6 and again.stats.done == 0
+    eps = read_episodes(tmp_path / "run")
+    assert sorted(e.episode_id for e in eps) == sorted(s.episode_id for s in plan_specs(config))
+    assert all(e.outcome == 1 and e.n_steps == 2 for e in eps)
+    rows = list(read_sidecar(tmp_path / "run"))
+    assert len(rows) == 12 == n_first and all(r.tokens and r.action_token_range for r in rows)
+    assert read_manifest(tmp_path / "run").config_hash == config.config_hash()
+    assert summary.stats.calls == 12 and summary.stats.completion_tokens > 0
+    assert summary.stats.unpriced_calls == 12  # a fake model has no price: cost is null, not 0
+    assert not (tmp_path / "run" / "checkpoints").exists() or not list((tmp_path / "run" / "checkpoints").iterdir())
+
+
+def test_infra_errors_not_written_then_requeued(fake_server, tmp_path):
+    config = make_config(n_tasks=2)
+    with fake_server(solver, faults=["500"]) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        first = run_batch(config, tmp_path / "run", concurrency=1, progress=False,
+                          client_factory=fast_client_factory(max_retries=0))
+        assert not first.ok and first.remaining == 1 and first.stats.infra_errors == 1
+        assert "model call failed" in next(iter(first.stats.error_messages))
+        assert len(read_episodes(tmp_path / "run")) == 1
+        second = run_batch(config, tmp_path / "run", concurrency=1, progress=False,
+                           client_factory=fast_client_factory(max_retries=0))
+    assert second.ok and second.stats.done == 1
+    eps = read_episodes(tmp_path / "run")
+    assert sorted(e.episode_id for e in eps) == ["arith-0000#0", "arith-0001#0"]
+
+
+def test_checkpointed_episode_resumes_from_last_step(fake_server, tmp_path):
+    config = make_config(n_tasks=1)
+    run = tmp_path / "run"
+    with fake_server(solver) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        first = run_batch(config, run, concurrency=1, progress=False, client_factory=fast_client_factory(fail_after=1))
+        assert first.remaining == 1 and read_episodes(run) == []
+        cp = checkpoint_path(run, "arith-0000#0")
+        partial = PartialEpisode.model_validate_json(cp.read_text())
+        assert [s.t for s in partial.steps] == [1] and [r.t for r in partial.sidecar] == [1]
+        assert list(read_sidecar(run)) == []  # prefix rows live in the checkpoint until the episode is written
+        n_before = len(srv.requests)
+        second = run_batch(config, run, concurrency=1, progress=False)
+        resumed_requests = srv.requests[n_before:]
+    assert second.ok
+    assert len(resumed_requests) == 1  # only step 2 was asked for
+    assert [m["role"] for m in resumed_requests[0]["messages"]] == ["system", "user", "assistant", "user"]
+    (ep,) = read_episodes(run)
+    assert [s.t for s in ep.steps] == [1, 2] and ep.steps[0] == partial.steps[0] and ep.prefix_steps == 0
+    assert ep.stop_reason == StopReason.clean and ep.outcome == 1 and ep.started_at == partial.started_at
+    assert [(r.t, r.attempt) for r in read_sidecar(run)] == [(1, 0), (2, 0)]
+    assert not cp.exists()
+
+
+@register_domain("arithmetic-noreplay-test")
+class _NoReplayArithmetic(ArithmeticDomain):
+    supports_replay = False
+
+
+def test_checkpoint_restarted_when_domain_cannot_replay(fake_server, tmp_path):
+    config = make_config(n_tasks=1, domain="arithmetic-noreplay-test")
+    run = tmp_path / "run"
+    with fake_server(solver) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        RunStore.open_or_create(run, config, system_prompt=SYSTEM).close()
+        stale = PartialEpisode(episode_id="arith-0000#0", task_id="arith-0000", step_budget=4, task_prompt="old",
+                               steps=[], sidecar=[])
+        from harness.store import write_checkpoint
+
+        write_checkpoint(run, stale)
+        summary = run_batch(config, run, concurrency=1, progress=False)
+        assert len(srv.requests) == 2
+    assert summary.ok and any("restarted" in n for n in summary.notes)
+    (ep,) = read_episodes(run)
+    assert ep.task_prompt.startswith("Question:") and ep.n_steps == 2
+
+
+def test_replay_mismatch_in_checkpoint_restarts(fake_server, tmp_path):
+    config = make_config(n_tasks=1)
+    run = tmp_path / "run"
+    with fake_server(solver) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        run_batch(config, run, concurrency=1, progress=False, client_factory=fast_client_factory(fail_after=1))
+        cp = checkpoint_path(run, "arith-0000#0")
+        partial = PartialEpisode.model_validate_json(cp.read_text())
+        partial.steps[0].observation = "Result: -1"  # not what the environment says: replay must fail
+        cp.write_text(partial.model_dump_json())
+        summary = run_batch(config, run, concurrency=1, progress=False)
+    assert summary.ok
+    (ep,) = read_episodes(run)
+    assert ep.n_steps == 2 and ep.steps[0].observation != "Result: -1"
+    assert [(r.t, r.attempt) for r in read_sidecar(run)] == [(1, 0), (2, 0)]
+
+
+def test_prompt_change_refused(tmp_path):
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="system prompt changed"):
+        run_batch(make_config(prompt_sha256=hashlib.sha256(b"other").hexdigest()), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_two_workers_single_writer(fake_server, tmp_path):
+    config = make_config(n_tasks=5, samples=2)
+    with fake_server(solver) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        summary = run_batch(config, tmp_path / "run", concurrency=4, workers=2, progress=False)
+        assert len(srv.requests) == 20
+    assert summary.ok and summary.stats.done == 10 and summary.stats.calls == 20
+    eps = read_episodes(tmp_path / "run")
+    assert sorted(e.episode_id for e in eps) == sorted(s.episode_id for s in plan_specs(config))
+    rows = list(read_sidecar(tmp_path / "run"))
+    assert len({(r.episode_id, r.t, r.attempt) for r in rows}) == len(rows) == 20
