@@ -91,7 +91,7 @@ class LocalModelServer:
         gguf: Path,
         *,
         alias: str = "smollm2",
-        n_ctx: int = 4096,
+        n_ctx: int = 8192,  # SmolLM2's trained context; the Tau2 prompt (policy + tool catalog) alone is ~5k tokens
         port: int | None = None,
         startup_timeout_s: float = 120.0,
         n_threads: int | None = None,
