@@ -570,6 +570,7 @@ class _Tau2Domain(Domain):
         self.native_user_stops = nus
         self.runtime: dict[str, Any] = {}
         self._tasks: dict[str, Any] | None = None
+        self._policy_tools: tuple[str, list[Any]] | None = None
 
     def _positive_int(self, key: str, default: int) -> int:
         v = self.options.get(key, default)
@@ -597,18 +598,24 @@ class _Tau2Domain(Domain):
     def all_task_ids(self) -> list[str]:
         return list(self.tasks())
 
+    def _catalog(self) -> tuple[str, list[Any]]:
+        """(policy, tools) of the domain, read once from a tau2 environment (construction loads the DB)."""
+        if self._policy_tools is None:
+            env = _Tau2.load().registry.get_env_constructor(self.tau2_domain)()
+            self._policy_tools = (env.get_policy(), env.get_tools())
+        return self._policy_tools
+
     def tool_names(self) -> list[str]:
-        t2 = _Tau2.load()
-        return [t.name for t in t2.registry.get_env_constructor(self.tau2_domain)().get_tools()]
+        return [t.name for t in self._catalog()[1]]
 
     def system_prompt(self) -> str:
-        t2 = _Tau2.load()
-        env = t2.registry.get_env_constructor(self.tau2_domain)()
-        specs = "\n".join(json.dumps(t.openai_schema, ensure_ascii=False) for t in env.get_tools())
+        """The Appendix K prompt with the domain name, tau2's policy and one OpenAI tool schema per line."""
+        policy, tools = self._catalog()
+        specs = "\n".join(json.dumps(t.openai_schema, ensure_ascii=False) for t in tools)
         text = (super().system_prompt()).rstrip("\n")
         return (
             text.replace("{TAU2.DOMAIN}", self.tau2_domain)
-            .replace("{TAU2.POLICY}", env.get_policy().strip())
+            .replace("{TAU2.POLICY}", policy.strip())
             .replace("{TAU2.TOOL_SPECS}", specs)
         )
 
