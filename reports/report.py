@@ -13,6 +13,7 @@ Artefacts (``--out DIR``):
   with Δ and Δ/SE for AUROC, AUPRC, AURC, T-ECE, TPS_log; bootstrap whiskers);
 - ``fixed_rank`` (Appendix E);
 - ``sensitivity`` (Appendix I: score family × weight schedule; Δ_practice when censored trajectories exist);
+- ``artificial_censoring`` (Appendix I.1, Table 10 shape: complete trajectories censored at rates 0.25/0.5/0.75);
 - ``censored_shift`` + figure ``censored_shift__<run>`` (Fig. 2A: complete-only vs censored extension, CI);
 - ``parse_error_sensitivity`` (Appendix G.2);
 - figure ``selection_diagnostic`` (Fig. 2B);
@@ -399,6 +400,84 @@ def parse_error_table(scored: list[ScoredRun]) -> Table:
     )
 
 
+def length_stratified_censoring(lengths: np.ndarray, rate: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which complete trajectories to censor artificially, and where (Appendix I.1's length-stratified rates).
+
+    Within every length stratum T >= 2, ``round(rate * n_T)`` trajectories drawn with a seeded generator are
+    censored at Z uniform on {1, ..., T-1}; one-step trajectories have no proper prefix and are never censored.
+    Returns (z, censored); z = T for the uncensored ones.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    censored = np.zeros(lengths.size, dtype=bool)
+    z = lengths.copy()
+    for T in np.unique(lengths):
+        if T < 2:
+            continue
+        idx = np.flatnonzero(lengths == T)
+        k = int(round(rate * idx.size))
+        chosen = rng.permutation(idx)[:k]
+        censored[chosen] = True
+        z[chosen] = rng.integers(1, T, size=k)
+    return z, censored
+
+
+ARTIFICIAL_RATES = (0.25, 0.5, 0.75)
+
+
+def artificial_censoring_table(scored: list[ScoredRun], seed: int, predictor: str = PRIMARY_PREDICTOR) -> Table:
+    """Table 10 shape: complete-data TPS and the mean shift under TPS^cen,simple at artificial censoring rates."""
+    from scoring.calibration import cross_fit_platt
+    from scoring.rules import DEFAULT_SCORES, parse_score
+    from scoring.streams import PREDICTOR_LABELS, build_sample
+    from scoring.tps import artificial_censoring
+    from scoring.weights import WEIGHT_SCHEMES, trajectory_weights
+
+    cols = ["Run", "Predictor", "Rate r", "Score", "Weight schedule", "n", "n censored", "TPS complete", "Δ_mean",
+            "Δ_Y=0", "Δ_Y=1", "Mean prefix-swap", "Mean tail-omission", "Max abs decomposition error"]
+    rows = []
+    for sr in scored:
+        s = build_sample(sr.data, predictor, censoring="exclude")
+        if s.n < 2:
+            continue
+        lengths = np.diff(s.offsets)
+        y = s.y
+        for scheme in WEIGHT_SCHEMES:
+            w = trajectory_weights(s.offsets, scheme, s.horizon)
+            try:
+                values = cross_fit_platt(s.values, s.offsets, s.y, s.delta, s.episode_ids, w).values
+                label = f"{PREDICTOR_LABELS[predictor]} (Platt)"
+            except ValueError:
+                values, label = s.values, f"{PREDICTOR_LABELS[predictor]} (raw; Platt unavailable)"
+            for k, rate in enumerate(ARTIFICIAL_RATES):
+                z, cens = length_stratified_censoring(lengths, rate, seed + k)
+                for spec in DEFAULT_SCORES:
+                    rule = parse_score(spec)
+                    out = artificial_censoring(values, s.offsets, y, z, cens, rule, scheme)
+                    d = out["censored"] - out["complete"]
+                    err = np.abs(d - (out["prefix_swap"] + out["tail_omission"]))
+                    rows.append({
+                        "Run": sr.label, "Predictor": label, "Rate r": rate, "Score": rule.name,
+                        "Weight schedule": scheme, "n": s.n, "n censored": int(cens.sum()),
+                        "TPS complete": float(out["complete"].mean()), "Δ_mean": float(d.mean()),
+                        "Δ_Y=0": float(d[y == 0].mean()) if (y == 0).any() else None,
+                        "Δ_Y=1": float(d[y == 1].mean()) if (y == 1).any() else None,
+                        "Mean prefix-swap": float(out["prefix_swap"].mean()),
+                        "Mean tail-omission": float(out["tail_omission"].mean()),
+                        "Max abs decomposition error": float(err.max()),
+                    })
+    return Table(
+        name="artificial_censoring",
+        title="Artificial-censoring validation (Appendix I.1, Table 10 shape)",
+        columns=cols,
+        rows=rows,
+        caption="Complete trajectories only. Outcomes hidden at length-stratified rates r (in each length stratum "
+        "T >= 2, round(r n_T) seeded draws, Z uniform on 1..T-1); weights from the full length, truncated at Z, not "
+        "renormalised. Δ = TPS^cen,simple − TPS^complete, averaged over all trajectories (Δ_Y=0 / Δ_Y=1 over each "
+        "label); it decomposes exactly into prefix-swap + tail-omission (last column: the numerical residual).",
+    )
+
+
 # --------------------------------------------------------------------------------------- figures
 
 
@@ -606,7 +685,8 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
     auq_t, platt_t = auq_table(scored), platt_table(scored)
     calib_t, fixed_t = calibration_invariance_table(scored), fixed_rank_table(scored)
     sens_t, shift_t, parse_t = sensitivity_table(scored), censored_shift_table(scored), parse_error_table(scored)
-    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, shift_t, parse_t]
+    art_t = artificial_censoring_table(scored, opts.seed)
+    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, art_t, shift_t, parse_t]
     for t in tables:
         files += t.write(out_dir)
     for sr in scored:
@@ -641,7 +721,7 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
         Section("auq", "Scalar AUQ predictors", "Appendix F.2 / Table 5.", [auq_t]),
         Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A.", [shift_t] if shift_t.rows else [],
                 fig2a, notes=[] if shift_t.rows else [no_cens]),
-        Section("sensitivity", "Score family × weight schedule", "Appendix I.", [sens_t]),
+        Section("sensitivity", "Score family × weight schedule", "Appendix I.", [sens_t, art_t]),
         Section("parse-errors", "Parse-error sensitivity", "Appendix G.2.", [parse_t] if parse_t.rows else [],
                 notes=[] if parse_t.rows else [no_parse]),
     ]

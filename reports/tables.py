@@ -31,10 +31,10 @@ class Table:
 
     def to_markdown(self, digits: int = 3) -> str:
         lines = [f"### {self.title}", ""]
-        lines.append("| " + " | ".join(self.columns) + " |")
+        lines.append("| " + " | ".join(_md(c) for c in self.columns) + " |")
         lines.append("|" + "|".join("---" for _ in self.columns) + "|")
         for row in self.rows:
-            lines.append("| " + " | ".join(fmt(row.get(c), digits) for c in self.columns) + " |")
+            lines.append("| " + " | ".join(_md(fmt(row.get(c), digits)) for c in self.columns) + " |")
         if self.caption:
             lines += ["", self.caption]
         return "\n".join(lines) + "\n"
@@ -45,6 +45,11 @@ class Table:
         csv_path.write_text(self.to_csv())
         md_path.write_text(self.to_markdown())
         return [csv_path, md_path]
+
+
+def _md(text: str) -> str:
+    """A Markdown table cell: pipes escaped, newlines flattened."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _is_missing(v: Any) -> bool:

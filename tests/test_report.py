@@ -6,6 +6,7 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 
 from harness.cli import main
@@ -37,7 +38,7 @@ def report(tmp_path_factory):
 def test_every_artefact_is_written(report):
     _, _, res = report
     names = {p.name for p in res.out_dir.iterdir()}
-    tables = ["termination_audit", "selection_diagnostic", "transparency__ws", "transparency__t2", "auq_scalar",
+    tables = ["termination_audit", "selection_diagnostic", "transparency__ws", "transparency__t2", "auq_scalar", "artificial_censoring",
               "platt_diagnostics", "calibration_invariance", "fixed_rank", "sensitivity", "censored_shift",
               "parse_error_sensitivity"]
     figures = ["calibration_invariance__ws", "calibration_invariance__t2", "censored_shift__ws", "selection_diagnostic"]
@@ -207,3 +208,28 @@ def test_cli_writes_report(tmp_path, capsys):
     assert main(["report", str(d), "--out", str(tmp_path / "out"), "--bootstrap", "30"]) == 0
     assert "report.html" in capsys.readouterr().out
     assert (tmp_path / "out" / "transparency__r.csv").exists()
+
+
+def test_length_stratified_censoring_by_hand():
+    from reports.report import length_stratified_censoring
+
+    lengths = np.array([1, 1, 2, 2, 2, 2, 5, 5])
+    z, cens = length_stratified_censoring(lengths, 0.5, seed=1)
+    assert not cens[:2].any()  # one-step trajectories have no proper prefix
+    assert cens[2:6].sum() == 2 and cens[6:].sum() == 1  # round(0.5 * 4), round(0.5 * 2)
+    assert np.all(z[cens] >= 1) and np.all(z[cens] < lengths[cens]) and np.all(z[~cens] == lengths[~cens])
+    z2, cens2 = length_stratified_censoring(lengths, 0.5, seed=1)
+    assert np.array_equal(z, z2) and np.array_equal(cens, cens2)
+
+
+def test_artificial_censoring_table_decomposes_exactly(report):
+    _, _, res = report
+    rows = _csv(res.out_dir / "artificial_censoring.csv")
+    assert {r["Rate r"] for r in rows} == {"0.25", "0.5", "0.75"}
+    assert len([r for r in rows if r["Run"] == "t2 (tau2-airline)"]) == 3 * 3 * 4
+    for r in rows:
+        assert _num(r["Max abs decomposition error"]) < 1e-12
+        assert _num(r["Δ_mean"]) == pytest.approx(_num(r["Mean prefix-swap"]) + _num(r["Mean tail-omission"]), abs=1e-12)
+    # tau2 fixture, 4 complete trajectories, 2 of each label: Δ_mean is the average of the two label means
+    for r in (r for r in rows if r["Run"] == "t2 (tau2-airline)"):
+        assert _num(r["Δ_mean"]) == pytest.approx((_num(r["Δ_Y=0"]) + _num(r["Δ_Y=1"])) / 2, abs=1e-12)
