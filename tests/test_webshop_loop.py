@@ -63,7 +63,7 @@ def first_goal_with_options(k: int) -> list[str]:
 
 
 def test_perfect_shopper_succeeds_and_wrong_option_fails(fake_server, tmp_path):
-    tasks = first_goal_with_options(2)
+    tasks = first_goal_with_options(1)
     with fake_server(shopper(wrong_option=False)) as srv:
         summary = run_batch(config_for(tasks, srv.base_url), tmp_path / "good", concurrency=2, progress=False)
     assert summary.ok
