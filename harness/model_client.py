@@ -4,10 +4,13 @@ Every model call of the harness goes through :func:`make_model_client`. Two tran
 :class:`~harness.model_types.Completion` records:
 
 - the **litellm** path (``litellm.acompletion``) for every provider litellm knows;
-- the **direct** path (``openai.AsyncOpenAI``) for OpenAI-compatible endpoints given by URL
-  (``model="openai/NAME", api_base=URL``: llama.cpp, vLLM, Ollama, the test server). It skips litellm's
-  per-call bookkeeping and costs measurably less CPU per call (see ``benchmarks/harness_throughput.py``);
+- the **direct** path for OpenAI-compatible endpoints given by URL (``model="openai/NAME", api_base=URL``:
+  llama.cpp, vLLM, Ollama, the test server): one JSON POST over a pooled ``aiohttp`` session, parsed with
+  ``json.loads``. It skips litellm's per-call bookkeeping and the ``openai`` SDK's request transformation and
+  response models, and costs a fraction of their CPU per call (``benchmarks/harness_throughput.py``).
   ``direct=None`` picks it automatically for such endpoints, ``direct=True/False`` forces either path.
+  ``transport="openai"`` selects an ``openai.AsyncOpenAI`` transport instead (same records; kept for
+  comparison and for endpoints that need the SDK's behaviour).
 
 What both paths guarantee:
 
@@ -81,6 +84,12 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.APIResponseValidationError)):
         return True
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp is a dependency
+        aiohttp = None
+    if aiohttp is not None and isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
+        return True
     status = _status_of(exc)
     if status is not None:
         if status in FATAL_STATUS:
@@ -94,7 +103,18 @@ def is_transient(exc: BaseException) -> bool:
     return any(s in text for s in ("Expecting value", "Unterminated string", "JSONDecodeError", "Connection error"))
 
 
+class HTTPStatusFailure(Exception):
+    """A non-2xx answer on the direct path (status and Retry-After kept for the retry policy)."""
+
+    def __init__(self, status_code: int, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"HTTP {status_code}: {message}")
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
 def _retry_after_s(exc: BaseException) -> float | None:
+    if isinstance(exc, HTTPStatusFailure):
+        return exc.retry_after
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
     if not headers:
@@ -117,7 +137,7 @@ def _short(exc: BaseException) -> str:
 def _get(obj: Any, key: str, default: Any = None) -> Any:
     if obj is None:
         return default
-    if isinstance(obj, dict):
+    if type(obj) is dict:
         return obj.get(key, default)
     value = getattr(obj, key, default)
     if value is default:
@@ -127,8 +147,7 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
     return value
 
 
-def normalise_top_logprobs(entries: Any, k: int) -> list[TopLogprob]:
-    """The top ``k`` alternatives by logprob, duplicates merged by string (keeping the highest logprob)."""
+def _top_k(entries: Any, k: int) -> list[dict]:
     best: dict[str, float] = {}
     for e in entries or ():
         token = _get(e, "token")
@@ -139,7 +158,19 @@ def normalise_top_logprobs(entries: Any, k: int) -> list[TopLogprob]:
         if token not in best or lp > best[token]:
             best[token] = lp
     ranked = sorted(best.items(), key=lambda kv: kv[1], reverse=True)[: max(0, k)]
-    return [TopLogprob(token=t, logprob=lp) for t, lp in ranked]
+    return [{"token": t, "logprob": lp} for t, lp in ranked]
+
+
+def normalise_top_logprobs(entries: Any, k: int) -> list[TopLogprob]:
+    """The top ``k`` alternatives by logprob, duplicates merged by string (keeping the highest logprob)."""
+    return [TopLogprob(**d) for d in _top_k(entries, k)]
+
+
+@lru_cache(maxsize=1)
+def _tokens_adapter():
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(list[TokenLogprob])
 
 
 def convert_logprobs(logprobs: Any, k: int) -> list[TokenLogprob] | None:
@@ -147,14 +178,14 @@ def convert_logprobs(logprobs: Any, k: int) -> list[TokenLogprob] | None:
     content = _get(logprobs, "content")
     if not content:
         return None
-    out = []
+    rows = []
     for e in content:
         token = _get(e, "token")
         lp = _get(e, "logprob")
         if token is None or lp is None:
             return None  # a position without a logprob: the provider did not really return them
-        out.append(TokenLogprob(token=token, logprob=float(lp), top_logprobs=normalise_top_logprobs(_get(e, "top_logprobs"), k)))
-    return out
+        rows.append({"token": token, "logprob": float(lp), "top_logprobs": _top_k(_get(e, "top_logprobs"), k)})
+    return _tokens_adapter().validate_python(rows)  # one pass in pydantic-core, not one call per object
 
 
 _THINK_OPEN = ("<think>", "<thinking>", "<budget:thinking>")
@@ -227,8 +258,16 @@ def cost_usd(model: str, usage: Usage) -> float | None:
 # ------------------------------------------------------------------------------------- client
 
 
+TRANSPORTS = ("litellm", "aiohttp", "openai")
+
+
 class ModelClientImpl:
-    """litellm / direct-openai client. Build it with :func:`make_model_client`."""
+    """The model client (litellm, or a direct transport for OpenAI-compatible URLs). Build it with
+    :func:`make_model_client`."""
+
+    @property
+    def direct(self) -> bool:
+        return self.transport != "litellm"
 
     def __init__(
         self,
@@ -242,6 +281,7 @@ class ModelClientImpl:
         api_key: str | None = None,
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 60.0,
+        transport: str | None = None,
     ) -> None:
         self.model = model
         self.api_base = api_base
@@ -250,17 +290,24 @@ class ModelClientImpl:
         self.max_retries = max(0, int(max_retries))
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
-        openai_compatible = model.startswith("openai/") and api_base is not None
-        if direct and not model.startswith("openai/"):
+        if transport is None:
+            openai_compatible = model.startswith("openai/") and api_base is not None
+            use_direct = openai_compatible if direct is None else bool(direct)
+            transport = "aiohttp" if use_direct else "litellm"
+        if transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {transport!r}; known: {', '.join(TRANSPORTS)}")
+        if transport != "litellm" and not model.startswith("openai/"):
             raise ValueError(f"the direct path needs an OpenAI-compatible model string 'openai/NAME', got {model!r}")
-        self.direct = openai_compatible if direct is None else bool(direct)
+        self.transport = transport
         # Servers given by URL often need no key, but litellm and openai insist on one being set: use
         # OPENAI_API_KEY when present, else a placeholder. Without a URL the provider's own env var is used.
-        if api_key is None and api_base is not None:
+        if api_key is None and (api_base is not None or transport != "litellm"):
             api_key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
         self._api_key = api_key
+        self._endpoint = (api_base or "https://api.openai.com/v1").rstrip("/") + "/chat/completions"
         self._warned_no_logprobs = False
-        self._openai_clients: dict[int, Any] = {}
+        # HTTP clients are bound to the event loop they were first used on: one per loop.
+        self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
         self._base_kwargs = self._request_kwargs()
 
     # ---------------------------------------------------------------- request
@@ -301,27 +348,63 @@ class ModelClientImpl:
             model=self.model, messages=messages, timeout=self.timeout_s, num_retries=0, max_retries=0, **kw
         )
 
-    def _openai_client(self) -> Any:
-        # httpx clients are bound to the event loop they were first used on: one per loop.
+    def _loop_client(self, make) -> Any:
         loop = asyncio.get_running_loop()
-        key = id(loop)
-        client = self._openai_clients.get(key)
-        if client is None:
-            import openai
+        entry = self._sessions.get(id(loop))
+        if entry is None or entry[0] is not loop:
+            entry = (loop, make())
+            self._sessions[id(loop)] = entry
+        return entry[1]
 
-            client = openai.AsyncOpenAI(
-                base_url=self.api_base, api_key=self._api_key, max_retries=0, timeout=self.timeout_s
-            )
-            self._openai_clients = {k: v for k, v in self._openai_clients.items() if k == key}
-            self._openai_clients[key] = client
-        return client
+    def _make_openai(self) -> Any:
+        import openai
 
-    async def _call_direct(self, messages: list[dict], seed: int | None) -> Any:
+        return openai.AsyncOpenAI(base_url=self.api_base, api_key=self._api_key, max_retries=0, timeout=self.timeout_s)
+
+    def _make_aiohttp(self) -> Any:
+        import aiohttp
+
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            headers={"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json"},
+            json_serialize=json.dumps,
+        )
+
+    def _direct_body(self, messages: list[dict], seed: int | None) -> dict[str, Any]:
+        kw = dict(self._base_kwargs)
+        extra = kw.pop("extra_body", None) or {}
+        body: dict[str, Any] = {"model": self.model.split("/", 1)[1], "messages": messages, **kw, **extra}
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    async def _call_openai(self, messages: list[dict], seed: int | None) -> Any:
         kw = dict(self._base_kwargs)
         if seed is not None:
             kw["seed"] = seed
         name = self.model.split("/", 1)[1]
-        return await self._openai_client().chat.completions.create(model=name, messages=messages, **kw)
+        client = self._loop_client(self._make_openai)
+        return await client.chat.completions.create(model=name, messages=messages, **kw)
+
+    async def _call_aiohttp(self, messages: list[dict], seed: int | None) -> Any:
+        session = self._loop_client(self._make_aiohttp)
+        async with session.post(self._endpoint, data=json.dumps(self._direct_body(messages, seed))) as resp:
+            raw = await resp.read()
+            if resp.status >= 400:
+                try:
+                    err = json.loads(raw).get("error") or {}
+                    message = err.get("message") if isinstance(err, dict) else str(err)
+                except (ValueError, AttributeError):
+                    message = None
+                retry_after = resp.headers.get("Retry-After")
+                try:
+                    retry_after_s = float(retry_after) if retry_after is not None else None
+                except ValueError:
+                    retry_after_s = None
+                text = message or raw[:200].decode(errors="replace") or resp.reason or ""
+                raise HTTPStatusFailure(resp.status, text, retry_after_s)
+        return json.loads(raw)  # a truncated body raises JSONDecodeError: transient
 
     # ---------------------------------------------------------------- public
 
@@ -330,7 +413,7 @@ class ModelClientImpl:
         from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt
 
         seed = self.decoding.seed if seed is None else seed
-        call = self._call_direct if self.direct else self._call_litellm
+        call = {"litellm": self._call_litellm, "aiohttp": self._call_aiohttp, "openai": self._call_openai}[self.transport]
         t0 = time.perf_counter()
         attempts = 0
 
@@ -410,11 +493,18 @@ class ModelClientImpl:
             )
 
     async def aclose(self) -> None:
-        clients, self._openai_clients = self._openai_clients, {}
-        for client in clients.values():
+        """Close the HTTP clients; those bound to another (finished) event loop are dropped."""
+        sessions, self._sessions = self._sessions, {}
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for loop, client in sessions.values():
+            if loop is not current:
+                continue
             try:
                 await client.close()
-            except Exception:  # noqa: BLE001 - closing a client bound to a finished loop
+            except Exception:  # noqa: BLE001
                 pass
 
 
@@ -429,10 +519,13 @@ def make_model_client(
     api_key: str | None = None,
     backoff_initial_s: float = 1.0,
     backoff_max_s: float = 60.0,
+    transport: str | None = None,
 ) -> ModelClientImpl:
     """Build the client for a litellm model string (``openai/NAME`` + ``api_base`` for any OpenAI-compatible URL).
 
-    ``direct``: ``None`` chooses the direct openai path for OpenAI-compatible URLs, ``True``/``False`` forces it.
+    ``direct``: ``None`` takes the direct path for OpenAI-compatible URLs, ``True``/``False`` forces it on/off.
+    ``transport`` (``"litellm"``, ``"aiohttp"`` = the direct path, ``"openai"`` = the openai SDK) overrides both.
+    ``backoff_initial_s``/``backoff_max_s`` shape the exponential backoff (jitter up to ``backoff_initial_s``).
     """
     if model.startswith("local:"):
         raise ValueError(f"{model!r} must be resolved first: use harness.local_model.resolve_model()")
@@ -449,4 +542,5 @@ def make_model_client(
         api_key=api_key,
         backoff_initial_s=backoff_initial_s,
         backoff_max_s=backoff_max_s,
+        transport=transport,
     )

@@ -23,19 +23,19 @@ from harness.model_client import (
 from harness.model_types import ModelCallFailed
 from harness.schema import DecodingConfig, TokenLogprob, TopLogprob
 
-PATHS = [pytest.param(False, id="litellm"), pytest.param(True, id="direct")]
+PATHS = ["litellm", "aiohttp", "openai"]  # transports: litellm, the direct path, the openai SDK
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
 STEP = "<think>Six sevens.</think>\n<action>finish[42]</action>\n<confidence>0.9</confidence>\n<explanation>Easy.</explanation>"
 
 
-def _client(srv, direct, *, model="openai/fake", decoding=None, max_retries=3, timeout_s=5.0):
+def _client(srv, transport, *, model="openai/fake", decoding=None, max_retries=3, timeout_s=5.0):
     return make_model_client(
         model,
         api_base=srv.base_url,
         decoding=decoding or DecodingConfig(),
         timeout_s=timeout_s,
         max_retries=max_retries,
-        direct=direct,
+        transport=transport,
         backoff_initial_s=0.001,
         backoff_max_s=0.01,
     )
@@ -83,7 +83,7 @@ def test_fake_server_script_cycles_last_and_rejects_unknown_fault(fake_server):
     with pytest.raises(ValueError, match="unknown fault"):
         FakeOpenAIServer(faults=["teapot"])
     with fake_server(["one", "two"], faults=["429"]) as srv:
-        client = _client(srv, True)
+        client = _client(srv, "aiohttp")
         texts = [_complete(client).text for _ in range(3)]
     assert texts == ["one", "two", "two"]
     assert srv.faults_served == ["429"]
@@ -93,10 +93,10 @@ def test_fake_server_script_cycles_last_and_rejects_unknown_fault(fake_server):
 # ------------------------------------------------------------------------------------- logprobs
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_logprobs_captured_and_typed(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_logprobs_captured_and_typed(fake_server, transport):
     with fake_server(STEP) as srv:
-        c = _complete(_client(srv, direct))
+        c = _complete(_client(srv, transport))
     assert c.text == STEP
     assert c.tokens is not None and all(isinstance(t, TokenLogprob) for t in c.tokens)
     assert "".join(t.token for t in c.tokens) == STEP
@@ -114,10 +114,10 @@ def test_logprobs_captured_and_typed(fake_server, direct):
     assert c.call.latency_s > 0
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_llama_cpp_quirky_top_logprobs_normalised_to_top5(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_llama_cpp_quirky_top_logprobs_normalised_to_top5(fake_server, transport):
     with fake_server("alpha, beta", quirky_top_logprobs=True) as srv:
-        c = _complete(_client(srv, direct))
+        c = _complete(_client(srv, transport))
     for t in c.tokens:
         assert len(t.top_logprobs) == 5
         assert [(a.token, a.logprob) for a in t.top_logprobs] == [
@@ -146,11 +146,11 @@ def test_normalise_top_logprobs_hand_case():
 # ------------------------------------------------------------------------------------- retries
 
 
-@pytest.mark.parametrize("direct", PATHS)
+@pytest.mark.parametrize("transport", PATHS)
 @pytest.mark.parametrize("fault", ["429", "500", "503", "timeout", "malformed", "reset"])
-def test_transient_fault_is_retried_then_succeeds(fake_server, direct, fault):
+def test_transient_fault_is_retried_then_succeeds(fake_server, transport, fault):
     with fake_server(STEP, faults=[fault], timeout_sleep_s=2.0) as srv:
-        c = _complete(_client(srv, direct, timeout_s=0.5))
+        c = _complete(_client(srv, transport, timeout_s=0.5))
     assert c.text == STEP
     assert c.call.retries == 1
     assert srv.faults_served == [fault]
@@ -158,27 +158,27 @@ def test_transient_fault_is_retried_then_succeeds(fake_server, direct, fault):
     assert c.call.has_logprobs is True
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_two_different_faults_count_two_retries(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_two_different_faults_count_two_retries(fake_server, transport):
     with fake_server(STEP, faults=["429", "malformed"]) as srv:
-        c = _complete(_client(srv, direct))
+        c = _complete(_client(srv, transport))
     assert c.call.retries == 2
     assert c.call.latency_s > 0
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_faults_exhausted_raise_model_call_failed(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_faults_exhausted_raise_model_call_failed(fake_server, transport):
     with fake_server(STEP, faults=["500", "500", "500", "500"]) as srv:
         with pytest.raises(ModelCallFailed, match=r"after 3 attempts \(2 retries\)"):
-            _complete(_client(srv, direct, max_retries=2))
+            _complete(_client(srv, transport, max_retries=2))
         assert len(srv.requests) == 3
 
 
-@pytest.mark.parametrize("direct", PATHS)
+@pytest.mark.parametrize("transport", PATHS)
 @pytest.mark.parametrize("fault", ["400", "401", "404"])
-def test_non_retryable_errors_fail_fast(fake_server, direct, fault):
+def test_non_retryable_errors_fail_fast(fake_server, transport, fault):
     with fake_server(STEP, faults=[fault]) as srv:
-        client = _client(srv, direct, max_retries=6)
+        client = _client(srv, transport, max_retries=6)
         client.backoff_initial_s = 5.0  # a retry would take seconds: prove there is none
         t0 = time.perf_counter()
         with pytest.raises(ModelCallFailed, match="not retryable"):
@@ -211,11 +211,11 @@ def _httpx_response(status):
 # ------------------------------------------------------------------------------------- missing logprobs, cost
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_missing_logprobs_recorded_with_exactly_one_warning(fake_server, direct, caplog):
+@pytest.mark.parametrize("transport", PATHS)
+def test_missing_logprobs_recorded_with_exactly_one_warning(fake_server, transport, caplog):
     caplog.set_level(logging.WARNING, logger="harness.model_client")
     with fake_server(STEP, logprobs=False) as srv:
-        client = _client(srv, direct)
+        client = _client(srv, transport)
 
         async def two_calls():
             out = [await client.complete(MESSAGES), await client.complete(MESSAGES)]
@@ -232,10 +232,10 @@ def test_missing_logprobs_recorded_with_exactly_one_warning(fake_server, direct,
     assert "no token logprobs" in warnings[0].getMessage()
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_no_logprobs_fault_on_one_call_only(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_no_logprobs_fault_on_one_call_only(fake_server, transport):
     with fake_server(STEP, faults=["no_logprobs"]) as srv:
-        client = _client(srv, direct)
+        client = _client(srv, transport)
 
         async def two_calls():
             out = [await client.complete(MESSAGES), await client.complete(MESSAGES)]
@@ -247,21 +247,21 @@ def test_no_logprobs_fault_on_one_call_only(fake_server, direct):
     assert second.tokens is not None and second.call.has_logprobs is True
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_cost_is_none_for_unpriced_model(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_cost_is_none_for_unpriced_model(fake_server, transport):
     with fake_server(STEP) as srv:
-        c = _complete(_client(srv, direct, model="openai/not-a-priced-model-xyz"))
+        c = _complete(_client(srv, transport, model="openai/not-a-priced-model-xyz"))
     assert c.call.cost_usd is None
     assert c.call.usage.total_tokens is not None
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_cost_for_priced_model_matches_price_map(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_cost_for_priced_model_matches_price_map(fake_server, transport):
     import litellm
 
     price = litellm.model_cost["gpt-4o-mini"]
     with fake_server(STEP) as srv:
-        c = _complete(_client(srv, direct, model="openai/gpt-4o-mini"))
+        c = _complete(_client(srv, transport, model="openai/gpt-4o-mini"))
     u = c.call.usage
     expected = u.prompt_tokens * price["input_cost_per_token"] + u.completion_tokens * price["output_cost_per_token"]
     assert c.call.cost_usd == pytest.approx(expected)
@@ -272,10 +272,10 @@ def test_cost_for_priced_model_matches_price_map(fake_server, direct):
 
 
 @pytest.mark.parametrize("logprobs", [True, False], ids=["tokens", "no-tokens"])
-@pytest.mark.parametrize("direct", PATHS)
-def test_leading_think_block_is_kept_in_text(fake_server, direct, logprobs):
+@pytest.mark.parametrize("transport", PATHS)
+def test_leading_think_block_is_kept_in_text(fake_server, transport, logprobs):
     with fake_server(STEP) as srv:
-        c = _complete(_client(srv, direct, decoding=DecodingConfig(logprobs=logprobs)))
+        c = _complete(_client(srv, transport, decoding=DecodingConfig(logprobs=logprobs)))
     assert c.text == STEP
     assert c.text.startswith("<think>Six sevens.</think>\n<action>")
 
@@ -303,35 +303,44 @@ def test_rebuild_text_prefers_tokens_for_other_tag_spellings():
     assert rebuild_text(None, None, None) == ""
 
 
-def test_direct_and_litellm_paths_give_the_same_completion(fake_server):
+def test_all_transports_give_the_same_completion(fake_server):
     with fake_server(STEP, quirky_top_logprobs=True) as srv:
-        a = _complete(_client(srv, False))
-        b = _complete(_client(srv, True))
-        assert srv.requests[0]["messages"] == srv.requests[1]["messages"]
-    assert a.text == b.text
-    assert a.tokens == b.tokens
-    assert a.call.model_dump(exclude={"latency_s"}) == b.call.model_dump(exclude={"latency_s"})
+        results = [_complete(_client(srv, t)) for t in PATHS]
+        assert all(r["messages"] == MESSAGES for r in srv.requests)
+    first = results[0]
+    for other in results[1:]:
+        assert other.text == first.text == STEP
+        assert other.tokens == first.tokens
+        assert other.call.model_dump(exclude={"latency_s"}) == first.call.model_dump(exclude={"latency_s"})
+    # the request bodies are the same too (litellm may add nothing we did not ask for)
+    bodies = [{k: v for k, v in r.items()} for r in srv.requests]
+    assert all(b == bodies[0] for b in bodies[1:]), bodies
 
 
-def test_direct_is_chosen_automatically_for_openai_compatible_urls(fake_server):
+def test_transport_choice():
     dec = DecodingConfig()
-    assert make_model_client("openai/x", api_base="http://127.0.0.1:1/v1", decoding=dec).direct is True
-    assert make_model_client("openai/x", api_base="http://127.0.0.1:1/v1", decoding=dec, direct=False).direct is False
+    url = "http://127.0.0.1:1/v1"
+    assert make_model_client("openai/x", api_base=url, decoding=dec).transport == "aiohttp"
+    assert make_model_client("openai/x", api_base=url, decoding=dec, direct=False).transport == "litellm"
+    assert make_model_client("openai/x", api_base=url, decoding=dec, transport="openai").direct is True
+    assert make_model_client("openai/x", api_base=None, decoding=dec).transport == "litellm"
     assert make_model_client("openrouter/google/gemma-4-31b-it", api_base=None, decoding=dec).direct is False
     with pytest.raises(ValueError, match="resolve_model"):
         make_model_client("local:smollm2", api_base=None, decoding=dec)
     with pytest.raises(ValueError, match="direct path"):
         make_model_client("anthropic/claude", api_base=None, decoding=dec, direct=True)
+    with pytest.raises(ValueError, match="unknown transport"):
+        make_model_client("openai/x", api_base=url, decoding=dec, transport="carrier-pigeon")
 
 
 # ------------------------------------------------------------------------------------- request body
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_decoding_settings_are_sent(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_decoding_settings_are_sent(fake_server, transport):
     dec = DecodingConfig(temperature=0.35, top_p=0.9, top_logprobs=3, seed=7, max_tokens=40, grammar=True, reasoning=True)
     with fake_server(STEP) as srv:
-        c = _complete(_client(srv, direct, decoding=dec), seed=1234)
+        c = _complete(_client(srv, transport, decoding=dec), seed=1234)
         body = srv.requests[0]
     assert body["model"] == "fake"
     assert body["messages"] == MESSAGES
@@ -347,20 +356,20 @@ def test_decoding_settings_are_sent(fake_server, direct):
     assert all(len(t.top_logprobs) == 3 for t in c.tokens)
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_defaults_send_paper_decoding_and_no_grammar(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_defaults_send_paper_decoding_and_no_grammar(fake_server, transport):
     with fake_server(STEP) as srv:
-        c = _complete(_client(srv, direct))
+        c = _complete(_client(srv, transport))
         body = srv.requests[0]
     assert (body["temperature"], body["top_p"], body["seed"], body["top_logprobs"]) == (0.2, 1.0, 42, 5)
     assert "grammar" not in body and "reasoning" not in body
     assert c.call.seed == 42
 
 
-@pytest.mark.parametrize("direct", PATHS)
-def test_max_tokens_truncation_reports_length(fake_server, direct):
+@pytest.mark.parametrize("transport", PATHS)
+def test_max_tokens_truncation_reports_length(fake_server, transport):
     with fake_server(STEP) as srv:
-        c = _complete(_client(srv, direct, decoding=DecodingConfig(max_tokens=5)))
+        c = _complete(_client(srv, transport, decoding=DecodingConfig(max_tokens=5)))
     assert c.call.finish_reason == "length"
     assert c.tokens is not None and len(c.tokens) == 5
     assert c.text == "".join(tokenize(STEP)[:5])
@@ -375,7 +384,7 @@ def test_grammar_file_has_the_four_tags():
 
 def test_concurrent_calls_share_one_client(fake_server):
     with fake_server(lambda req: req["messages"][-1]["content"].upper(), latency_s=0.05) as srv:
-        client = _client(srv, True)
+        client = _client(srv, "aiohttp")
 
         async def many():
             outs = await asyncio.gather(
