@@ -100,7 +100,7 @@ def trace_section_html(trace_data: dict[str, Any]) -> str:
         'Link to a trajectory with <code>#trace=RUN_INDEX/EPISODE_ID</code>.</p>'
         '<div id="trace-controls"><label>Run <select id="trace-run"></select></label>'
         '<label>Trajectory <select id="trace-episode"></select></label></div>'
-        '<div id="trace-summary"></div><div id="trace-legend"></div>'
+        '<div id="trace-summary"></div><div id="trace-failed"></div><div id="trace-legend"></div>'
         '<svg id="trace-plot" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="confidence traces"></svg>'
         '<div class="tablewrap"><table class="data" id="trace-steps"><thead><tr><th>t</th><th class="text">action</th>'
         '<th class="text">observation</th><th colspan="99">predictor values (in legend order)</th></tr></thead>'

@@ -262,7 +262,7 @@ def calibration_invariance_table(scored: list[ScoredRun], predictor: str = PRIMA
     for sr in scored:
         raw, platt = _find(sr.main["rows"], predictor, "raw"), _find(sr.main["rows"], predictor, "platt")
         base = _find(sr.main["rows"], "base_rate", "raw")
-        if raw is None:
+        if raw is None or raw["n_used"] == 0:
             continue
         for k in FIG1_METRICS:
             cmp = ((platt or {}).get("vs_raw") or {}).get(k) or {}
@@ -504,7 +504,8 @@ def _err(v, lo, hi):
 
 def figure_calibration_invariance(table: Table, run_label: str, out_dir: Path, stem: str) -> bool:
     plt = _mpl()
-    rows = [r for r in table.rows if r["Run"] == run_label]
+    rows = [r for r in table.rows if r["Run"] == run_label
+            and any(r[k] is not None and math.isfinite(r[k]) for k in ("Raw", "Platt", "Base rate"))]
     if not rows:
         return False
     fig, axes = plt.subplots(1, len(rows), figsize=(2.6 * len(rows), 2.4))
@@ -528,7 +529,8 @@ def figure_calibration_invariance(table: Table, run_label: str, out_dir: Path, s
         ax.set_yticks(range(3), ["raw", "Platt", "base"])
         ax.set_ylim(-0.6, 2.6)
         ax.invert_yaxis()
-    axes[0].legend(loc="lower left", fontsize=7, frameon=False)
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(loc="lower left", fontsize=7, frameon=False)
     fig.suptitle(f"Calibration gap: {run_label} (n = {rows[0]['n']}); shaded = worse than base rate", fontsize=9)
     fig.tight_layout()
     _save(fig, out_dir, stem)
@@ -653,6 +655,8 @@ def trace_data(scored: list[ScoredRun], max_traces: int) -> dict[str, Any]:
                 "steps": [{"t": st.t, "action": st.action[:600], "obs": st.observation[:1200],
                            "conf_raw": st.confidence_raw} for st in ep.steps],
                 "values": values,
+                "failed": [{"attempt": a.attempt, "error": a.error, "raw": a.raw_text[:600]}
+                           for a in (ep.failed_step or [])],
             })
         runs_out.append({"label": sr.label, "predictors": predictors, "episodes": out_eps,
                          "truncated": len(episodes) > max_traces})

@@ -15,6 +15,7 @@
   var summary = document.getElementById("trace-summary");
   var tip = document.getElementById("trace-tooltip");
   var stepsBody = document.querySelector("#trace-steps tbody");
+  var failedBox = document.getElementById("trace-failed");
 
   function el(name, attrs, parent) {
     var node = document.createElementNS(SVG_NS, name);
@@ -113,6 +114,14 @@
 
     summary.textContent = run.label + " · " + ep.id + " · task " + ep.task + " · stop " + ep.stop +
       (ep.y === null ? " · outcome unobserved" : " · Y = " + ep.y) + " · " + T + " steps";
+    failedBox.innerHTML = "";
+    (ep.failed || []).forEach(function (f) {
+      var p = document.createElement("div");
+      p.className = "failed-attempt";
+      p.textContent = "unparsed step " + (T + 1) + ", attempt " + f.attempt + ": " + (f.error || "rejected") +
+        " — output: " + clip(f.raw, 300);
+      failedBox.appendChild(p);
+    });
     stepsBody.innerHTML = "";
     ep.steps.forEach(function (s, i) {
       var tr = document.createElement("tr");
@@ -178,7 +187,13 @@
   window.addEventListener("hashchange", function () { var h = fromHash(); if (h) { select(h.run, h.ep); } });
   if (DATA.runs.length) {
     var h = fromHash();
-    if (h) { select(h.run, h.ep); } else { select(0, DATA.runs[0].episodes.length ? DATA.runs[0].episodes[0].id : null); }
+    if (h) {
+      select(h.run, h.ep);
+    } else {
+      var eps = DATA.runs[0].episodes;
+      var withSteps = eps.filter(function (e) { return e.steps.length > 0; })[0] || eps[0];
+      select(0, withSteps ? withSteps.id : null);
+    }
   } else {
     summary.textContent = "No trajectories.";
     document.body.setAttribute("data-trace-ready", "1");
