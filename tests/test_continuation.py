@@ -310,6 +310,11 @@ def test_estimate_qz_on_generated_runs(tmp_path):
     assert set(a["sensitivity"]) == {"excluded (primary)", "as failures", "as successes"}
     assert "Conditional-projection identity" in res.text and "Mean q_hat_Z^MC" in res.text
 
+    # the q_Z file is what `uqh score --censoring exact` consumes
+    rc = uqh(["score", str(src_dir), "--censoring", "exact", "--q-z", str(out / "qz.jsonl"), "--predictor", "verbal",
+              "--calibration", "none", "--score", "log", "--bootstrap", "0", "--format", "json"])
+    assert rc == 0
+
     # mc-only: no records for prefixes without an MC estimate (never imputed)
     res_mc = cont.estimate_qz(out, min_valid=5, method="mc", n_boot=20, write=False)
     assert len(res_mc.records) == 6 and res_mc.audit["counts"]["without_estimate"] == 6
