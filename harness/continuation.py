@@ -283,6 +283,7 @@ def estimate_qz(
     folds: int = 5,
     n_boot: int = 1000,
     seed: int = 0,
+    train_complete: bool = False,
     write: bool = True,
 ) -> QzResult:
     """q_hat_Z for the source run's censored prefixes from the branches in ``cont_dir``, plus the audit.
@@ -292,6 +293,10 @@ def estimate_qz(
     the MC-labelled ones). Prefixes without an estimate get no record (never imputed). The audit scores the frozen
     source verbal-confidence prefix F_{1:Z} (raw, as recorded; prefixes with a missing confidence are left out of
     the score rows and counted) with ``rule`` and ``weights`` (horizon T = Z, the max-step stop length).
+
+    ``train_complete``: also train the plug-in model on the source run's complete (``clean``) episodes, each
+    contributing its prefix before the terminal step (``steps[:-1]``, so the Finish action is not seen) with its
+    observed outcome Y as label (weight 1). These rows are training data only; they get no q_Z record.
     """
     from scoring import qz
     from scoring.qz_file import QzRecord, write_qz_file
@@ -359,17 +364,30 @@ def estimate_qz(
     plugin_note = None
     plugin_n_valid = np.zeros(n, dtype=np.int64)
     if method in ("hybrid", "plugin") and n:
-        feats = np.stack([qz.prefix_features(ep, source_manifest.config.step_budget) for ep in prefixes])
+        budget = source_manifest.config.step_budget
+        feats = np.stack([qz.prefix_features(ep, budget) for ep in prefixes])
         label = np.where(primary.n_resolved > 0, primary.q_hat, np.nan)
         w = primary.n_resolved.astype(float)
+        if train_complete:
+            done = [ep for ep in source_episodes
+                    if ep.stop_reason == StopReason.clean and ep.source_episode_id is None and ep.n_steps >= 2]
+            if done:
+                extra = np.stack([
+                    qz.prefix_feature_vector([s.action for s in ep.steps[:-1]], [s.observation for s in ep.steps[:-1]],
+                                             [s.repair_attempts for s in ep.steps[:-1]], budget)
+                    for ep in done
+                ])
+                feats = np.vstack([feats, extra])
+                label = np.r_[label, [float(ep.outcome) for ep in done]]
+                w = np.r_[w, np.ones(len(done))]
         try:
             fit = qz.fit_plugin(feats, label, w, folds=folds, seed=seed, feature_names=qz.FEATURE_NAMES)
-            plugin_q = fit.q_hat
+            plugin_q = fit.q_hat[:n]
             total = w[fit.labelled].sum()
             fold_w = np.bincount(fit.fold[fit.labelled], weights=w[fit.labelled])
             plugin_n_valid = np.where(
                 fit.labelled, total - fold_w[np.maximum(fit.fold, 0)], total
-            ).astype(np.int64)
+            ).astype(np.int64)[:n]
         except ValueError as exc:
             plugin_note = f"plug-in model not fitted: {exc}"
 
@@ -407,7 +425,8 @@ def estimate_qz(
     )
     audit["settings"] = {"min_valid": min_valid, "method": method, "rule": rule, "weights": weights,
                          "predictor": "verbal_confidence (raw)", "n_boot": n_boot, "seed": seed,
-                         "plugin_features": list(qz.FEATURE_NAMES), "plugin_note": plugin_note}
+                         "plugin_features": list(qz.FEATURE_NAMES), "plugin_note": plugin_note,
+                         "plugin_train_complete": train_complete}
     text = _audit_text(audit)
     if write:
         from harness.store import atomic_write_text

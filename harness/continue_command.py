@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-base", help="override the source run's API base (e.g. a restarted server)")
     p.add_argument("--qz-method", choices=("hybrid", "mc", "plugin"), default="hybrid",
                    help="q_Z estimator written to qz.jsonl (default hybrid: MC where retained, plug-in elsewhere)")
+    p.add_argument("--plugin-train-complete", action="store_true",
+                   help="also train the plug-in q_Z model on the source run's complete episodes (prefix before the "
+                        "final step, label Y)")
     p.add_argument("--score", default="log", help="score rule of the audit (log, brier, beta:A,B; default log)")
     p.add_argument("--weights", default="linear-front", help="weight schedule of the audit (default linear-front)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the audit CIs (default 1000)")
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         rule=args.score,
         weights=args.weights,
         n_boot=args.bootstrap,
+        train_complete=args.plugin_train_complete,
     )
     print(result.text)
     print(f"q_Z file: {Path(args.out) / 'qz.jsonl'}  (use: uqh score {args.run_dir} --censoring exact --q-z "

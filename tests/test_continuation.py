@@ -276,8 +276,14 @@ def test_estimate_qz_on_generated_runs(tmp_path):
                                     stop_reason=StopReason(sr), outcome=y, n_steps=Z + 1, step_budget=Z + 1,
                                     task_prompt="q", steps=br_steps, source_episode_id=src.episode_id,
                                     branch_index=k, prefix_steps=Z))
+    complete = [
+        Episode(episode_id=f"c{i}#0", task_id=f"c{i}", stop_reason=StopReason.clean, outcome=i % 2, n_steps=3,
+                step_budget=Z, task_prompt="q",
+                steps=[_step(1, 0.5), _step(2, 0.6), _step(3, 0.7, action="Finish[1]", obs="done")])
+        for i in range(4)
+    ]
     src_dir, out = tmp_path / "src", tmp_path / "cont"
-    _write_run(src_dir, src_cfg, sources)
+    _write_run(src_dir, src_cfg, sources + complete)
     cont_cfg = cont.continuation_config(read_manifest(src_dir), src_dir, sources[:9], branches=8, extra_steps=1)
     _write_run(out, cont_cfg, branches)
 
@@ -309,6 +315,15 @@ def test_estimate_qz_on_generated_runs(tmp_path):
         assert row["simple"] == pytest.approx(np.sum(w * np.log1p(-f)))
     assert set(a["sensitivity"]) == {"excluded (primary)", "as failures", "as successes"}
     assert "Conditional-projection identity" in res.text and "Mean q_hat_Z^MC" in res.text
+
+    # plug-in n_valid: training branches behind the estimate (all 45 labelled branches for unlabelled prefixes)
+    assert [recs[f"t{i}#0"].n_valid for i in (9, 10, 11)] == [45, 45, 45]
+    # complete episodes as extra plug-in training rows (training only: no records for them)
+    res_c = cont.estimate_qz(out, min_valid=5, n_boot=20, train_complete=True, write=False)
+    assert [r.n_valid for r in res_c.records if r.episode_id in ("t9#0", "t10#0", "t11#0")] == [49, 49, 49]
+    assert len(res_c.records) == 12 and not any(r.episode_id.startswith("c") for r in res_c.records)
+    assert not np.allclose(res_c.q_hat[9:], res.q_hat[9:])
+    assert np.allclose(res_c.q_hat[:6], res.q_hat[:6])  # MC records unchanged
 
     # the q_Z file is what `uqh score --censoring exact` consumes
     rc = uqh(["score", str(src_dir), "--censoring", "exact", "--q-z", str(out / "qz.jsonl"), "--predictor", "verbal",
