@@ -37,8 +37,8 @@ def paired_bootstrap(
     """Run ``statistic(counts (b, n)) -> {name: (b,)}`` on ``n_resamples`` resamples; returns {name: (B,)}."""
     if n <= 0 or n_resamples <= 0:
         return {}
-    if chunk is None:
-        chunk = max(1, min(256, 2_000_000 // max(n, 1)))
+    if chunk is None:  # small blocks of resamples keep the (chunk, n) work arrays cache-resident
+        chunk = max(1, min(256, 400_000 // max(n, 1)))
     parts: dict[str, list[np.ndarray]] = {}
     for counts in resample_counts(n, n_resamples, seed, chunk):
         for k, v in statistic(counts).items():

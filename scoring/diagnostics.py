@@ -62,7 +62,11 @@ AGGREGATORS = {"last": phi_last, "avg": phi_avg, "min": phi_min}
 
 
 class ScalarDiagnostics:
-    """The five diagnostics of a scalar ``c`` against outcomes ``y`` (one sort, reused for every weighting)."""
+    """The five diagnostics of a scalar ``c`` against outcomes ``y`` (one sort, reused for every weighting).
+
+    Internally everything is expressed through two cumulative sums over the distinct values of C in
+    ascending order, per resample row: failures ``tp`` and all trajectories ``pp`` at or below each value.
+    """
 
     def __init__(self, c: np.ndarray, y: np.ndarray, n_bins: int = N_BINS):
         c = np.asarray(c, dtype=float)
@@ -79,72 +83,106 @@ class ScalarDiagnostics:
         self.order = np.argsort(c, kind="stable")  # ascending C
         cs = c[self.order]
         self.ys = y[self.order]
-        self.cs = cs
+        self.fail_sorted = 1.0 - self.ys
         new = np.ones(cs.size, dtype=bool)
         new[1:] = cs[1:] != cs[:-1]
         self.starts = np.flatnonzero(new)  # group boundaries (distinct values, ascending)
+        self.has_ties = self.starts.size != cs.size
         self.group_c = cs[self.starts] if cs.size else cs
+        self.sq_err = (c - y) ** 2  # original order, for T-Brier
+        self._psi: np.ndarray | None = None
 
-    def _groups(self, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per (row, group): total weight, failure weight, weighted sum of c."""
+    def _psi1(self, x: np.ndarray, integer: bool) -> np.ndarray:
+        """digamma(x + 1); a table lookup when x holds integers (bootstrap counts)."""
+        if not integer:
+            return digamma(x + 1.0)
+        m = int(x.max()) if x.size else 0
+        if self._psi is None or self._psi.size <= m:
+            self._psi = digamma(np.arange(max(m + 1, 2 * self.n + 2), dtype=float) + 1.0)
+        return self._psi[x.astype(np.int64)]
+
+    def compute(
+        self, weights: np.ndarray | None = None, which: tuple[str, ...] = DIAGNOSTICS, integer_weights: bool | None = None
+    ) -> dict[str, np.ndarray]:
+        """Metric name -> array of shape (B,) (B = 1 when ``weights`` is None or 1-d).
+
+        ``integer_weights``: the weights are whole numbers (bootstrap counts; default: True when ``weights`` is
+        None, detected otherwise) -- enables the exact table lookup for AURC's digamma terms.
+        """
         if weights is None:
             w = np.ones((1, self.n))
+            integer_weights = True
         else:
             w = np.asarray(weights, dtype=float)
             w = w[None, :] if w.ndim == 1 else w
-        ws = w[:, self.order]
+            if integer_weights is None:
+                integer_weights = bool(np.all(w == np.floor(w)))
+        rows = w.shape[0]
         if self.n == 0:
-            z = np.zeros((ws.shape[0], 0))
-            return z, z, z
-        tot = np.add.reduceat(ws, self.starts, axis=1)
-        fail = np.add.reduceat(ws * (1.0 - self.ys), self.starts, axis=1)
-        return tot, fail, tot * self.group_c[None, :]
-
-    def compute(self, weights: np.ndarray | None = None, which: tuple[str, ...] = DIAGNOSTICS) -> dict[str, np.ndarray]:
-        """Metric name -> array of shape (B,) (B = 1 when ``weights`` is None or 1-d)."""
-        tot, fail, csum = self._groups(weights)
-        succ = tot - fail
-        N = tot.sum(axis=1)
-        F = fail.sum(axis=1)
+            return {k: np.full(rows, np.nan) for k in which}
+        ws = w[:, self.order]
+        if self.has_ties:
+            tot = np.add.reduceat(ws, self.starts, axis=1)
+            fail = np.add.reduceat(ws * self.fail_sorted, self.starts, axis=1)
+        else:
+            tot = ws
+            fail = ws * self.fail_sorted
+        tp = np.cumsum(fail, axis=1)  # failures with C <= group value
+        pp = np.cumsum(tot, axis=1)  # all with C <= group value
+        N = pp[:, -1].copy()
+        F = tp[:, -1].copy()
         S = N - F
         out: dict[str, np.ndarray] = {}
         with np.errstate(invalid="ignore", divide="ignore"):
             if "auroc" in which:
-                # P(C_fail < C_succ) + 1/2 P(C_fail = C_succ); groups ascending in C
-                s_above = S[:, None] - np.cumsum(succ, axis=1)
-                out["auroc"] = np.where((F > 0) & (S > 0), (fail * (s_above + 0.5 * succ)).sum(axis=1) / (F * S), np.nan)
+                # P(C_fail < C_succ) + 1/2 P(tie): successes strictly above = S - cum_succ; ties count 1/2
+                # sum_g f_g (S - cs_g + (t_g - f_g)/2) = F S - sum_g f_g (cs_g - t_g/2 + f_g/2), cs = pp - tp
+                x = pp - tp
+                x -= 0.5 * tot
+                x += 0.5 * fail
+                num = F * S - np.einsum("ij,ij->i", fail, x)
+                out["auroc"] = np.where((F > 0) & (S > 0), num / (F * S), np.nan)
             if "auprc" in which:
-                # average precision, thresholds at distinct values from the riskiest (lowest C) down
-                tp = np.cumsum(fail, axis=1)
-                pp = np.cumsum(tot, axis=1)
-                prec = np.where(pp > 0, tp / np.where(pp > 0, pp, 1.0), 0.0)
-                out["auprc"] = np.where(F > 0, (fail * prec).sum(axis=1) / F, np.nan)
+                # average precision: thresholds at distinct values from the riskiest (lowest C) down
+                prec = np.divide(tp, pp, out=np.zeros_like(tp), where=pp > 0)
+                out["auprc"] = np.where(F > 0, np.einsum("ij,ij->i", fail, prec) / F, np.nan)
             if "aurc" in which:
-                # accept most confident first (groups descending in C); expected risk under random tie-breaking:
-                # sum_{j=1}^{n_g} (F_b + j f_g/n_g)/(N_b + j) = F_b D + (f_g/n_g)(n_g - N_b D),
-                # D = psi(N_b + n_g + 1) - psi(N_b + 1)
-                tot_d, fail_d = tot[:, ::-1], fail[:, ::-1]
-                nb = np.cumsum(tot_d, axis=1) - tot_d
-                fb = np.cumsum(fail_d, axis=1) - fail_d
-                d = digamma(nb + tot_d + 1.0) - digamma(nb + 1.0)
-                rate = np.where(tot_d > 0, fail_d / np.where(tot_d > 0, tot_d, 1.0), 0.0)
-                contrib = fb * d + rate * (tot_d - nb * d)
-                out["aurc"] = np.where(N > 0, contrib.sum(axis=1) / N, np.nan)
+                # accept the most confident first. Group g (descending C) has n_b = N - pp_g accepted before it,
+                # f_b = F - tp_g failures before it; under random tie-breaking its positions contribute
+                # sum_{j=1}^{t_g} (f_b + j f_g/t_g)/(n_b + j) = f_b D + f_g - (f_g/t_g) n_b D,
+                # D = psi(n_b + t_g + 1) - psi(n_b + 1) = psi(N - pp_{g-1} + 1) - psi(N - pp_g + 1).
+                nb = N[:, None] - pp
+                psi = self._psi1(nb, integer_weights)
+                psi_prev = np.empty_like(psi)
+                psi_prev[:, 1:] = psi[:, :-1]
+                psi_prev[:, 0] = self._psi1(N, integer_weights)
+                d = psi_prev - psi
+                if self.has_ties:
+                    rate = np.divide(fail, tot, out=np.zeros_like(tot), where=tot > 0)
+                else:
+                    rate = self.fail_sorted  # every copy of one trajectory has its label
+                e = F[:, None] - tp
+                e -= nb * rate
+                out["aurc"] = np.where(N > 0, (np.einsum("ij,ij->i", e, d) + F) / N, np.nan)
             if "t_ece" in which:
-                # tie-aware quantile bins: a block of ties goes to the bin of its first member's position
+                # tie-aware quantile bins: a block of ties goes to the bin of its first member's position,
+                # i.e. group g is in bin floor(K * pp_{g-1} / N); per-bin sums from cumulative sums
                 K = self.n_bins
-                start = np.cumsum(tot, axis=1) - tot
-                b = np.minimum(np.floor(start * K / np.where(N > 0, N, 1.0)[:, None]), K - 1).astype(np.int64)
-                rows = np.arange(tot.shape[0])[:, None] * K
-                idx = (rows + b).ravel()
-                sy = np.bincount(idx, weights=succ.ravel(), minlength=tot.shape[0] * K).reshape(-1, K)
-                sc = np.bincount(idx, weights=csum.ravel(), minlength=tot.shape[0] * K).reshape(-1, K)
-                out["t_ece"] = np.where(N > 0, np.abs(sy - sc).sum(axis=1) / N, np.nan)
+                cum_c = np.cumsum(tot * self.group_c[None, :], axis=1)
+                cum_s = pp - tp
+                thr = np.arange(1, K)[None, :] * N[:, None] / K - 1e-9 * np.maximum(N[:, None], 1.0)
+                ece = np.zeros(rows)
+                for r in range(rows):
+                    # first group whose start position pp_{g-1} >= k N / K  ->  bin boundaries
+                    b = np.searchsorted(pp[r], thr[r], side="left") + 1
+                    b = np.minimum(b, pp.shape[1])
+                    ends = np.concatenate([b - 1, [pp.shape[1] - 1]])
+                    cs_end = np.concatenate([[0.0], cum_s[r][ends]])
+                    cc_end = np.concatenate([[0.0], cum_c[r][ends]])
+                    ece[r] = np.abs(np.diff(cs_end) - np.diff(cc_end)).sum()
+                out["t_ece"] = np.where(N > 0, ece / N, np.nan)
             if "t_brier" in which:
-                # sum_i w_i (c_i - y_i)^2 = sum_g [sum w c^2] - 2 [sum w c y] + [sum w y]
-                c2 = tot * self.group_c[None, :] ** 2
-                cy = succ * self.group_c[None, :]
-                out["t_brier"] = np.where(N > 0, (c2 - 2.0 * cy + succ).sum(axis=1) / N, np.nan)
+                out["t_brier"] = np.where(N > 0, w @ self.sq_err / N, np.nan)
         return out
 
 
