@@ -38,7 +38,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 HOW_TO_GET_DATA = (
     "get the official files from the WebShop setup download (princeton-nlp/WebShop, setup.sh -d small: "
     "items_shuffle_1000.json and items_ins_v2_1000.json) into one directory and pass it with "
-    "--domain-option data=DIR"
+    "--data DIR (domain option data)"
 )
 
 
