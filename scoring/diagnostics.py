@@ -92,11 +92,11 @@ class ScalarDiagnostics:
         self.sq_err = (c - y) ** 2  # original order, for T-Brier
         self._psi: np.ndarray | None = None
 
-    def _psi1(self, x: np.ndarray, integer: bool) -> np.ndarray:
-        """digamma(x + 1); a table lookup when x holds integers (bootstrap counts)."""
+    def _psi1(self, x: np.ndarray, integer: bool, upper: float) -> np.ndarray:
+        """digamma(x + 1) for 0 <= x <= upper; a table lookup when x holds integers (bootstrap counts)."""
         if not integer:
             return digamma(x + 1.0)
-        m = int(x.max()) if x.size else 0
+        m = int(upper)
         if self._psi is None or self._psi.size <= m:
             self._psi = digamma(np.arange(max(m + 1, 2 * self.n + 2), dtype=float) + 1.0)
         return self._psi[x.astype(np.int64)]
@@ -124,61 +124,70 @@ class ScalarDiagnostics:
         if self.has_ties:
             tot = np.add.reduceat(ws, self.starts, axis=1)
             fail = np.add.reduceat(ws * self.fail_sorted, self.starts, axis=1)
+            rate = np.divide(fail, tot, out=np.zeros_like(tot), where=tot > 0)
         else:
+            # no ties in the data: copies of one trajectory in a resample share its label
             tot = ws
             fail = ws * self.fail_sorted
+            rate = self.fail_sorted
         tp = np.cumsum(fail, axis=1)  # failures with C <= group value
         pp = np.cumsum(tot, axis=1)  # all with C <= group value
         N = pp[:, -1].copy()
         F = tp[:, -1].copy()
         S = N - F
+        buf = np.empty_like(pp)
         out: dict[str, np.ndarray] = {}
+
+        def rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return np.einsum("ij,ij->i", a, b)
+
         with np.errstate(invalid="ignore", divide="ignore"):
             if "auroc" in which:
-                # P(C_fail < C_succ) + 1/2 P(tie): successes strictly above = S - cum_succ; ties count 1/2
-                # sum_g f_g (S - cs_g + (t_g - f_g)/2) = F S - sum_g f_g (cs_g - t_g/2 + f_g/2), cs = pp - tp
-                x = pp - tp
-                x -= 0.5 * tot
-                x += 0.5 * fail
-                num = F * S - np.einsum("ij,ij->i", fail, x)
+                # P(C_fail < C_succ) + 1/2 P(tie) = sum_g f_g (S - cs_g + s_g/2) / (F S), cs = pp - tp (cum. successes)
+                # = [F S - sum f pp + sum f tp + (sum f t - sum f f)/2] / (F S)
+                num = F * S - rowdot(fail, pp) + rowdot(fail, tp)
+                if self.has_ties:
+                    num += 0.5 * (rowdot(fail, tot) - rowdot(fail, fail))
                 out["auroc"] = np.where((F > 0) & (S > 0), num / (F * S), np.nan)
             if "auprc" in which:
                 # average precision: thresholds at distinct values from the riskiest (lowest C) down
-                prec = np.divide(tp, pp, out=np.zeros_like(tp), where=pp > 0)
-                out["auprc"] = np.where(F > 0, np.einsum("ij,ij->i", fail, prec) / F, np.nan)
+                np.divide(tp, pp, out=buf, where=pp > 0)
+                buf[pp <= 0] = 0.0
+                out["auprc"] = np.where(F > 0, rowdot(fail, buf) / F, np.nan)
             if "aurc" in which:
                 # accept the most confident first. Group g (descending C) has n_b = N - pp_g accepted before it,
                 # f_b = F - tp_g failures before it; under random tie-breaking its positions contribute
-                # sum_{j=1}^{t_g} (f_b + j f_g/t_g)/(n_b + j) = f_b D + f_g - (f_g/t_g) n_b D,
-                # D = psi(n_b + t_g + 1) - psi(n_b + 1) = psi(N - pp_{g-1} + 1) - psi(N - pp_g + 1).
-                nb = N[:, None] - pp
-                psi = self._psi1(nb, integer_weights)
-                psi_prev = np.empty_like(psi)
-                psi_prev[:, 1:] = psi[:, :-1]
-                psi_prev[:, 0] = self._psi1(N, integer_weights)
-                d = psi_prev - psi
-                if self.has_ties:
-                    rate = np.divide(fail, tot, out=np.zeros_like(tot), where=tot > 0)
-                else:
-                    rate = self.fail_sorted  # every copy of one trajectory has its label
-                e = F[:, None] - tp
-                e -= nb * rate
-                out["aurc"] = np.where(N > 0, (np.einsum("ij,ij->i", e, d) + F) / N, np.nan)
+                # sum_{j=1}^{t_g} (f_b + j f_g/t_g)/(n_b + j) = f_b D_g + f_g - (f_g/t_g) n_b D_g,
+                # D_g = psi(n_b + t_g + 1) - psi(n_b + 1) = psi(N - pp_{g-1} + 1) - psi(N - pp_g + 1).
+                np.subtract(N[:, None], pp, out=buf)  # n_b
+                psi = self._psi1(buf, integer_weights, N.max())  # psi(n_b + 1)
+                # e_g = f_b - rate_g n_b
+                buf *= rate
+                np.subtract(F[:, None], tp, out=tp)  # tp is not needed in its old form below except T-ECE ends
+                tp_ends_needed = "t_ece" in which
+                e = tp
+                e -= buf
+                # sum_g e_g (psi_{g-1} - psi_g), psi_{-1} = psi(N + 1)
+                first = e[:, 0] * self._psi1(N, integer_weights, N.max())
+                acc = first + rowdot(e[:, 1:], psi[:, :-1]) - rowdot(e, psi)
+                out["aurc"] = np.where(N > 0, (acc + F) / N, np.nan)
+                if tp_ends_needed:
+                    np.subtract(F[:, None], e + buf, out=tp)  # restore tp = F - f_b
             if "t_ece" in which:
-                # tie-aware quantile bins: a block of ties goes to the bin of its first member's position,
-                # i.e. group g is in bin floor(K * pp_{g-1} / N); per-bin sums from cumulative sums
+                # tie-aware quantile bins: group g (a block of ties) is in bin floor(K * pp_{g-1} / N); per-bin sums
+                # from cumulative sums evaluated at the bin ends only
                 K = self.n_bins
-                cum_c = np.cumsum(tot * self.group_c[None, :], axis=1)
-                cum_s = pp - tp
+                np.multiply(tot, self.group_c[None, :], out=buf)
+                np.cumsum(buf, axis=1, out=buf)
                 thr = np.arange(1, K)[None, :] * N[:, None] / K - 1e-9 * np.maximum(N[:, None], 1.0)
+                G = pp.shape[1]
                 ece = np.zeros(rows)
                 for r in range(rows):
                     # first group whose start position pp_{g-1} >= k N / K  ->  bin boundaries
-                    b = np.searchsorted(pp[r], thr[r], side="left") + 1
-                    b = np.minimum(b, pp.shape[1])
-                    ends = np.concatenate([b - 1, [pp.shape[1] - 1]])
-                    cs_end = np.concatenate([[0.0], cum_s[r][ends]])
-                    cc_end = np.concatenate([[0.0], cum_c[r][ends]])
+                    b = np.minimum(np.searchsorted(pp[r], thr[r], side="left") + 1, G)
+                    ends = np.concatenate([b - 1, [G - 1]])
+                    cs_end = np.concatenate([[0.0], pp[r][ends] - tp[r][ends]])
+                    cc_end = np.concatenate([[0.0], buf[r][ends]])
                     ece[r] = np.abs(np.diff(cs_end) - np.diff(cc_end)).sum()
                 out["t_ece"] = np.where(N > 0, ece / N, np.nan)
             if "t_brier" in which:
