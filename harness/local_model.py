@@ -97,6 +97,7 @@ class LocalModelServer:
         n_threads: int | None = None,
         seed: int = 42,
         python: str = sys.executable,
+        logits_all: bool = True,
     ) -> None:
         self.gguf = Path(gguf)
         self.alias = alias
@@ -106,6 +107,7 @@ class LocalModelServer:
         self.n_threads = n_threads
         self.seed = seed
         self.python = python
+        self.logits_all = logits_all  # False: ~several times faster, but requests asking for logprobs fail
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self._log_file = None
@@ -126,7 +128,7 @@ class LocalModelServer:
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--n_ctx", str(self.n_ctx),
-            "--logits_all", "true",  # required for logprobs in llama-cpp-python
+            "--logits_all", "true" if self.logits_all else "false",  # true is required for logprobs
             "--seed", str(self.seed),
             "--verbose", "false",
         ]

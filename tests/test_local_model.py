@@ -106,6 +106,19 @@ def test_resolve_model_passes_api_models_through():
             pass
 
 
+def test_server_command_line():
+    srv = LocalModelServer(Path("/m.gguf"), alias="smollm2", port=1234, n_threads=2)
+    cmd = srv.command()
+    assert cmd[:3] == [sys.executable, "-m", "llama_cpp.server"]
+    flags = dict(zip(cmd[3::2], cmd[4::2]))
+    assert flags["--model"] == "/m.gguf"
+    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "1234"
+    assert flags["--logits_all"] == "true"  # without it llama-cpp-python refuses logprobs
+    assert flags["--n_ctx"] == "8192" and flags["--model_alias"] == "smollm2" and flags["--n_threads"] == "2"
+    assert srv.base_url == "http://127.0.0.1:1234/v1" and srv.litellm_model == "openai/smollm2"
+    assert dict(zip(*[iter(LocalModelServer(Path("/m"), port=1, logits_all=False).command()[3:])] * 2))["--logits_all"] == "false"
+
+
 # ------------------------------------------------------------------------------------- lifecycle (no model)
 
 
