@@ -33,11 +33,13 @@ What both paths guarantee:
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import math
 import os
 import random
+import sys
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -78,16 +80,15 @@ def _status_of(exc: BaseException) -> int | None:
 
 def is_transient(exc: BaseException) -> bool:
     """True for failures a retry can cure: rate limits, server errors, timeouts, resets, broken bodies."""
-    import openai
-
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, json.JSONDecodeError)):
         return True
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.APIResponseValidationError)):
+    # Only look at libraries already imported: an exception cannot come from one that is not.
+    openai = sys.modules.get("openai")
+    if openai is not None and isinstance(
+        exc, (openai.APITimeoutError, openai.APIConnectionError, openai.APIResponseValidationError)
+    ):
         return True
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - aiohttp is a dependency
-        aiohttp = None
+    aiohttp = sys.modules.get("aiohttp")
     if aiohttp is not None and isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
         return True
     status = _status_of(exc)
@@ -228,8 +229,27 @@ def _usage_of(resp: Any) -> Usage:
     return Usage(prompt_tokens=_int("prompt_tokens"), completion_tokens=_int("completion_tokens"), total_tokens=_int("total_tokens"))
 
 
+@lru_cache(maxsize=1)
+def _price_map_keys() -> frozenset[str]:
+    """Model names in litellm's bundled price map, read without importing litellm (a multi-second import)."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / "model_prices_and_context_window_backup.json"
+        if path.is_file():
+            return frozenset(json.loads(path.read_bytes()))
+    return frozenset()
+
+
 @lru_cache(maxsize=256)
 def _is_priced(model: str) -> bool:
+    if "litellm" not in sys.modules:
+        # Shortcut for the direct path: a model absent from the bundled map is unpriced for litellm too.
+        keys = _price_map_keys()
+        names = {model, model.split("/", 1)[-1]}
+        if keys and not names & keys:
+            return False
     import litellm
 
     try:
@@ -529,10 +549,7 @@ def make_model_client(
     """
     if model.startswith("local:"):
         raise ValueError(f"{model!r} must be resolved first: use harness.local_model.resolve_model()")
-    import litellm  # noqa: F401 - imported here so the env var above is set first
-
-    litellm.suppress_debug_info = True
-    return ModelClientImpl(
+    client = ModelClientImpl(
         model,
         api_base=api_base,
         decoding=decoding,
@@ -544,3 +561,8 @@ def make_model_client(
         backoff_max_s=backoff_max_s,
         transport=transport,
     )
+    if client.transport == "litellm":
+        import litellm  # imported only when used: the direct path does without it (a multi-second import)
+
+        litellm.suppress_debug_info = True
+    return client

@@ -399,3 +399,28 @@ def test_concurrent_calls_share_one_client(fake_server):
     assert [o.text for o in outs] == [f"Q{i}" for i in range(20)]
     assert len(srv.requests) == 20
     assert elapsed < 20 * 0.05  # they overlapped (a loose behavioural check, not a benchmark)
+
+
+def test_direct_path_needs_neither_litellm_nor_openai_imports(fake_server):
+    """Worker processes on the direct path start fast: the multi-second litellm import is not needed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, asyncio; import harness\n"
+        "from harness.model_client import make_model_client\n"
+        "from harness.schema import DecodingConfig\n"
+        "c = make_model_client('openai/fake', api_base=sys.argv[1], decoding=DecodingConfig())\n"
+        "async def go():\n"
+        "    r = await c.complete([{'role': 'user', 'content': 'x'}]); await c.aclose(); return r\n"
+        "r = asyncio.run(go())\n"
+        "print(r.call.cost_usd, r.call.has_logprobs, 'litellm' in sys.modules, 'openai' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    with fake_server(STEP) as srv:
+        out = subprocess.run(
+            [sys.executable, "-c", code, srv.base_url], cwd=root, capture_output=True, text=True, timeout=60
+        )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", "True", "False", "False"]
