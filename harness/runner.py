@@ -4,8 +4,8 @@ Layers (as in tau2-bench): :func:`harness.loop.run_episode` runs one episode; :f
 event loop under a semaphore; :func:`run_batch` owns the run directory (:class:`harness.store.RunStore`), the
 model server/client lifetime, progress, resume and the optional worker processes.
 
-Resume: finished episode ids are skipped; an in-flight episode with a checkpoint continues from its last completed
-step when the domain supports replay (``Domain.supports_replay``), otherwise it restarts from scratch (its
+Resume: finished episode ids are skipped; an in-flight episode with a checkpoint continues from its last
+checkpointed step (the last completed step, or at most ``CHECKPOINT_INTERVAL_S`` older) when the domain supports replay (``Domain.supports_replay``), otherwise it restarts from scratch (its
 checkpoint is discarded). An episode whose model call failed after retries (``ModelCallFailed``) or that crashed
 on an unexpected error is an *infrastructure error*: it is not written, it is counted, and re-running the same
 command picks it up again.
@@ -23,6 +23,7 @@ import hashlib
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -43,6 +44,12 @@ from harness.schema import RunConfig
 log = logging.getLogger(__name__)
 
 __all__ = ["EpisodeSpec", "BatchSummary", "plan_specs", "build_domain", "run_batch", "run_specs"]
+
+
+#: An in-flight episode is checkpointed after its first step, then after a step only if its last checkpoint is at
+#: least this old: with real models (seconds per call) that is every step; with a fast local endpoint it bounds
+#: the I/O to a few writes per second per episode. A resume repeats at most this much work per episode.
+CHECKPOINT_INTERVAL_S = 1.0
 
 
 def default_concurrency(model: str) -> int:
@@ -113,18 +120,40 @@ async def run_specs(
     concurrency: int,
     run_dir: Path | None,
     checkpoints: bool,
-    on_done: Callable[[EpisodeResult], None],
+    persist: Callable[[EpisodeResult], Any],
+    on_done: Callable[[Any], None] | None = None,
     on_error: Callable[[EpisodeSpec, str], None],
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
 ) -> None:
-    """Run jobs concurrently (at most ``concurrency`` at a time) on the current event loop."""
-    from harness.model_types import ModelCallFailed
-    from harness.store import write_checkpoint
+    """Run jobs concurrently (at most ``concurrency`` at a time) on the current event loop.
 
+    File I/O never blocks the event loop: checkpoint writes and ``persist(result)`` (which appends the finished
+    episode, with its fsyncs) run in one dedicated I/O thread, in submission order -- so an episode's last
+    checkpoint write always precedes its append (which deletes the checkpoint). ``on_done(persist's return
+    value)`` then runs on the event loop.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.model_types import ModelCallFailed
+    from harness.store import CheckpointEncoder, write_checkpoint_json
+
+    loop = asyncio.get_running_loop()
+    io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uqh-io")
     sem = asyncio.Semaphore(max(1, concurrency))
     use_checkpoints = checkpoints and run_dir is not None and getattr(domain, "supports_replay", False)
 
+    encoder = CheckpointEncoder()
+
+    last_write: dict[str, float] = {}
+
     def checkpoint(partial: PartialEpisode) -> None:
-        write_checkpoint(run_dir, partial)
+        now = time.monotonic()
+        eid = partial.episode_id
+        if eid in last_write and now - last_write[eid] < checkpoint_interval_s:
+            return  # wrote one moments ago: with fast models, at most one checkpoint per interval
+        last_write[eid] = now
+        data = encoder.dumps(partial)  # snapshot now; the thread only writes bytes
+        io.submit(write_checkpoint_json, run_dir, partial.episode_id, data).add_done_callback(_log_io_failure)
 
     async def one(job: _Job) -> None:
         async with sem:
@@ -165,12 +194,25 @@ async def run_specs(
                 on_error(spec, f"{type(exc).__name__}: {_first_line(exc)}")
                 return
             finally:
+                encoder.forget(spec.episode_id)
+                last_write.pop(spec.episode_id, None)
                 if env is not None:
                     with contextlib.suppress(Exception):
                         env.close()
-            on_done(result)
+            value = await loop.run_in_executor(io, persist, result)
+            if on_done is not None:
+                on_done(value)
 
-    await asyncio.gather(*(one(j) for j in jobs))
+    try:
+        await asyncio.gather(*(one(j) for j in jobs))
+    finally:
+        io.shutdown(wait=True)
+
+
+def _log_io_failure(fut) -> None:
+    exc = fut.exception()
+    if exc is not None:
+        log.warning("checkpoint write failed: %s", exc)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -191,6 +233,7 @@ def run_batch(
     progress: bool = True,
     checkpoints: bool = True,
     client_factory: Callable[[str, str | None], Any] | None = None,
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
 ) -> BatchSummary:
     """Run (or resume) every planned episode of ``config`` into ``run_dir``; return the summary.
 
@@ -221,8 +264,16 @@ def run_batch(
         if not jobs:
             return summary
 
+        def persist(result: EpisodeResult) -> EpisodeSummary:  # runs in the I/O thread
+            eid, line, rows, ep_summary = _serialize(result)
+            store.append_serialized(eid, line, rows)
+            return ep_summary
+
         def write(episode_id: str, episode_line: bytes, sidecar_bytes: bytes, ep_summary: EpisodeSummary) -> None:
             store.append_serialized(episode_id, episode_line, sidecar_bytes)
+            counted(ep_summary)
+
+        def counted(ep_summary: EpisodeSummary) -> None:
             stats.add(ep_summary)
             bar.update()
 
@@ -242,13 +293,13 @@ def run_batch(
                 asyncio.run(
                     _run_in_process(
                         jobs, config, domain, system_prompt, model, api_base, concurrency, run_dir, checkpoints,
-                        write, error, client_factory,
+                        persist, counted, error, client_factory, checkpoint_interval_s,
                     )
                 )
             else:
                 _run_workers(
                     jobs, config, system_prompt, model, api_base, runtime, concurrency, workers, run_dir,
-                    checkpoints, write, error,
+                    checkpoints, write, error, checkpoint_interval_s,
                 )
         return summary
 
@@ -304,8 +355,8 @@ def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary
 
 
 async def _run_in_process(
-    jobs, config, domain, system_prompt, model, api_base, concurrency, run_dir, checkpoints, write, error,
-    client_factory,
+    jobs, config, domain, system_prompt, model, api_base, concurrency, run_dir, checkpoints, persist, counted, error,
+    client_factory, checkpoint_interval_s,
 ) -> None:
     client = _make_client(model, api_base, config, client_factory)
     try:
@@ -318,8 +369,10 @@ async def _run_in_process(
             concurrency=concurrency,
             run_dir=run_dir,
             checkpoints=checkpoints,
-            on_done=lambda result: write(*_serialize(result)),
+            persist=persist,
+            on_done=counted,
             on_error=error,
+            checkpoint_interval_s=checkpoint_interval_s,
         )
     finally:
         with contextlib.suppress(Exception):
@@ -330,7 +383,8 @@ async def _run_in_process(
 
 
 def _run_workers(
-    jobs, config, system_prompt, model, api_base, runtime, concurrency, workers, run_dir, checkpoints, write, error
+    jobs, config, system_prompt, model, api_base, runtime, concurrency, workers, run_dir, checkpoints, write, error,
+    checkpoint_interval_s,
 ) -> None:
     import multiprocessing as mp
 
@@ -345,7 +399,7 @@ def _run_workers(
         p = ctx.Process(
             target=_worker_main,
             args=(w, config_json, system_prompt, model, api_base, runtime, share, str(run_dir), checkpoints, chunk,
-                  queue, os.getpid()),
+                  queue, os.getpid(), checkpoint_interval_s),
             daemon=True,
             name=f"uqh-worker-{w}",
         )
@@ -385,14 +439,14 @@ def _run_workers(
 
 
 def _worker_main(index, config_json, system_prompt, model, api_base, runtime, concurrency, run_dir, checkpoints,
-                 jobs, queue, parent_pid) -> None:
+                 jobs, queue, parent_pid, checkpoint_interval_s) -> None:
     import harness  # noqa: F401 - sets LITELLM_LOCAL_MODEL_COST_MAP before litellm is imported
 
     config = RunConfig.model_validate_json(config_json)
     domain = build_domain(config)
     domain.prepare_runtime(runtime)
 
-    def done(result: EpisodeResult) -> None:
+    def done(result: EpisodeResult) -> None:  # runs in the I/O thread, after the episode's checkpoint writes
         eid, line, rows, ep_summary = _serialize(result)
         queue.put(("done", eid, line, rows, ep_summary))
 
@@ -418,8 +472,9 @@ def _worker_main(index, config_json, system_prompt, model, api_base, runtime, co
                 concurrency=concurrency,
                 run_dir=Path(run_dir),
                 checkpoints=checkpoints,
-                on_done=done,
+                persist=done,
                 on_error=failed,
+                checkpoint_interval_s=checkpoint_interval_s,
             )
         finally:
             watcher.cancel()

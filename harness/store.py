@@ -287,11 +287,44 @@ def checkpoint_path(run_dir: Path, episode_id: str) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / (urllib.parse.quote(episode_id, safe="") + ".json")
 
 
+class CheckpointEncoder:
+    """Serializes successive checkpoints of in-flight episodes without re-serializing earlier steps.
+
+    Steps and sidecar rows only ever grow, so each is dumped once and the checkpoint JSON is assembled from the
+    cached pieces (the sidecar rows with their top-k logprobs dominate the size).
+    """
+
+    _HEAD = tuple(f for f in PartialEpisode.model_fields if f not in ("steps", "sidecar"))
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[list[str], list[str]]] = {}
+
+    def dumps(self, partial: PartialEpisode) -> str:
+        steps_j, rows_j = self._cache.setdefault(partial.episode_id, ([], []))
+        if len(steps_j) > len(partial.steps) or len(rows_j) > len(partial.sidecar):  # not a continuation: reset
+            steps_j.clear()
+            rows_j.clear()
+        steps_j.extend(st.model_dump_json() for st in partial.steps[len(steps_j) :])
+        rows_j.extend(r.model_dump_json() for r in partial.sidecar[len(rows_j) :])
+        head = json.dumps({k: getattr(partial, k) for k in self._HEAD}, separators=(",", ":"))
+        return f'{head[:-1]},"steps":[{",".join(steps_j)}],"sidecar":[{",".join(rows_j)}]}}'
+
+    def forget(self, episode_id: str) -> None:
+        self._cache.pop(episode_id, None)
+
+
 def write_checkpoint(run_dir: Path, partial: PartialEpisode) -> None:
     """Atomic (temp + replace) but not fsynced: it must survive a killed process, not a power cut."""
-    path = checkpoint_path(run_dir, partial.episode_id)
-    path.parent.mkdir(exist_ok=True)
-    atomic_write_text(path, partial.model_dump_json(), fsync=False)
+    write_checkpoint_json(run_dir, partial.episode_id, partial.model_dump_json())
+
+
+def write_checkpoint_json(run_dir: Path, episode_id: str, data: str) -> None:
+    path = checkpoint_path(run_dir, episode_id)
+    try:
+        atomic_write_text(path, data, fsync=False)
+    except FileNotFoundError:
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, data, fsync=False)
 
 
 def _append(f, data: bytes) -> None:

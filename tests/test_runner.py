@@ -192,3 +192,17 @@ def test_two_workers_single_writer(fake_server, tmp_path):
     assert sorted(e.episode_id for e in eps) == sorted(s.episode_id for s in plan_specs(config))
     rows = list(read_sidecar(tmp_path / "run"))
     assert len({(r.episode_id, r.t, r.attempt) for r in rows}) == len(rows) == 20
+
+
+@pytest.mark.parametrize("interval,expected_steps", [(0.0, [1, 2, 3]), (1000.0, [1])])
+def test_checkpoint_interval_bounds_writes(fake_server, tmp_path, interval, expected_steps):
+    """First step always checkpointed; later ones only when the last checkpoint is older than the interval."""
+    config = make_config(n_tasks=1)
+    always_calc = step_text("Calc[1+1]")
+    with fake_server(always_calc) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        run_batch(config, tmp_path / "run", concurrency=1, progress=False, checkpoint_interval_s=interval,
+                  client_factory=fast_client_factory(fail_after=3))
+    partial = PartialEpisode.model_validate_json(checkpoint_path(tmp_path / "run", "arith-0000#0").read_text())
+    assert [s.t for s in partial.steps] == expected_steps
+    assert [r.t for r in partial.sidecar] == expected_steps

@@ -187,3 +187,26 @@ def test_line_episode_id_fast_and_fallback():
     ep = make_episode('we"ird#0')
     assert line_episode_id(ep.model_dump_json().encode()) == 'we"ird#0'
     assert line_episode_id(b'{"episode_id": "x#1", "t": 1}') == "x#1"
+
+
+def test_checkpoint_encoder_matches_pydantic_and_reuses_pieces():
+    from harness.schema import Attempt, Step
+    from harness.store import CheckpointEncoder
+
+    def step(t):
+        return Step(t=t, think="x", action=f"Calc[{t}]", verbal_confidence=0.5, confidence_raw="0.5", explanation="e",
+                    observation=f"Result: {t}", attempts=[Attempt(attempt=0, raw_text="r", call=CallRecord(model="m"))])
+
+    enc = CheckpointEncoder()
+    steps, rows = [], []
+    for t in (1, 2, 3):
+        steps.append(step(t))
+        rows.extend(make_rows("e#0", 1))
+        partial = PartialEpisode.model_construct(episode_id="e#0", task_id="e", sample_index=0, seed=3, step_budget=5,
+                                                 task_prompt='q "quoted"', steps=steps, sidecar=rows, prefix_steps=0,
+                                                 source_episode_id=None, branch_index=None, started_at="now")
+        text = enc.dumps(partial)
+        assert PartialEpisode.model_validate_json(text) == PartialEpisode.model_validate_json(partial.model_dump_json())
+    assert len(enc._cache["e#0"][0]) == 3
+    enc.forget("e#0")
+    assert enc._cache == {}
