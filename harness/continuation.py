@@ -22,6 +22,7 @@ subset), ``M`` independent continuation branches under the same model, prompt, d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +205,11 @@ async def check_replay(domain, config: RunConfig, episode: Episode) -> str | Non
             task_prompt = await start_env(env, episode)
         except ReplayMismatch as exc:
             return f"replay mismatch: {exc}"
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. a recorded action the environment now rejects
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            return f"replay failed: {type(exc).__name__}: {first}"
         if task_prompt != episode.task_prompt:
             return "replay mismatch: the reset environment's task prompt differs from the recorded one"
         return None
@@ -607,7 +613,15 @@ def run_continuations(
         RunStore.open_or_create(out_dir, config, system_prompt=read_manifest(out_dir).system_prompt).close()
 
     domain = make_domain(config)
-    skipped = asyncio.run(check_replays(domain, manifest.config, prefixes))
+    with contextlib.ExitStack() as stack:
+        runtime: dict[str, Any] = {"run_dir": out_dir}
+        if config.user_model:  # e.g. Tau2: make_env/reset need the user simulator
+            from harness.local_model import resolve_model
+
+            user_model, user_base = stack.enter_context(resolve_model(config.user_model, None))
+            runtime.update(user_model=user_model, user_api_base=user_base, user_decoding=config.user_decoding)
+        domain.prepare_runtime(runtime)
+        skipped = asyncio.run(check_replays(domain, manifest.config, prefixes))
     skipped_ids = {s.episode_id for s in skipped}
     keep = [ep for ep in prefixes if ep.episode_id not in skipped_ids]
     specs = branch_specs(config, keep, branches)
