@@ -451,3 +451,17 @@ def test_interrupted_branch_resumes_from_its_checkpoint(source_run, tmp_path):
     assert len(srv.requests) == 2  # steps 4 and 5 only: neither the prefix nor step 3 is generated again
     assert [len(m) for m in (r["messages"] for r in srv.requests)] == [2 + 2 * 3, 2 + 2 * 4]
     assert not list((out / "checkpoints").glob("*.json"))
+
+
+def test_qz_only_recomputes_without_model_calls(source_run, tmp_path, capsys):
+    src, srv, _ = source_run
+    out = tmp_path / "cont"
+    cont.run_continuations(src, out, branches=4, extra_steps=1, progress=False)
+    n = len(srv.requests)
+    (out / "qz.jsonl").unlink(missing_ok=True)
+    rc = uqh(["continue", str(src), "--out", str(out), "--qz-only", "--qz-method", "mc", "--min-valid", "1",
+              "--bootstrap", "10"])
+    assert rc == 0 and len(srv.requests) == n
+    assert (out / "qz.jsonl").exists() and "Mean q_hat_Z^MC" in capsys.readouterr().out
+    rc = uqh(["continue", str(src), "--out", str(tmp_path / "empty"), "--qz-only"])
+    assert rc == 2 and "not a continuation run directory" in capsys.readouterr().err
