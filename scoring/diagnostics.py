@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import digamma
 
-from scoring.weights import step_index
 
 N_BINS = 10
 TIE_DECIMALS = 12
@@ -32,10 +31,10 @@ DIAGNOSTIC_LABELS = {"auroc": "AUROC↑", "auprc": "AUPRC↑", "aurc": "AURC↓"
 def trajectory_scalar(values: np.ndarray, offsets: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The default scalar summary: the weighted normalised trajectory mean Σ_t w_t F_t / Σ_t w_t (Appendix F:
     "front-weighted normalized trajectory summary" with the linear-front weights)."""
-    traj, _ = step_index(offsets)
-    n = len(offsets) - 1
+    from scoring.tps import per_trajectory_sum
+
     w = np.asarray(weights, dtype=float)
-    return np.bincount(traj, weights=w * values, minlength=n) / np.bincount(traj, weights=w, minlength=n)
+    return per_trajectory_sum(w * values, offsets) / per_trajectory_sum(w, offsets)
 
 
 def phi_last(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -45,9 +44,10 @@ def phi_last(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 def phi_avg(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """AUQ Φ_avg(F_{1:T}) = (1/T) Σ_t F_t (Appendix B.2, Corollary B2)."""
+    from scoring.tps import per_trajectory_sum
+
     offsets = np.asarray(offsets, dtype=np.int64)
-    traj, _ = step_index(offsets)
-    return np.bincount(traj, weights=values, minlength=offsets.size - 1) / np.diff(offsets)
+    return per_trajectory_sum(values, offsets) / np.diff(offsets)
 
 
 def phi_min(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -40,6 +40,17 @@ class ScoreRule:
             return brier_score_pair(p)
         return beta_score_pair(p, self.alpha, self.beta)
 
+    def observed(self, p: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``S(p, y)`` for hard labels y in {0, 1}, evaluating only the branch each element needs."""
+        p = np.asarray(p, dtype=float)
+        y = np.asarray(y)
+        out = np.empty(p.shape)
+        one = y == 1
+        zero = ~one
+        out[one] = self.pair(p[one])[0]
+        out[zero] = self.pair(p[zero])[1]
+        return out
+
     def __call__(self, p: np.ndarray, y: np.ndarray) -> np.ndarray:
         s1, s0 = self.pair(p)
         y = np.asarray(y, dtype=float)

@@ -20,8 +20,18 @@ from scoring.weights import step_index, trajectory_weights
 def per_trajectory_sum(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """``sum_{t} x_{i,t}`` for each trajectory i (empty trajectories give 0)."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    traj, _ = step_index(offsets)
-    return np.bincount(traj, weights=np.asarray(x, dtype=float), minlength=offsets.size - 1)
+    x = np.asarray(x, dtype=float)
+    n = offsets.size - 1
+    if n == 0:
+        return np.zeros(0)
+    nonempty = offsets[1:] > offsets[:-1]
+    if x.size == 0:
+        return np.zeros(n)
+    if nonempty.all():
+        return np.add.reduceat(x, offsets[:-1])
+    out = np.zeros(n)
+    out[nonempty] = np.add.reduceat(x, offsets[:-1][nonempty])
+    return out
 
 
 def branch_scores(values: np.ndarray, offsets: np.ndarray, weights: np.ndarray, rule: ScoreRule) -> tuple[np.ndarray, np.ndarray]:
@@ -44,8 +54,12 @@ def posterior_weight(y: np.ndarray, delta: np.ndarray, q_z: np.ndarray | float |
 
 def tps(values: np.ndarray, offsets: np.ndarray, y: np.ndarray, rule: ScoreRule, weights: np.ndarray) -> np.ndarray:
     """TPS(F_{1:T}, Y) = Σ_{t=1}^T w_t S(F_t, Y) per trajectory (Eq. 2). ``y`` may be soft (in [0, 1])."""
-    a, b = branch_scores(values, offsets, weights, rule)
     y = np.asarray(y, dtype=float)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if np.all((y == 0.0) | (y == 1.0)):  # hard labels: evaluate only the observed branch
+        y_step = np.repeat(y, np.diff(offsets))
+        return per_trajectory_sum(np.asarray(weights, dtype=float) * rule.observed(values, y_step), offsets)
+    a, b = branch_scores(values, offsets, weights, rule)
     return y * a + (1.0 - y) * b
 
 
