@@ -103,7 +103,7 @@ class Progress:
 
             self._bar = RichProgress(
                 TextColumn("[bold]uqh run"),
-                BarColumn(),
+                BarColumn(bar_width=24),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 TextColumn("{task.description}"),
