@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar
 
 from harness.errors import UserError
-from harness.schema import StopReason
+from harness.schema import DecodingConfig, StopReason
 
 from . import register_domain
 from .base import Domain, EnvResponse, Environment, InvalidAction, RecordedStep, ReplayMismatch
@@ -636,8 +636,6 @@ class _Tau2Domain(Domain):
         rt = getattr(self, "runtime", None) or {}
         dec = rt.get("user_decoding")
         if isinstance(dec, dict):
-            from harness.schema import DecodingConfig
-
             dec = DecodingConfig.model_validate(dec)
         args: dict[str, Any] = {"num_retries": 3, "drop_params": True}
         if dec is not None:
@@ -648,6 +646,7 @@ class _Tau2Domain(Domain):
             base_seed = dec.seed
         else:
             args["temperature"] = 0.0  # tau2.config.DEFAULT_LLM_TEMPERATURE_USER
+            args["max_tokens"] = DecodingConfig().max_tokens  # bound a small local user model's turns
             base_seed = 0
         args["seed"] = (base_seed + episode_seed) % (2**31)
         api_base = rt.get("user_api_base")
