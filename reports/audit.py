@@ -38,6 +38,7 @@ class Run:
     path: Path
     manifest: Manifest
     episodes: list[Episode]
+    name: str = ""  # unique short name among the runs of one report (default: the directory name)
 
     @property
     def domain(self) -> str:
@@ -45,7 +46,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        return f"{self.path.name} ({self.domain})"
+        return f"{self.name or self.path.name} ({self.domain})"
 
     @property
     def dataset(self) -> str:
@@ -72,6 +73,17 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
     names = [r.path.resolve() for r in runs]
     if len(set(names)) != len(names):
         raise UserError("the same run directory was given twice; give each once")
+    # Short unique names: the directory name, plus parent parts only where two runs would otherwise collide.
+    depth = [1] * len(names)
+    while True:
+        short = ["/".join(p.parts[-d:]) for p, d in zip(names, depth)]
+        clash = [i for i, n in enumerate(short) if short.count(n) > 1 and depth[i] < len(names[i].parts)]
+        if not clash:
+            break
+        for i in clash:
+            depth[i] += 1
+    for r, n in zip(runs, short):
+        r.name = n
     return runs
 
 

@@ -143,7 +143,7 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
             raise UserError(f"{run.path} has no finished episodes yet; run `uqh run` first (or drop it from the list)")
         base = dict(n_bootstrap=opts.n_bootstrap, seed=opts.seed)
         main = score_run(data, ScoreOptions(censoring="exclude", fixed_rank=True, **base))
-        sr = ScoredRun(run=run, data=data, slug=_slug(run.path.name, taken), main=main)
+        sr = ScoredRun(run=run, data=data, slug=_slug(run.name or run.path.name, taken), main=main)
         censoring = "simple" if sr.has_censored else "exclude"
         for scheme in WEIGHT_SCHEMES:
             sr.by_weights[scheme] = score_run(data, ScoreOptions(weights=scheme, censoring=censoring, auq=False, **base))
@@ -666,6 +666,18 @@ def trace_data(scored: list[ScoredRun], max_traces: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------- driver
 
 
+PER_RUN_PREFIXES = ("transparency__", "scores_long__", "calibration_invariance__", "censored_shift__")
+
+
+def _remove_stale_artefacts(out_dir: Path) -> None:
+    """Drop per-run files of an earlier report in the same directory (only when it holds our report.json)."""
+    if not (out_dir / "report.json").is_file():
+        return
+    for p in out_dir.iterdir():
+        if p.is_file() and p.name.startswith(PER_RUN_PREFIXES) and p.suffix in (".csv", ".md", ".png", ".svg"):
+            p.unlink()
+
+
 @dataclass
 class ReportResult:
     out_dir: Path
@@ -681,6 +693,7 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
     runs = load_runs(paths)
     scored = score_runs(runs, opts)  # everything that can fail on the inputs fails before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_artefacts(out_dir)
     files: list[Path] = []
 
     audit_t = termination_audit(runs)

@@ -97,3 +97,11 @@ def test_cli_user_errors(tmp_path, runs, capsys):
     assert "unreadable run directory" in capsys.readouterr().err
     with pytest.raises(UserError):
         audit([])
+
+
+def test_runs_with_the_same_directory_name_get_distinct_labels(tmp_path):
+    a = webshop_like(tmp_path / "x" / "run")
+    b = tau2_like(tmp_path / "y" / "run")
+    labels = [r.label for r in load_runs([a, b])]
+    assert labels == ["x/run (webshop)", "y/run (tau2-airline)"]
+    assert [r.label for r in load_runs([a])] == ["run (webshop)"]

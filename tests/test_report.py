@@ -233,3 +233,13 @@ def test_artificial_censoring_table_decomposes_exactly(report):
     # tau2 fixture, 4 complete trajectories, 2 of each label: Δ_mean is the average of the two label means
     for r in (r for r in rows if r["Run"] == "t2 (tau2-airline)"):
         assert _num(r["Δ_mean"]) == pytest.approx((_num(r["Δ_Y=0"]) + _num(r["Δ_Y=1"])) / 2, abs=1e-12)
+
+
+def test_rerun_into_the_same_directory_drops_stale_per_run_files(tmp_path):
+    a, b = tau2_like(tmp_path / "a"), tau2_like(tmp_path / "b")
+    out = tmp_path / "out"
+    build_report([a, b], out, ReportOptions(n_bootstrap=10))
+    (out / "notes.txt").write_text("mine")
+    build_report([a], out, ReportOptions(n_bootstrap=10))
+    assert not (out / "transparency__b.csv").exists() and (out / "transparency__a.csv").exists()
+    assert (out / "notes.txt").read_text() == "mine"  # files that are not ours are left alone
