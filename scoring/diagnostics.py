@@ -151,8 +151,9 @@ class ScalarDiagnostics:
                 out["auroc"] = np.where((F > 0) & (S > 0), num / (F * S), np.nan)
             if "auprc" in which:
                 # average precision: thresholds at distinct values from the riskiest (lowest C) down
-                np.divide(tp, pp, out=buf, where=pp > 0)
-                buf[pp <= 0] = 0.0
+                # (where pp = 0 also tp = 0 and f = 0, so the floor only avoids 0/0)
+                np.maximum(pp, 1e-300, out=buf)
+                np.divide(tp, buf, out=buf)
                 out["auprc"] = np.where(F > 0, rowdot(fail, buf) / F, np.nan)
             if "aurc" in which:
                 # accept the most confident first. Group g (descending C) has n_b = N - pp_g accepted before it,
@@ -161,34 +162,32 @@ class ScalarDiagnostics:
                 # D_g = psi(n_b + t_g + 1) - psi(n_b + 1) = psi(N - pp_{g-1} + 1) - psi(N - pp_g + 1).
                 np.subtract(N[:, None], pp, out=buf)  # n_b
                 psi = self._psi1(buf, integer_weights, N.max())  # psi(n_b + 1)
-                # e_g = f_b - rate_g n_b
+                e = np.subtract(F[:, None], tp)  # f_b
                 buf *= rate
-                np.subtract(F[:, None], tp, out=tp)  # tp is not needed in its old form below except T-ECE ends
-                tp_ends_needed = "t_ece" in which
-                e = tp
-                e -= buf
+                e -= buf  # e_g = f_b - rate_g n_b
                 # sum_g e_g (psi_{g-1} - psi_g), psi_{-1} = psi(N + 1)
                 first = e[:, 0] * self._psi1(N, integer_weights, N.max())
                 acc = first + rowdot(e[:, 1:], psi[:, :-1]) - rowdot(e, psi)
                 out["aurc"] = np.where(N > 0, (acc + F) / N, np.nan)
-                if tp_ends_needed:
-                    np.subtract(F[:, None], e + buf, out=tp)  # restore tp = F - f_b
+                del e, psi
             if "t_ece" in which:
                 # tie-aware quantile bins: group g (a block of ties) is in bin floor(K * pp_{g-1} / N); per-bin sums
-                # from cumulative sums evaluated at the bin ends only
+                # of successes from the cumulative sums at the bin ends, of C by one dot product per bin
                 K = self.n_bins
-                np.multiply(tot, self.group_c[None, :], out=buf)
-                np.cumsum(buf, axis=1, out=buf)
                 thr = np.arange(1, K)[None, :] * N[:, None] / K - 1e-9 * np.maximum(N[:, None], 1.0)
                 G = pp.shape[1]
+                gc = self.group_c
                 ece = np.zeros(rows)
                 for r in range(rows):
                     # first group whose start position pp_{g-1} >= k N / K  ->  bin boundaries
                     b = np.minimum(np.searchsorted(pp[r], thr[r], side="left") + 1, G)
-                    ends = np.concatenate([b - 1, [G - 1]])
+                    edges = np.concatenate([[0], b, [G]])
+                    ends = edges[1:] - 1
                     cs_end = np.concatenate([[0.0], pp[r][ends] - tp[r][ends]])
-                    cc_end = np.concatenate([[0.0], buf[r][ends]])
-                    ece[r] = np.abs(np.diff(cs_end) - np.diff(cc_end)).sum()
+                    succ_bins = np.diff(cs_end)
+                    tr = tot[r]
+                    c_bins = np.array([tr[a:z] @ gc[a:z] for a, z in zip(edges[:-1], edges[1:])])
+                    ece[r] = np.abs(succ_bins - c_bins).sum()
                 out["t_ece"] = np.where(N > 0, ece / N, np.nan)
             if "t_brier" in which:
                 out["t_brier"] = np.where(N > 0, w @ self.sq_err / N, np.nan)
