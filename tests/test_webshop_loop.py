@@ -83,3 +83,18 @@ def test_perfect_shopper_succeeds_and_wrong_option_fails(fake_server, tmp_path):
         run_batch(config_for(tasks[:1], srv.base_url), tmp_path / "bad", concurrency=1, progress=False)
     (e,) = read_episodes(tmp_path / "bad")
     assert e.stop_reason == StopReason.clean and e.outcome == 0 and e.reward < 1.0
+
+
+def test_cli_dry_run_and_data_error(tmp_path, capsys):
+    from harness.cli import main
+
+    assert main(["run", "--domain", "webshop", "--tasks", "3", "--out", str(tmp_path / "r"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "task ids      ws-0, ws-1, ws-2" in out and "step budget   30" in out
+    assert not (tmp_path / "r").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["run", "--domain", "webshop", "--tasks", "3", "--data", str(empty), "--out", str(tmp_path / "r"),
+                 "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("uqh run: error: no items_shuffle_1000.json") and "--data DIR" in err
