@@ -164,3 +164,13 @@ def test_smoke_local_smollm2(tmp_path):
     assert len(rows) == len(attempts)
     for row, att in zip(rows, attempts):
         assert "".join(t.token for t in row.tokens) == att.raw_text or row.action_token_range is None
+
+
+def test_local_model_default_max_tokens(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--out", str(out), "--dry-run") == 0
+    assert "max_tokens=160" in capsys.readouterr().out
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--max-tokens", "48",
+               "--out", str(out), "--dry-run") == 0
+    assert "max_tokens=48" in capsys.readouterr().out
+    assert not out.exists()
