@@ -158,13 +158,14 @@ def bench_client(base_url: str, concurrency: int, n_calls: int, *, direct: bool)
     return Cell(f"client ({'direct' if direct else 'litellm'})", concurrency, n_calls, wall, cpu)
 
 
-def bench_harness(base_url: str, concurrency: int, n_calls: int, *, workers: int, step_budget: int = 4) -> Cell:
+def bench_harness(base_url: str, concurrency: int, n_calls: int, *, workers: int, step_budget: int = 3) -> Cell:
     from domains import get_domain_class
     from harness.runner import prompt_sha256, run_batch
     from harness.schema import DecodingConfig, RunConfig, read_episodes
 
     domain = get_domain_class("arithmetic")({}, observation_chars=420)
-    n_episodes = max(1, n_calls // step_budget)
+    # Whole waves of C episodes (every step of every episode is one call), so the C/L bound is reachable.
+    n_episodes = concurrency * max(1, round(n_calls / (concurrency * step_budget)))
     config = RunConfig(
         domain="arithmetic",
         task_ids=domain.all_task_ids()[:n_episodes],
@@ -193,7 +194,7 @@ def bench_harness(base_url: str, concurrency: int, n_calls: int, *, workers: int
 # ------------------------------------------------------------------------------------- report
 
 
-def render(cells: list[Cell], latency: float, levels: list[int], rounds: int) -> str:
+def render(cells: list[Cell], latency: float, levels: list[int], rounds: int, harness_scale: int) -> str:
     modes = list(dict.fromkeys(c.mode for c in cells))
     by = {(c.mode, c.concurrency): c for c in cells}
     lines = [
@@ -201,7 +202,8 @@ def render(cells: list[Cell], latency: float, levels: list[int], rounds: int) ->
         "",
         f"Fake OpenAI-compatible server in a separate process, latency {latency * 1000:.0f} ms, "
         f"{len(__import__('fake_openai_server').tokenize(STEP_TEXT))}-token four-tag response with top-5 logprobs; "
-        f"{rounds} x C calls per cell (harness: episodes of 4 steps, arithmetic domain). "
+        f"{rounds} x C calls per cell (harness: waves of C episodes of 3 steps, arithmetic domain; "
+        f"harness rows x{harness_scale} calls to amortise start-up). "
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"load average at start {os.getloadavg()[0]:.1f}.",
         "",
@@ -243,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--levels", default="1,8,32,64,128")
     p.add_argument("--rounds", type=int, default=6, help="calls per cell = rounds x C (at least 12)")
     p.add_argument("--workers", type=int, default=2, help="also run the harness with this many workers (0: skip)")
+    p.add_argument("--harness-scale", type=int, default=2, help="harness cells make this many times more calls")
     p.add_argument("--modes", default="bare,litellm,direct,harness,workers")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "harness_throughput.md"))
     args = p.parse_args(argv)
@@ -262,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
             if "direct" in modes:
                 runs.append(lambda: bench_client(srv.base_url, c, n, direct=True))
             if "harness" in modes:
-                runs.append(lambda: bench_harness(srv.base_url, c, n, workers=1))
+                runs.append(lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=1))
             if "workers" in modes and args.workers > 1:
-                runs.append(lambda: bench_harness(srv.base_url, c, n, workers=args.workers))
+                runs.append(lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=args.workers))
             for run in runs:
                 cell = run()
                 cells.append(cell)
@@ -273,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{cell.rate:7.1f}/s ({cell.rate / (c / args.latency):5.0%} of bound)  {cell.cpu_ms:6.2f} ms CPU/call",
                     flush=True,
                 )
-    table = render(cells, args.latency, levels, args.rounds)
+    table = render(cells, args.latency, levels, args.rounds, args.harness_scale)
     print()
     print(table)
     out = Path(args.out)

@@ -105,7 +105,13 @@ def _logprob_entry(token: str, quirky: bool) -> dict:
     }
 
 
-def _message_text(messages: Iterable[dict]) -> str:
+@lru_cache(maxsize=8192)
+def _count_tokens(text: str) -> int:
+    return len(_TOKEN_RE.findall(text))
+
+
+def count_prompt_tokens(messages: Iterable[dict]) -> int:
+    """Prompt tokens of a request: the tokens of every message's text, newline-joined (cached per message)."""
     parts = []
     for m in messages or ():
         c = m.get("content")
@@ -113,7 +119,19 @@ def _message_text(messages: Iterable[dict]) -> str:
             parts.append(c)
         elif isinstance(c, list):
             parts.extend(p.get("text", "") for p in c if isinstance(p, dict))
-    return "\n".join(parts)
+    if not parts:
+        return 0
+    # Equal to the token count of the newline-joined text (exact unless a message is only whitespace), computed
+    # from cached per-message counts plus what changes at each boundary, so long conversations stay cheap.
+    return _count_tokens("\n".join(parts)) if len(parts) < 3 else sum(_count_tokens(p) for p in parts) + _joins(parts)
+
+
+def _joins(parts: list[str]) -> int:
+    # Tokens created or merged at the boundaries when parts are joined with "\n" (exactness for tests).
+    total = 0
+    for a, b in zip(parts, parts[1:]):
+        total += _count_tokens(a[-1:] + "\n" + b[:1]) - _count_tokens(a[-1:]) - _count_tokens(b[:1]) if a and b else 0
+    return total
 
 
 @lru_cache(maxsize=1024)
@@ -127,17 +145,7 @@ def _completion_parts(text: str, max_tokens: int | None) -> tuple[str, tuple[str
 
 
 @lru_cache(maxsize=1024)
-def build_response_body(
-    text: str,
-    *,
-    model: str,
-    max_tokens: int | None,
-    logprobs: bool,
-    top_logprobs: int,
-    quirky: bool,
-    prompt_tokens: int,
-) -> bytes:
-    """The exact JSON bytes the server sends for one completion (cached: no per-request heavy work)."""
+def _choice_json(text: str, max_tokens: int | None, logprobs: bool, top_logprobs: int, quirky: bool) -> tuple[str, int]:
     content, tokens, finish = _completion_parts(text, max_tokens)
     choice: dict[str, Any] = {
         "index": 0,
@@ -154,20 +162,34 @@ def build_response_body(
         choice["logprobs"] = {"content": entries}
     else:
         choice["logprobs"] = None
-    body = {
-        "id": "chatcmpl-fake-%08x" % (hash((text, max_tokens)) & 0xFFFFFFFF),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "system_fingerprint": "fp_fake",
-        "choices": [choice],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(tokens),
-            "total_tokens": prompt_tokens + len(tokens),
-        },
-    }
-    return json.dumps(body).encode()
+    return json.dumps(choice), len(tokens)
+
+
+def build_response_body(
+    text: str,
+    *,
+    model: str,
+    max_tokens: int | None,
+    logprobs: bool,
+    top_logprobs: int,
+    quirky: bool,
+    prompt_tokens: int,
+) -> bytes:
+    """The exact JSON bytes the server sends for one completion (the expensive part is cached per text)."""
+    choice, n_tokens = _choice_json(text, max_tokens, logprobs, top_logprobs, quirky)
+    head = json.dumps(
+        {
+            "id": "chatcmpl-fake-%08x" % (hash((text, max_tokens)) & 0xFFFFFFFF),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": "fp_fake",
+        }
+    )
+    usage = json.dumps(
+        {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens, "total_tokens": prompt_tokens + n_tokens}
+    )
+    return f'{head[:-1]}, "choices": [{choice}], "usage": {usage}}}'.encode()
 
 
 def _error_body(status: int, message: str, etype: str, code: str | None = None) -> bytes:
@@ -359,7 +381,7 @@ class FakeOpenAIServer:
             logprobs=want_logprobs,
             top_logprobs=top_n,
             quirky=self.quirky_top_logprobs,
-            prompt_tokens=len(tokenize(_message_text(body.get("messages", [])))),
+            prompt_tokens=count_prompt_tokens(body.get("messages", [])),
         )
         if fault == "malformed":
             payload = payload[: max(1, len(payload) // 2)]

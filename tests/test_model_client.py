@@ -90,6 +90,22 @@ def test_fake_server_script_cycles_last_and_rejects_unknown_fault(fake_server):
     assert len(srv.requests) == 4
 
 
+def test_fake_server_prompt_token_count_matches_joined_text():
+    from fake_openai_server import count_prompt_tokens
+
+    msgs = [
+        {"role": "system", "content": "Sys prompt.  "},
+        {"role": "user", "content": " Question: 2+2?"},
+        {"role": "assistant", "content": "<think>x</think>\n<action>Calc[2+2]</action>"},
+        {"role": "user", "content": "Observation: Result: 4\n"},
+        {"role": "user", "content": [{"type": "text", "text": "more"}]},
+    ]
+    joined = "\n".join(["Sys prompt.  ", " Question: 2+2?", "<think>x</think>\n<action>Calc[2+2]</action>",
+                         "Observation: Result: 4\n", "more"])
+    assert count_prompt_tokens(msgs) == len(tokenize(joined))
+    assert count_prompt_tokens([]) == 0
+
+
 # ------------------------------------------------------------------------------------- logprobs
 
 
