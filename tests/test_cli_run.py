@@ -174,3 +174,21 @@ def test_local_model_default_max_tokens(tmp_path, capsys):
                "--out", str(out), "--dry-run") == 0
     assert "max_tokens=48" in capsys.readouterr().out
     assert not out.exists()
+
+
+def test_domain_options_only_when_set_and_grammar_forwarded(fake_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://x/v1",
+               "--top-k", "3", "--retrieval", "bm25", "--out", str(out), "--dry-run") == 0
+    assert "options       retrieval=bm25, top_k=3" in capsys.readouterr().out
+    with fake_server(solver) as srv:
+        assert uqh("--domain", "arithmetic", "--task-ids", "arith-0007", "--model", "openai/fake", "--api-base",
+                   srv.base_url, "--grammar", "--seed", "7", "--top-logprobs", "3", "--out", str(out),
+                   "--no-progress") == 0
+        body = srv.requests[0]
+    assert "<think>" in body["grammar"] and body["top_logprobs"] == 3
+    from harness.loop import derive_seed
+
+    assert body["seed"] == derive_seed(7, "arith-0007#0")
+    m = read_manifest(out)
+    assert m.config.decoding.grammar is True and m.config.task_ids == ["arith-0007"] and m.config.domain_options == {}
