@@ -12,7 +12,8 @@ possible rate is C / L calls/s (the "bound"). For each concurrency C it measures
 - ``client (direct)``: the same client on its direct ``openai`` path (the default for OpenAI-compatible URLs);
 - ``harness``: the full batch runner (:func:`harness.runner.run_batch`, ``arithmetic`` domain, every step
   parsed, stepped and checkpointed, episodes + sidecar written with fsync) on the direct path;
-- ``harness --workers N``: the same spread over N worker processes.
+- ``harness --no-checkpoints``: the same without the per-step checkpoint files (shows what they cost);
+- ``harness --workers N``: the harness spread over N worker processes.
 
 Reported per row: calls/s, that as a fraction of the bound, and CPU milliseconds per call of this process
 (``time.process_time``; plus finished children's CPU for worker runs). "harness extra CPU" is the harness's CPU
@@ -158,7 +159,9 @@ def bench_client(base_url: str, concurrency: int, n_calls: int, *, direct: bool)
     return Cell(f"client ({'direct' if direct else 'litellm'})", concurrency, n_calls, wall, cpu)
 
 
-def bench_harness(base_url: str, concurrency: int, n_calls: int, *, workers: int, step_budget: int = 3) -> Cell:
+def bench_harness(
+    base_url: str, concurrency: int, n_calls: int, *, workers: int, step_budget: int = 3, checkpoints: bool = True
+) -> Cell:
     from domains import get_domain_class
     from harness.runner import prompt_sha256, run_batch
     from harness.schema import DecodingConfig, RunConfig, read_episodes
@@ -179,7 +182,9 @@ def bench_harness(base_url: str, concurrency: int, n_calls: int, *, workers: int
     with tempfile.TemporaryDirectory(prefix="uqh-bench-") as tmp:
         c0, k0 = time.process_time(), _children_cpu()
         t0 = time.perf_counter()
-        summary = run_batch(config, Path(tmp) / "run", concurrency=concurrency, workers=workers, progress=False)
+        summary = run_batch(
+            config, Path(tmp) / "run", concurrency=concurrency, workers=workers, progress=False, checkpoints=checkpoints
+        )
         wall = time.perf_counter() - t0
         cpu = time.process_time() - c0 + (_children_cpu() - k0)
         episodes = read_episodes(Path(tmp) / "run")
@@ -188,6 +193,8 @@ def bench_harness(base_url: str, concurrency: int, n_calls: int, *, workers: int
         print(f"  warning: {summary.stats.infra_errors} infrastructure errors: {dict(summary.stats.error_messages)}",
               file=sys.stderr)
     mode = "harness" if workers == 1 else f"harness --workers {workers}"
+    if not checkpoints:
+        mode += " --no-checkpoints"
     return Cell(mode, concurrency, calls, wall, cpu)
 
 
@@ -246,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=6, help="calls per cell = rounds x C (at least 12)")
     p.add_argument("--workers", type=int, default=2, help="also run the harness with this many workers (0: skip)")
     p.add_argument("--harness-scale", type=int, default=2, help="harness cells make this many times more calls")
-    p.add_argument("--modes", default="bare,litellm,direct,harness,workers")
+    p.add_argument("--modes", default="bare,litellm,direct,harness,nockpt,workers",
+                   help="bare, litellm, direct, harness, nockpt (harness without checkpoints), workers")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "harness_throughput.md"))
     args = p.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
@@ -266,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(lambda: bench_client(srv.base_url, c, n, direct=True))
             if "harness" in modes:
                 runs.append(lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=1))
+            if "nockpt" in modes:
+                runs.append(lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=1, checkpoints=False))
             if "workers" in modes and args.workers > 1:
                 runs.append(lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=args.workers))
             for run in runs:
