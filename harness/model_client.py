@@ -428,6 +428,18 @@ class ModelClientImpl:
 
     # ---------------------------------------------------------------- public
 
+    def backoff_s(self, failures: int, exc: BaseException | None = None) -> float:
+        """Seconds to wait after the ``failures``-th failure: exponential with jitter, at least Retry-After.
+
+        ``min(max, initial * 2**(failures-1)) + U(0, initial)``, raised to the server's Retry-After (capped at max).
+        """
+        backoff = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (failures - 1))
+        backoff += random.uniform(0, self.backoff_initial_s)
+        ra = _retry_after_s(exc) if exc is not None else None
+        if ra is not None:
+            backoff = max(backoff, min(ra, self.backoff_max_s))
+        return backoff
+
     async def complete(self, messages: list[dict], *, seed: int | None = None) -> Completion:
         """One chat completion with retries; raises ModelCallFailed when it cannot succeed."""
         from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt
@@ -438,14 +450,8 @@ class ModelClientImpl:
         attempts = 0
 
         def _wait(state: Any) -> float:
-            n = state.attempt_number  # failures so far
-            backoff = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (n - 1))
-            backoff += random.uniform(0, self.backoff_initial_s)
             exc = state.outcome.exception() if state.outcome else None
-            ra = _retry_after_s(exc) if exc is not None else None
-            if ra is not None:
-                backoff = max(backoff, min(ra, self.backoff_max_s))
-            return backoff
+            return self.backoff_s(state.attempt_number, exc)
 
         def _before_sleep(state: Any) -> None:
             exc = state.outcome.exception()

@@ -440,3 +440,19 @@ def test_direct_path_needs_neither_litellm_nor_openai_imports(fake_server):
         )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["None", "True", "False", "False"]
+
+
+def test_backoff_is_exponential_with_jitter_and_honours_retry_after():
+    from harness.model_client import HTTPStatusFailure
+
+    c = make_model_client(
+        "openai/x", api_base="http://127.0.0.1:1/v1", decoding=DecodingConfig(), backoff_initial_s=1.0, backoff_max_s=10.0
+    )
+    for failures, base in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (9, 10.0)]:
+        waits = [c.backoff_s(failures) for _ in range(200)]
+        assert all(base <= w <= base + 1.0 for w in waits)
+        assert max(waits) - min(waits) > 0.5  # jitter really spreads retries
+    assert c.backoff_s(1, HTTPStatusFailure(429, "slow down", retry_after=7.0)) >= 7.0
+    assert c.backoff_s(1, HTTPStatusFailure(429, "slow down", retry_after=3600.0)) == 10.0  # capped at max
+    assert is_transient(HTTPStatusFailure(429, "x")) and is_transient(HTTPStatusFailure(502, "x"))
+    assert not is_transient(HTTPStatusFailure(401, "x")) and not is_transient(HTTPStatusFailure(422, "x"))
