@@ -69,7 +69,7 @@ def vectorised(values, offsets, y, ids, n_boot, seed=0):
 
     def stat(counts):
         out = {}
-        means = counts @ tps_matrix / counts.sum(axis=1)[:, None]
+        means = np.einsum("ij,jk->ik", counts, tps_matrix) / counts.sum(axis=1)[:, None]
         for j, k in enumerate(keys):
             out[k] = means[:, j]
         for name, d in diags.items():

@@ -96,13 +96,14 @@ def fit_platt(values: np.ndarray, y: np.ndarray, w: np.ndarray, *, lam: float = 
         return PlattMap(a_fb, 0.0, 0.0, True, True, mu, sigma, sigma < SIGMA_FLOOR, ybar, n_trajectories, values.size)
     theta = np.array([a_fb, 0.0])
 
+    # (np.einsum rather than BLAS dot products: OpenBLAS threads long dots, which stalls on a busy machine)
     def grad_hess(th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         p = sigmoid(th[0] + th[1] * x)
         r = w * (p - y)
         h = w * p * (1.0 - p)
         hx = h * x
-        g = np.array([r.sum(), r @ x + lam * th[1]])
-        hess = np.array([[h.sum(), hx.sum()], [hx.sum(), hx @ x + lam]])
+        g = np.array([r.sum(), np.einsum('i,i->', r, x) + lam * th[1]])
+        hess = np.array([[h.sum(), hx.sum()], [hx.sum(), np.einsum('i,i->', hx, x) + lam]])
         return g, hess
 
     # Newton's method on the convex objective  sum w [log(1+e^u) - y u] + (lam/2) b^2 ; a step is accepted when it

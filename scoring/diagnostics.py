@@ -120,7 +120,7 @@ class ScalarDiagnostics:
         rows = w.shape[0]
         if self.n == 0:
             return {k: np.full(rows, np.nan) for k in which}
-        ws = w[:, self.order]
+        ws = np.take(w, self.order, axis=1)  # C-contiguous rows (w[:, order] is column-major)
         if self.has_ties:
             tot = np.add.reduceat(ws, self.starts, axis=1)
             fail = np.add.reduceat(ws * self.fail_sorted, self.starts, axis=1)
@@ -186,11 +186,11 @@ class ScalarDiagnostics:
                     cs_end = np.concatenate([[0.0], pp[r][ends] - tp[r][ends]])
                     succ_bins = np.diff(cs_end)
                     tr = tot[r]
-                    c_bins = np.array([tr[a:z] @ gc[a:z] for a, z in zip(edges[:-1], edges[1:])])
+                    c_bins = np.array([np.einsum('i,i->', tr[a:z], gc[a:z]) for a, z in zip(edges[:-1], edges[1:])])
                     ece[r] = np.abs(succ_bins - c_bins).sum()
                 out["t_ece"] = np.where(N > 0, ece / N, np.nan)
             if "t_brier" in which:
-                out["t_brier"] = np.where(N > 0, w @ self.sq_err / N, np.nan)
+                out["t_brier"] = np.where(N > 0, np.einsum("ij,j->i", w, self.sq_err) / N, np.nan)
         return out
 
 

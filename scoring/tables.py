@@ -72,10 +72,10 @@ def _stream_statistics(values, sample: Sample, w, rules, eta, complete, c_comple
         cc = counts[:, complete]
         tot_c = cc.sum(axis=1)
         for k, v in per_traj.items():
-            out[k] = counts @ v / tot
+            out[k] = np.einsum("ij,j->i", counts, v) / tot
             if any_censored:
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    comp = cc @ v[complete] / tot_c
+                    comp = np.einsum("ij,j->i", cc, v[complete]) / tot_c
                 out[f"{k}_complete_only"] = comp
                 out[f"delta_practice_{k[4:]}"] = out[k] - comp
         if c_complete_diag is not None:
