@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import os
 import sys
@@ -196,11 +197,23 @@ def _offline_datasets():
             ds_config.HF_HUB_OFFLINE = saved_flag
 
 
+_INSPECTED: dict[str, tuple[int, str, int | None]] = {}
+
+
 def _inspect_domain(opts: dict[str, Any]) -> tuple[int, str, int | None]:
     """(tasks, where the count comes from, system prompt chars or None).
 
     Tasks and prompt are asked of the domain when it can list them offline, else the paper's count is used.
+    Cached per process (a group plan lists every domain once).
     """
+    key = json.dumps([opts["domain"], opts.get("split"), opts["domain_options"], opts["n_tasks"], opts["seed"],
+                      opts["observation_chars"], opts["expected_tasks"]], sort_keys=True, default=str)
+    if key not in _INSPECTED:
+        _INSPECTED[key] = _inspect_domain_uncached(opts)
+    return _INSPECTED[key]
+
+
+def _inspect_domain_uncached(opts: dict[str, Any]) -> tuple[int, str, int | None]:
     try:
         from domains import get_domain_class
 
