@@ -203,9 +203,35 @@ def build_config(args: argparse.Namespace):
     return config, domain, out
 
 
+def _preset_plan(args: argparse.Namespace) -> str:
+    """``--preset NAME --dry-run``: the preset's offline plan (no key, no network needed), with flag overrides."""
+    from harness.presets import get_preset, plan
+
+    overrides: dict[str, Any] = {}
+    for flag, key in (("model", "model"), ("api_base", "api_base"), ("step_budget", "step_budget"),
+                      ("tasks", "n_tasks"), ("samples", "samples_per_task"), ("out", "out"),
+                      ("observation_chars", "observation_chars"), ("split", "split"), ("user_model", "user_model")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[key] = value
+    if args.task_ids:
+        overrides["n_tasks"] = len([t for t in args.task_ids.split(",") if t.strip()])
+    decoding = {k: getattr(args, k) for k in ("temperature", "top_p", "seed", "max_tokens", "top_logprobs",
+                                              "grammar", "reasoning") if getattr(args, k) is not None}
+    if decoding or args.no_logprobs:
+        merged = dict(get_preset(args.preset)["decoding"], **decoding)
+        if args.no_logprobs:
+            merged["logprobs"] = False
+        overrides["decoding"] = merged
+    return plan(args.preset, overrides=overrides)
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.runner import default_concurrency, run_batch
 
+    if args.dry_run and args.preset:
+        print(_preset_plan(args), end="")
+        return 0
     config, domain, out = build_config(args)
     concurrency = args.concurrency or default_concurrency(config.model)
     n_episodes = len(config.task_ids) * config.samples_per_task

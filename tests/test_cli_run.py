@@ -192,3 +192,12 @@ def test_domain_options_only_when_set_and_grammar_forwarded(fake_server, tmp_pat
     assert body["seed"] == derive_seed(7, "arith-0007#0")
     m = read_manifest(out)
     assert m.config.decoding.grammar is True and m.config.task_ids == ["arith-0007"] and m.config.domain_options == {}
+
+
+def test_preset_dry_run_prints_the_preset_plan(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)  # a plan needs no key
+    assert uqh("--preset", "paper-hotpotqa", "--model", "openai/mine", "--tasks", "10", "--out",
+               str(tmp_path / "r"), "--dry-run") == 0
+    text = capsys.readouterr().out
+    assert "preset paper-hotpotqa" in text and "model           openai/mine" in text
+    assert "dry run: no model was called." in text and not (tmp_path / "r").exists()
