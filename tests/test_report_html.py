@@ -36,6 +36,13 @@ CHECKS = {
     "first_action": "document.querySelector('#trace-steps tbody tr td:nth-child(2)').textContent",
     "summary": "document.getElementById('trace-summary').textContent",
     "alerts": "window.__alerted || 0",
+    # click the first legend item: its series is hidden, and stays hidden after switching trajectory
+    "toggle": "(() => { document.querySelector('#trace-legend .legend-item').click();"
+              " const hid = document.querySelector('#trace-plot g.series').style.display === 'none';"
+              " const sel = document.getElementById('trace-episode'); sel.value = sel.options[0].value;"
+              " sel.dispatchEvent(new Event('change'));"
+              " return [hid, document.querySelector('#trace-plot g.series').style.display === 'none',"
+              " document.querySelector('#trace-legend .legend-item').classList.contains('off')]; })()",
 }
 
 
@@ -54,6 +61,7 @@ def test_trace_plot_renders_chosen_trajectory_without_console_errors(tmp_path):
     assert v["bands"] == 4 and v["rows"] == 4
     assert v["dots"] == 6 * 4 and v["lines"] == 6
     assert v["first_action"] == "Search[q1]"
+    assert v["toggle"] == [True, True, True]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
 

@@ -16,6 +16,7 @@
   var tip = document.getElementById("trace-tooltip");
   var stepsBody = document.querySelector("#trace-steps tbody");
   var failedBox = document.getElementById("trace-failed");
+  var hidden = {};  // predictor key -> true when switched off in the legend (kept across trajectories)
 
   function el(name, attrs, parent) {
     var node = document.createElementNS(SVG_NS, name);
@@ -81,6 +82,7 @@
       var color = COLORS[k % COLORS.length];
       var vals = ep.values[p.key] || [];
       var g = el("g", { "class": "series", "data-predictor": p.key }, plot);
+      if (hidden[p.key]) { g.style.display = "none"; }
       var pts = [];
       function flush() {
         if (pts.length > 1) {
@@ -102,6 +104,14 @@
       sw.style.borderColor = color;
       item.appendChild(sw);
       item.appendChild(document.createTextNode(p.label + (p.available === false ? " (no values)" : "")));
+      item.className = "legend-item" + (hidden[p.key] ? " off" : "");
+      item.setAttribute("data-predictor", p.key);
+      item.title = "click to show or hide";
+      item.addEventListener("click", function () {
+        hidden[p.key] = !hidden[p.key];
+        g.style.display = hidden[p.key] ? "none" : "";
+        item.className = "legend-item" + (hidden[p.key] ? " off" : "");
+      });
       legend.appendChild(item);
     });
 
