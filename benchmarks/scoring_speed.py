@@ -48,7 +48,7 @@ def make_data(n: int, steps: int, seed: int = 0):
 # ------------------------------------------------------------------------------------------ vectorised
 
 
-def vectorised(values, offsets, y, ids, n_boot, seed=0):
+def vectorised(values, offsets, y, ids, n_boot, seed=0, workers=1):
     n = offsets.size - 1
     rules = [parse_score(s) for s in RULES]
     w = trajectory_weights(offsets, "linear-front")
@@ -77,7 +77,7 @@ def vectorised(values, offsets, y, ids, n_boot, seed=0):
                 out[f"{name}:{m}"] = v
         return out
 
-    boot = paired_bootstrap(stat, n, n_boot, seed)
+    boot = paired_bootstrap(stat, n, n_boot, seed, workers=workers)
     maps = [(m.a, m.b, m.mu, m.sigma, m.fallback) for m in platt.maps]
     return point, boot, maps
 
@@ -294,6 +294,11 @@ def main() -> None:
     point, boot, _ = vectorised(values, offsets, y, ids, args.boot)
     t_vec = time.perf_counter() - t0
     print(f"vectorised: {args.n} x {args.steps}, {args.boot} resamples: {t_vec:.2f} s")
+    t0 = time.perf_counter()
+    point2, boot2, _ = vectorised(values, offsets, y, ids, args.boot, workers=2)
+    t_vec2 = time.perf_counter() - t0
+    assert all(np.allclose(boot[k], boot2[k], rtol=0, atol=1e-12) for k in boot)
+    print(f"vectorised, bootstrap on 2 threads: {t_vec2:.2f} s")
 
     # loop baseline on a subsample + agreement check on the same data and resamples
     sv, so, sy, sids = make_data(args.loop_n, args.steps, seed=1)
@@ -323,6 +328,7 @@ def main() -> None:
         f"| Python loop, measured on {args.loop_n:,} trajectories: {args.loop_boot} resamples | {t_boot:.2f} s |",
         f"| Python loop extrapolated to the full workload (linear in n and resamples) | {t_loop:,.0f} s |",
         f"| speed-up | {speedup:,.0f}x |",
+        f"| vectorised total, bootstrap chunks on 2 threads (same numbers) | {t_vec2:.2f} s ({t_loop / t_vec2:,.0f}x) |",
         f"| agreement on the subsample (max abs diff): point / bootstrap / Platt (a, b, mu, sd) | "
         f"{max_point:.1e} / {max_boot:.1e} / {max_map:.1e} |",
         "",

@@ -33,16 +33,38 @@ def paired_bootstrap(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     chunk: int | None = None,
+    workers: int = 1,
 ) -> dict[str, np.ndarray]:
-    """Run ``statistic(counts (b, n)) -> {name: (b,)}`` on ``n_resamples`` resamples; returns {name: (B,)}."""
+    """Run ``statistic(counts (b, n)) -> {name: (b,)}`` on ``n_resamples`` resamples; returns {name: (B,)}.
+
+    ``workers > 1`` evaluates chunks in a thread pool (numpy releases the GIL in its loops); the resamples are
+    still drawn in order from one generator, so the result does not depend on ``workers`` or ``chunk``.
+    """
     if n <= 0 or n_resamples <= 0:
         return {}
     if chunk is None:  # small blocks of resamples keep the (chunk, n) work arrays cache-resident
-        chunk = max(1, min(256, 400_000 // max(n, 1)))
+        chunk = max(1, min(256, 200_000 // max(n, 1)))
     parts: dict[str, list[np.ndarray]] = {}
-    for counts in resample_counts(n, n_resamples, seed, chunk):
-        for k, v in statistic(counts).items():
+
+    def collect(res: dict[str, np.ndarray]) -> None:
+        for k, v in res.items():
             parts.setdefault(k, []).append(np.asarray(v, dtype=float))
+
+    if workers <= 1:
+        for counts in resample_counts(n, n_resamples, seed, chunk):
+            collect(statistic(counts))
+    else:
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            pending: deque = deque()
+            for counts in resample_counts(n, n_resamples, seed, chunk):
+                pending.append(pool.submit(statistic, counts))
+                while len(pending) > 2 * workers:
+                    collect(pending.popleft().result())
+            while pending:
+                collect(pending.popleft().result())
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 

@@ -149,6 +149,9 @@ def test_bootstrap_is_seeded_chunk_independent_and_matches_a_loop():
     diag = ScalarDiagnostics(c, y)
     a = paired_bootstrap(lambda w: diag.compute(w), 50, 40, seed=9, chunk=7)
     b = paired_bootstrap(lambda w: diag.compute(w), 50, 40, seed=9, chunk=64)
+    threaded = paired_bootstrap(lambda w: diag.compute(w), 50, 40, seed=9, chunk=3, workers=2)
+    for k in a:
+        np.testing.assert_allclose(a[k], threaded[k], rtol=0, atol=1e-13)
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-13)  # BLAS order may differ by chunk
     # a straightforward loop over index resamples from the same generator gives the same numbers
