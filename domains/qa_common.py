@@ -26,7 +26,6 @@ from .retrieval import (
     Paragraph,
     Retriever,
     check_es_url,
-    corpus_sha256,
     read_corpus_file,
 )
 
