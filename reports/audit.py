@@ -39,6 +39,7 @@ class Run:
     manifest: Manifest
     episodes: list[Episode]
     name: str = ""  # unique short name among the runs of one report (default: the directory name)
+    label_text: str | None = None  # overrides the label (pooled runs)
 
     @property
     def domain(self) -> str:
@@ -46,6 +47,8 @@ class Run:
 
     @property
     def label(self) -> str:
+        if self.label_text:
+            return self.label_text
         return f"{self.name or self.path.name} ({self.domain})"
 
     @property

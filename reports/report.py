@@ -71,6 +71,7 @@ class ScoredRun:
     main: dict  # score_run, censoring exclude (complete observation), fixed_rank on
     by_weights: dict[str, dict] = field(default_factory=dict)  # score_run per weight schedule (simple if censored)
     parse_sens: tuple[dict, dict] | None = None  # (working sample, parse errors as censored)
+    pooled: bool = False  # several run directories scored together (not shown in the trace explorer)
 
     @property
     def label(self) -> str:
@@ -133,6 +134,8 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
                     path=Path(f"pooled-{dataset}"),
                     manifest=group[0][0].manifest,
                     episodes=[e for r, _ in group for e in r.episodes],
+                    name=f"pooled-{dataset}",
+                    label_text=f"pooled {dataset} ({' + '.join(r.name or r.path.name for r, _ in group)})",
                 )
                 items.append((pooled_run, pooled_data))
     taken: set[str] = set()
@@ -143,7 +146,8 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
             raise UserError(f"{run.path} has no finished episodes yet; run `uqh run` first (or drop it from the list)")
         base = dict(n_bootstrap=opts.n_bootstrap, seed=opts.seed)
         main = score_run(data, ScoreOptions(censoring="exclude", fixed_rank=True, **base))
-        sr = ScoredRun(run=run, data=data, slug=_slug(run.name or run.path.name, taken), main=main)
+        sr = ScoredRun(run=run, data=data, slug=_slug(run.name or run.path.name, taken), main=main,
+                       pooled=run.label_text is not None)
         censoring = "simple" if sr.has_censored else "exclude"
         for scheme in WEIGHT_SCHEMES:
             sr.by_weights[scheme] = score_run(data, ScoreOptions(weights=scheme, censoring=censoring, auq=False, **base))
@@ -615,6 +619,8 @@ def trace_data(scored: list[ScoredRun], max_traces: int) -> dict[str, Any]:
 
     runs_out = []
     for sr in scored:
+        if sr.pooled:
+            continue
         data = sr.data
         index = {str(e): i for i, e in enumerate(data.episode_ids)}
         # Platt-calibrated verbal stream of the complete trajectories (the primary calibrated predictor).

@@ -179,6 +179,9 @@ def test_pool_adds_a_pooled_dataset(tmp_path):
     res = build_report([a, b], tmp_path / "out", ReportOptions(n_bootstrap=20, pool=True))
     rows = _csv(res.out_dir / "transparency__pooled-Tau2-Bench.csv")
     assert rows[0]["n"] == "8"
+    calib = {r["Run"] for r in _csv(res.out_dir / "calibration_invariance.csv")}
+    assert calib == {"a (tau2-airline)", "b (tau2-airline)", "pooled Tau2-Bench (a + b)"}
+    assert res.html.read_text().count('"label":"pooled') == 0  # not in the trace explorer
 
 
 def test_user_errors_write_nothing(tmp_path, capsys):
