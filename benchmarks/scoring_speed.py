@@ -284,8 +284,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--boot", type=int, default=1000)
-    ap.add_argument("--loop-n", type=int, default=1000, help="subsample size for the Python loop")
-    ap.add_argument("--loop-boot", type=int, default=10, help="bootstrap resamples for the Python loop")
+    ap.add_argument("--loop-n", type=int, default=2000, help="subsample size for the Python loop")
+    ap.add_argument("--loop-boot", type=int, default=20, help="bootstrap resamples for the Python loop")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scoring_speed.md"))
     args = ap.parse_args()
 
