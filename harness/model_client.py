@@ -80,7 +80,7 @@ def _status_of(exc: BaseException) -> int | None:
 
 def is_transient(exc: BaseException) -> bool:
     """True for failures a retry can cure: rate limits, server errors, timeouts, resets, broken bodies."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, json.JSONDecodeError)):
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, json.JSONDecodeError, MalformedResponse)):
         return True
     # Only look at libraries already imported: an exception cannot come from one that is not.
     openai = sys.modules.get("openai")
@@ -111,6 +111,25 @@ class HTTPStatusFailure(Exception):
         super().__init__(f"HTTP {status_code}: {message}")
         self.status_code = status_code
         self.retry_after = retry_after
+
+
+class MalformedResponse(ValueError):
+    """A 2xx body that is JSON but not a chat completion (no choices/message): retried like a truncated body."""
+
+
+def _check_response(resp: Any) -> None:
+    """Raise for bodies that parsed but carry no completion (some gateways answer 200 with an error object)."""
+    choices = _get(resp, "choices")
+    if choices and _get(choices[0], "message") is not None:
+        return
+    error = _get(resp, "error")
+    if error is not None:
+        code = _get(error, "code")
+        message = _get(error, "message") or str(error)
+        if isinstance(code, int) and 100 <= code <= 599:
+            raise HTTPStatusFailure(code, str(message)[:300])
+        raise MalformedResponse(f"the response carries an error instead of a completion: {str(message)[:300]}")
+    raise MalformedResponse("the response has no choices/message")
 
 
 def _retry_after_s(exc: BaseException) -> float | None:
@@ -469,6 +488,7 @@ class ModelClientImpl:
                 with attempt:
                     attempts += 1
                     resp = await call(messages, seed)
+                    _check_response(resp)
         except RetryError as exc:  # pragma: no cover - reraise=True hands back the last exception instead
             raise ModelCallFailed(f"{self.model}: {attempts} attempts failed") from exc
         except asyncio.CancelledError:
@@ -483,10 +503,7 @@ class ModelClientImpl:
         return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed)
 
     def _to_completion(self, resp: Any, *, retries: int, latency_s: float, seed: int | None) -> Completion:
-        choices = _get(resp, "choices") or []
-        if not choices:
-            raise ModelCallFailed(f"{self.model}: the response has no choices")
-        choice = choices[0]
+        choice = _get(resp, "choices")[0]  # shape checked by _check_response
         message = _get(choice, "message")
         tokens = convert_logprobs(_get(choice, "logprobs"), self.decoding.top_logprobs) if self.decoding.logprobs else None
         if self.decoding.logprobs and tokens is None:

@@ -24,7 +24,9 @@ Logprobs are deterministic functions of the token text, so tests can compute the
 Faults (consumed one per request, in order, before normal service):
 ``"429"`` (Retry-After: 0), ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"404"``, ``"timeout"`` (sleeps
 ``timeout_sleep_s`` before answering), ``"malformed"`` (HTTP 200 with a truncated JSON body), ``"reset"``
-(the connection is aborted without a response), ``"no_logprobs"`` (a normal answer without a logprobs field).
+(the connection is aborted without a response), ``"no_logprobs"`` (a normal answer without a logprobs field),
+``"error_200"`` (HTTP 200 whose body is ``{"error": {"code": 502, ...}}``, as some gateways do) and
+``"no_choices"`` (HTTP 200, a chat.completion with an empty ``choices`` list).
 
 With ``quirky_top_logprobs=True`` every position lists 6 alternatives including a duplicate string and
 ``bytes: null`` -- the shape llama-cpp-python returns -- so clients' normalisation can be tested end to end.
@@ -52,7 +54,9 @@ DEFAULT_TEXT = (
     "<explanation>Direct arithmetic.</explanation>"
 )
 
-FAULTS = ("429", "500", "503", "400", "401", "404", "timeout", "malformed", "reset", "no_logprobs")
+FAULTS = (
+    "429", "500", "503", "400", "401", "404", "timeout", "malformed", "reset", "no_logprobs", "error_200", "no_choices",
+)
 
 ALT_VOCAB = (" the", ",", " a", ".", " and", "\n", " of", " to", "<", ">", " is", "0")
 
@@ -360,6 +364,13 @@ class FakeOpenAIServer:
                 status=status, body=_error_body(status, msg, etype, code), content_type="application/json",
                 headers=headers,
             )
+        if fault == "error_200":
+            body200 = {"error": {"message": "Upstream provider error (fake).", "code": 502, "metadata": {}}}
+            return web.Response(body=json.dumps(body200).encode(), content_type="application/json")
+        if fault == "no_choices":
+            empty = {"id": "chatcmpl-fake-empty", "object": "chat.completion", "created": int(time.time()),
+                     "model": str(body.get("model", "fake")), "choices": [], "usage": None}
+            return web.Response(body=json.dumps(empty).encode(), content_type="application/json")
         if fault == "timeout":
             await asyncio.sleep(self.timeout_sleep_s)
         if fault == "reset":

@@ -163,7 +163,7 @@ def test_normalise_top_logprobs_hand_case():
 
 
 @pytest.mark.parametrize("transport", PATHS)
-@pytest.mark.parametrize("fault", ["429", "500", "503", "timeout", "malformed", "reset"])
+@pytest.mark.parametrize("fault", ["429", "500", "503", "timeout", "malformed", "reset", "error_200", "no_choices"])
 def test_transient_fault_is_retried_then_succeeds(fake_server, transport, fault):
     with fake_server(STEP, faults=[fault], timeout_sleep_s=2.0) as srv:
         c = _complete(_client(srv, transport, timeout_s=0.5))
