@@ -19,7 +19,7 @@ import numpy as np
 
 from scoring.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, interval, paired_bootstrap, standard_error
 from scoring.calibration import cross_fit_platt
-from scoring.diagnostics import AGGREGATORS, DIAGNOSTICS, ScalarDiagnostics, trajectory_scalar
+from scoring.diagnostics import AGGREGATORS, ScalarDiagnostics, trajectory_scalar
 from scoring.fixed_rank import fixed_rank_analysis
 from scoring.rules import DEFAULT_SCORES, ScoreRule, parse_score
 from scoring.streams import BASE_RATE, PREDICTOR_LABELS, PREDICTORS, RunData, Sample, build_sample
