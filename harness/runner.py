@@ -167,6 +167,9 @@ async def run_specs(
 
                     try:
                         await env.replay(recorded_steps(spec.prefix.steps))
+                        # Continue the recorded conversation: a reset whose opening is sampled (Tau2's simulated
+                        # user) may differ from the recorded one, which the replayed state already holds.
+                        task_prompt = spec.prefix.task_prompt
                     except ReplayMismatch as exc:
                         if not job.resumed:
                             raise

@@ -46,7 +46,16 @@ def client_factory(fail_after=None):
 
 
 def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path, monkeypatch):
-    script = Script(SOLVED_AGENT, USER_LINES)
+    openings = iter(f"{USER_OPEN} (take {k})" for k in range(1, 10))
+
+    class SampledOpening(Script):
+        """A user whose opening differs on every call, as a sampling user model's may."""
+
+        def __call__(self, req):
+            text = super().__call__(req)
+            return next(openings) if text == USER_OPEN else text
+
+    script = SampledOpening(SOLVED_AGENT, USER_LINES)
     run = tmp_path / "run"
     with fake_server(script) as srv:
         # The runner passes no endpoint for a non-local user model: litellm reads it from the environment.
@@ -71,7 +80,11 @@ def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path
     # Resume: one user call for reset's opening, one for the reply to step 3; the replay itself made none.
     assert len(script.user_requests) - n_user_before == 2
     last_user = script.user_requests[-1]["messages"]
-    assert [m["content"] for m in last_user[2:]] == [USER_OPEN, "Your return is processed; the refund goes to your credit card."]
+    assert [m["content"] for m in last_user[2:]] == [
+        f"{USER_OPEN} (take 1)", "Your return is processed; the refund goes to your credit card."]
+    # The resumed agent call continued the recorded conversation, not reset's new opening ("take 2").
+    assert ep.task_prompt.endswith(f"{USER_OPEN} (take 1)")
+    assert script.agent_requests[-1]["messages"][1]["content"] == ep.task_prompt
     # Agent sidecar only: three accepted agent calls, no user-side rows.
     assert [(r.t, r.attempt, r.accepted) for r in read_sidecar(run)] == [(1, 0, True), (2, 0, True), (3, 0, True)]
     manifest = read_manifest(run)
