@@ -122,6 +122,8 @@ class EpisodeSpec:
 class EpisodeResult:
     episode: Episode
     sidecar: list[LogprobRow]
+    # JSON of the first len(...) sidecar rows when a writer already serialized them (checkpoints); saves a re-dump.
+    sidecar_json_prefix: list[str] = field(default_factory=list)
 
 
 async def start_env(env: Environment, prefix: Episode | PartialEpisode | None) -> str:

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 TAGS = ("think", "action", "confidence", "explanation")
 _NON_EMPTY = ("action", "confidence", "explanation")
 
-_OPEN = {tag: re.compile(rf"<{tag}>") for tag in TAGS}
-_CLOSE = {tag: re.compile(rf"</{tag}>") for tag in TAGS}
-_ANY_TAG = re.compile(r"</?([A-Za-z_][A-Za-z0-9_\-]*)\s*>")
+_TAG = re.compile(r"<(/?)(" + "|".join(TAGS) + r")>")
 _NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
 
 GENERIC_FORMAT = (
@@ -70,7 +68,11 @@ def parse_react(raw: str) -> ParsedStep | ParseError:
     """Parse the four tags from the full raw model output."""
     if not raw.strip():
         return ParseError("your output was empty.")
-    if not any(_OPEN[t].search(raw) or _CLOSE[t].search(raw) for t in TAGS):
+    opens: dict[str, list[re.Match]] = {t: [] for t in TAGS}
+    closes: dict[str, list[re.Match]] = {t: [] for t in TAGS}
+    for m in _TAG.finditer(raw):  # one scan for all eight markers
+        (closes if m.group(1) else opens)[m.group(2)].append(m)
+    if not any(opens[t] or closes[t] for t in TAGS):
         return ParseError(
             "none of the four tags <think>, <action>, <confidence>, <explanation> was found; "
             "write your whole answer inside them."
@@ -79,38 +81,33 @@ def parse_react(raw: str) -> ParsedStep | ParseError:
     spans: dict[str, tuple[int, int]] = {}  # content span per tag
     outer: list[tuple[int, int]] = []  # full tag spans, to find text outside the tags
     for tag in TAGS:
-        opens = [m for m in _OPEN[tag].finditer(raw)]
-        closes = [m for m in _CLOSE[tag].finditer(raw)]
-        if not opens and not closes:
+        o_list, c_list = opens[tag], closes[tag]
+        if not o_list and not c_list:
             problems.append(f"the <{tag}>...</{tag}> tag is missing")
             continue
-        if len(opens) > 1 or len(closes) > 1:
-            problems.append(f"<{tag}> appears {max(len(opens), len(closes))} times; output it exactly once")
+        if len(o_list) > 1 or len(c_list) > 1:
+            problems.append(f"<{tag}> appears {max(len(o_list), len(c_list))} times; output it exactly once")
             continue
-        if not opens:
+        if not o_list:
             problems.append(f"</{tag}> has no opening <{tag}>")
             continue
-        if not closes:
+        if not c_list:
             problems.append(f"<{tag}> is not closed with </{tag}> (if your output was cut off, be more concise)")
             continue
-        o, c = opens[0], closes[0]
+        o, c = o_list[0], c_list[0]
         if c.start() < o.end():
             problems.append(f"</{tag}> comes before <{tag}>")
             continue
         spans[tag] = (o.end(), c.start())
         outer.append((o.start(), c.end()))
     if not problems:
+        # Each marker appears once; if no two tag spans overlap, no tag can sit inside another's content.
         outer.sort()
         for (s1, e1), (s2, _e2) in zip(outer, outer[1:]):
             if s2 < e1:
                 problems.append("the tags are nested or overlap; write the four tags one after another")
                 break
     if not problems:
-        for tag in TAGS:
-            s, e = spans[tag]
-            inner_tag = _ANY_TAG.search(raw, s, e)
-            if inner_tag and inner_tag.group(1) in TAGS:
-                problems.append(f"<{tag}> contains another tag ({inner_tag.group(0)})")
         outside = []
         pos = 0
         for s, e in outer:

@@ -189,6 +189,9 @@ async def run_specs(
                     step_budget=spec.step_budget or step_budget,
                     on_step=checkpoint if use_checkpoints else None,
                 )
+                cached = encoder.cached_rows(spec.episode_id)
+                if len(cached) <= len(result.sidecar):
+                    result.sidecar_json_prefix = cached
             except ModelCallFailed as exc:
                 on_error(spec, f"model call failed: {_first_line(exc)}")
                 return
@@ -353,7 +356,9 @@ def _make_client(model: str, api_base: str | None, config: RunConfig, client_fac
 def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]:
     ep = result.episode
     line = ep.model_dump_json().encode() + b"\n"
-    rows = b"".join(r.model_dump_json().encode() + b"\n" for r in result.sidecar)
+    k = len(result.sidecar_json_prefix)
+    rows = "".join(j + "\n" for j in result.sidecar_json_prefix).encode()
+    rows += b"".join(r.model_dump_json().encode() + b"\n" for r in result.sidecar[k:])
     return ep.episode_id, line, rows, EpisodeSummary.of(ep)
 
 

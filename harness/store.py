@@ -309,6 +309,11 @@ class CheckpointEncoder:
         head = json.dumps({k: getattr(partial, k) for k in self._HEAD}, separators=(",", ":"))
         return f'{head[:-1]},"steps":[{",".join(steps_j)}],"sidecar":[{",".join(rows_j)}]}}'
 
+    def cached_rows(self, episode_id: str) -> list[str]:
+        """The JSON of the sidecar rows serialized so far for this episode (in order)."""
+        entry = self._cache.get(episode_id)
+        return list(entry[1]) if entry else []
+
     def forget(self, episode_id: str) -> None:
         self._cache.pop(episode_id, None)
 
