@@ -201,3 +201,18 @@ def test_preset_dry_run_prints_the_preset_plan(tmp_path, capsys, monkeypatch):
     text = capsys.readouterr().out
     assert "preset paper-hotpotqa" in text and "model           openai/mine" in text
     assert "dry run: no model was called." in text and not (tmp_path / "r").exists()
+
+
+def test_infra_error_exits_1_and_rerun_resumes(fake_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    with fake_server(solver, faults=["400"]) as srv:  # non-retryable: the first call fails at once
+        args = ["--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks", "2",
+                "--concurrency", "1", "--out", str(out), "--no-progress"]
+        assert uqh(*args) == 1
+        captured = capsys.readouterr()
+        assert "1/2 finished" in captured.out
+        assert "1 episodes not finished (model call failed" in captured.err
+        assert "re-run the same command to resume" in captured.err
+        assert uqh(*args) == 0
+    assert "2/2 finished (1 this run, 1 before)" in capsys.readouterr().out
+    assert sorted(e.episode_id for e in read_episodes(out)) == ["arith-0000#0", "arith-0001#0"]
