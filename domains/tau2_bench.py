@@ -62,7 +62,7 @@ STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE#
 
 DEFAULT_MAX_HOPS = 120  # the paper's environment cap (Appendix K, Table 16), tau2's ``max_steps``
 DEFAULT_MAX_ERRORS = 10  # tau2.config.DEFAULT_MAX_ERRORS
-KNOWN_OPTIONS = {"split", "max_hops", "max_errors", "native_user_stops"}
+KNOWN_OPTIONS = {"split", "max_hops", "max_errors", "native_user_stops", "user_api_base"}
 
 _TOOL_RE = re.compile(r"\ATool\[\s*(?P<name>[^,\[\]\s]+)\s*,\s*(?P<args>.*)\]\Z", re.DOTALL)
 _TOOL_NOARGS_RE = re.compile(r"\ATool\[\s*(?P<name>[^,\[\]\s]+)\s*\]\Z", re.DOTALL)
@@ -649,7 +649,9 @@ class _Tau2Domain(Domain):
             args["max_tokens"] = DecodingConfig().max_tokens  # bound a small local user model's turns
             base_seed = 0
         args["seed"] = (base_seed + episode_seed) % (2**31)
-        api_base = rt.get("user_api_base")
+        # The runner's resolved endpoint (local:* user models) wins; a domain option can name one for an API
+        # user model served elsewhere (e.g. vLLM with Qwen 2.5 7B Instruct, as in the paper).
+        api_base = rt.get("user_api_base") or self.options.get("user_api_base")
         if api_base:
             args["api_base"] = api_base
             import os

@@ -418,3 +418,97 @@ def test_hop_count_matches_tau2_conventions():
     ]
     # user, agent call, results, agent text, user call, (two results = one hop), user text
     assert count_hops_and_errors(msgs) == (7, 2)
+
+
+# ------------------------------------------------------------------------------------------ telecom user tools
+
+
+class ToolCallingServer:
+    """The fake server, plus: a responder text ``CALL name {json}`` is answered as an OpenAI tool call."""
+
+    @staticmethod
+    def make(fake_server, responder):
+        import time
+
+        from aiohttp import web
+
+        srv = fake_server(responder)
+        plain_chat = srv._chat
+        counter = iter(range(1, 1000))
+
+        async def chat(request):
+            body = json.loads(await request.read())
+            text = responder(body)
+            if not text.startswith("CALL "):
+                return await plain_chat(request)
+            srv.requests.append(body)
+            _, name, args = text.split(" ", 2)
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"user_call_{next(counter)}", "type": "function", "function": {"name": name, "arguments": args}}]}
+            payload = {"id": "chatcmpl-tool", "object": "chat.completion", "created": int(time.time()),
+                       "model": body["model"], "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+            return web.json_response(payload)
+
+        def make_app():
+            app = web.Application(client_max_size=64 * 1024**2)
+            app.router.add_post("/v1/chat/completions", chat)
+            return app
+
+        srv.make_app = make_app
+        return srv
+
+
+def test_telecom_solved_by_the_users_own_tool_calls(fake_server):
+    """The agent instructs; the simulated user acts on its phone (tau2 user tools); env assertions pass."""
+    agent = [
+        respond("Please turn off airplane mode and turn data roaming on."),
+        respond("Is mobile data working now?"),
+    ]
+    user = [
+        "My mobile data does not work abroad.",
+        "CALL toggle_airplane_mode {}",
+        "CALL toggle_roaming {}",
+        "I did both.",
+        "###STOP###",
+    ]
+    script = Script(agent, user)
+    with ToolCallingServer.make(fake_server, script) as srv:
+        _, result = play(make_domain("tau2-telecom", srv), srv, TELECOM_TASK)
+    ep = result.episode
+    assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.clean, 1, 1.0, 2)
+    assert all(c["met"] for c in ep.reward_info["tau2"]["env_assertions"])
+    # The agent saw only the user's text; the user's tool calls and results are in the step's tau2 messages.
+    assert ep.steps[0].observation == "User: I did both."
+    roles = [(m["role"], m.get("requestor")) for m in ep.steps[0].info["tau2_messages"]]
+    assert roles == [
+        ("assistant", None), ("user", None),  # greeting, opening (step 1 carries them)
+        ("assistant", None),  # the agent's instruction
+        ("user", None), ("tool", "user"), ("user", None), ("tool", "user"),  # two user tool calls + results
+        ("user", None),
+    ]
+    # Hops: opening 1; agent 2; user call 3, results 4, user call 5, results 6, user text 7; agent 8, user 9.
+    assert ep.reward_info["hops"] == 9
+    # The simulated user saw its own tool results, as in tau2's orchestrator.
+    last = script.user_requests[-1]["messages"]
+    assert any(m["role"] == "tool" for m in last)
+
+
+def test_telecom_prefix_with_user_tool_calls_replays(fake_server):
+    agent = [respond("Please turn off airplane mode and turn data roaming on."), respond("Is it working?")]
+    user = ["My data is broken.", "CALL toggle_airplane_mode {}", "CALL toggle_roaming {}", "I did both.", "###STOP###"]
+    with ToolCallingServer.make(fake_server, Script(agent, user)) as srv:
+        domain = make_domain("tau2-telecom", srv)
+        _, result = play(domain, srv, TELECOM_TASK)
+        prefix = result.episode.steps[:1]
+
+        async def go():
+            env = domain.make_env(TELECOM_TASK, episode_seed=1000)
+            await env.reset()
+            await env.replay(recorded_steps(prefix))
+            return env
+
+        env = asyncio.run(go())
+    assert env._env.user_tools.db.device.airplane_mode is False  # the user's toggle was re-executed by set_state
+    assert env._env.get_user_db_hash() == prefix[0].info["user_db_hash"]
+    assert (env.hops, env.errors) == (7, 0)
