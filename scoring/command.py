@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--censoring", choices=("exclude", "simple", "exact"), default="exclude",
                    help="max_steps trajectories: exclude (complete-only), simple (q_Z≈0) or exact (needs --q-z)")
     p.add_argument("--q-z", dest="q_z", metavar="FILE", help="q_Z file (JSONL from `uqh continue`) for --censoring exact")
+    p.add_argument("--missing-qz", choices=("error", "exclude"), default="error",
+                   help="censored episodes without a q_hat_z under --censoring exact: error (default) or exclude "
+                        "them (counted)")
     p.add_argument("--include-parse-errors", action="store_true",
                    help="sensitivity analysis (Appendix G.2): score parse_error trajectories as censored")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="paired bootstrap resamples (0: none)")
@@ -70,6 +73,7 @@ def options_from_args(args: argparse.Namespace):
         censoring=args.censoring,
         q_z=q_z,
         include_parse_errors=args.include_parse_errors,
+        missing_qz=args.missing_qz,
         n_bootstrap=args.bootstrap,
         seed=args.seed,
         auq=not args.no_auq,
@@ -92,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         from scoring.streams import build_sample
 
         for r in runs:
-            build_sample(r, "verbal", censoring="exact", q_z=opts.q_z, include_parse_errors=opts.include_parse_errors)
+            build_sample(r, "verbal", censoring="exact", q_z=opts.q_z, include_parse_errors=opts.include_parse_errors,
+                         missing_qz=opts.missing_qz)
     targets = list(runs)
     if args.pooled and len(runs) > 1:
         targets.append(pool_runs(runs))

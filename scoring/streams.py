@@ -266,15 +266,35 @@ def build_sample(
     censoring: str = "exclude",
     q_z: dict[str, float] | None = None,
     include_parse_errors: bool = False,
+    missing_qz: str = "error",
 ) -> Sample:
     """The scored arrays of one predictor on one run directory (see :func:`working_mask` for the sample).
 
-    Under ``censoring="exact"`` every censored episode needs a q_hat_Z in ``q_z`` (UserError otherwise). The
+    Under ``censoring="exact"`` every censored episode needs a q_hat_Z in ``q_z``: a missing one is a UserError, or
+    with ``missing_qz="exclude"`` the episode is excluded and counted (``excluded_no_qz``, e.g. prefixes the
+    continuation audit did not retain, Appendix H.2). The
     evaluated horizon of every trajectory is its observed length (complete: the terminal length; natural
     censoring: the observed stop length, i.e. the budget for max_steps) -- §4.1.
     """
     check_predictor(predictor)
+    if missing_qz not in ("error", "exclude"):
+        raise UserError(f"unknown missing-q_Z policy {missing_qz!r}; use error or exclude")
     keep, censored, counts = working_mask(run, censoring, include_parse_errors)
+    counts["excluded_no_qz"] = 0
+    if censoring == "exact":
+        if q_z is None:
+            raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
+        no_q = censored & ~np.isin(run.episode_ids.astype(str), np.array(list(q_z), dtype=str))
+        if no_q.any() and missing_qz == "error":
+            first = str(run.episode_ids[np.flatnonzero(no_q)[0]])
+            raise UserError(
+                f"the q_Z file has no q_hat_z for {int(no_q.sum())} censored episode(s) of {run.run_dir} "
+                f"(e.g. {first!r}); run `uqh continue` on them, pass --missing-qz exclude, or use --censoring simple"
+            )
+        keep = keep & ~no_q
+        censored = censored & ~no_q
+        counts["excluded_no_qz"] = int(no_q.sum())
+        counts["censored"] -= int(no_q.sum())
     lengths = np.diff(run.offsets)
     complete = keep & ~censored
     ybar = float(np.mean(run.outcome[complete])) if complete.any() else float("nan")
@@ -294,16 +314,7 @@ def build_sample(
     counts["used_censored"] = int((use & censored).sum())
     qz = np.full(lengths.size, np.nan)
     if censoring == "exact":
-        if q_z is None:
-            raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
-        need = np.flatnonzero(censored)
-        missing = [str(run.episode_ids[i]) for i in need if run.episode_ids[i] not in q_z]
-        if missing:
-            raise UserError(
-                f"the q_Z file has no q_hat_z for {len(missing)} censored episode(s) of {run.run_dir} "
-                f"(e.g. {missing[0]!r}); run `uqh continue` on them or use --censoring simple"
-            )
-        for i in need:
+        for i in np.flatnonzero(censored):
             qz[i] = float(q_z[run.episode_ids[i]])
     step_use = np.repeat(use, lengths)
     return Sample(

@@ -36,6 +36,7 @@ class ScoreOptions:
     censoring: str = "exclude"
     q_z: dict[str, float] | None = None
     include_parse_errors: bool = False
+    missing_qz: str = "error"
     n_bootstrap: int = DEFAULT_RESAMPLES
     seed: int = DEFAULT_SEED
     auq: bool = True
@@ -50,6 +51,7 @@ class ScoreOptions:
             "weights": self.weights,
             "censoring": self.censoring,
             "include_parse_errors": self.include_parse_errors,
+            "missing_qz": self.missing_qz,
             "bootstrap": self.n_bootstrap,
             "seed": self.seed,
             "ci_level": self.level,
@@ -198,7 +200,7 @@ def score_run(run: RunData, opts: ScoreOptions) -> dict:
     order = [p for p in opts.predictors if p != BASE_RATE] + ([BASE_RATE] if BASE_RATE in opts.predictors else [])
     for predictor in order:
         sample = build_sample(run, predictor, censoring=opts.censoring, q_z=opts.q_z,
-                              include_parse_errors=opts.include_parse_errors)
+                              include_parse_errors=opts.include_parse_errors, missing_qz=opts.missing_qz)
         if counts is None:
             counts = {k: v for k, v in sample.counts.items() if k not in ("skipped_missing", "used", "used_complete", "used_censored")}
         res = evaluate_predictor(sample, opts)

@@ -91,6 +91,14 @@ def test_censoring_simple_and_exact_eq17(run_dir, capsys, tmp_path):
                          "none", "--censoring", "exact", "--q-z", qz, "--score", "log")
     assert code == 0, err
     exact = json.loads(out)["rows"][0]["metrics"]["tps_log"]["value"]
+    # a q_Z file covering only some censored episodes: error by default, or exclude them and count
+    partial = tmp_path / "partial.jsonl"
+    write_qz_file(partial, [QzRecord(episode_id=cens[0], q_hat_z=0.5, n_valid=10, method="mc")])
+    assert uqh(capsys, run_dir, "--censoring", "exact", "--q-z", partial, "--bootstrap", "0")[0] == 2
+    code, out, _ = uqh(capsys, run_dir, "--json", "--bootstrap", "0", "--predictor", "verbal", "--censoring", "exact",
+                       "--q-z", partial, "--missing-qz", "exclude")
+    res = json.loads(out)
+    assert code == 0 and res["counts"]["excluded_no_qz"] == 5 and res["rows"][0]["n_censored"] == 1
     # Eq. 17: mean(exact) - mean(simple) = (1/n) Σ_censored q Σ_t w_t logit F_t
     corr = 0.0
     for i, e in enumerate(run.episode_ids):

@@ -108,6 +108,10 @@ def test_censoring_modes_and_parse_error_sensitivity(run_dir, tmp_path):
         build_sample(run, "verbal", censoring="exact", q_z={"zz#0": 0.5})
     e = build_sample(run, "verbal", censoring="exact", q_z={"c#0": 0.25})
     assert e.q_z[list(e.episode_ids).index("c#0")] == 0.25
+    assert e.counts["excluded_no_qz"] == 0
+    dropped = build_sample(run, "verbal", censoring="exact", q_z={"zz#0": 0.5}, missing_qz="exclude")
+    assert "c#0" not in dropped.episode_ids and dropped.counts["excluded_no_qz"] == 1
+    assert dropped.counts["censored"] == 0 and dropped.delta.all()
 
 
 def test_bad_run_dirs(tmp_path):
