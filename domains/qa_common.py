@@ -301,7 +301,7 @@ def parse_action(action: str, finish_hint: str) -> tuple[str, str]:
     allowed = f"Search[query], Lookup[keyword] or {finish_hint}"
     m = ACTION_RE.match(action or "")
     if not m:
-        raise InvalidAction(f"the action {action.strip()[:80]!r} is not of the form Tool[argument]; use {allowed}")
+        raise InvalidAction(f"it is not of the form Tool[argument]; use exactly one of {allowed}")
     tool = m.group(1).lower()
     if tool not in ("search", "lookup", "finish"):
         raise InvalidAction(f"unknown tool {m.group(1)!r}; use {allowed}")
