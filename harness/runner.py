@@ -189,6 +189,8 @@ async def run_specs(
                     step_budget=spec.step_budget or step_budget,
                     on_step=checkpoint if use_checkpoints else None,
                 )
+                if job.resumed and spec.prefix is not None:  # record that a crash split this episode
+                    result.episode.info["resumed_after_step"] = len(spec.prefix.steps)
                 cached = encoder.cached_rows(spec.episode_id)
                 if len(cached) <= len(result.sidecar):
                     result.sidecar_json_prefix = cached

@@ -129,6 +129,7 @@ def test_checkpointed_episode_resumes_from_last_step(fake_server, tmp_path):
     (ep,) = read_episodes(run)
     assert [s.t for s in ep.steps] == [1, 2] and ep.steps[0] == partial.steps[0] and ep.prefix_steps == 0
     assert ep.stop_reason == StopReason.clean and ep.outcome == 1 and ep.started_at == partial.started_at
+    assert ep.info == {"resumed_after_step": 1}
     assert [(r.t, r.attempt) for r in read_sidecar(run)] == [(1, 0), (2, 0)]
     assert not cp.exists()
 
@@ -169,7 +170,7 @@ def test_replay_mismatch_in_checkpoint_restarts(fake_server, tmp_path):
         summary = run_batch(config, run, concurrency=1, progress=False)
     assert summary.ok
     (ep,) = read_episodes(run)
-    assert ep.n_steps == 2 and ep.steps[0].observation != "Result: -1"
+    assert ep.n_steps == 2 and ep.steps[0].observation != "Result: -1" and ep.info == {}
     assert [(r.t, r.attempt) for r in read_sidecar(run)] == [(1, 0), (2, 0)]
 
 
