@@ -207,3 +207,28 @@ def test_checkpoint_interval_bounds_writes(fake_server, tmp_path, interval, expe
     partial = PartialEpisode.model_validate_json(checkpoint_path(tmp_path / "run", "arith-0000#0").read_text())
     assert [s.t for s in partial.steps] == expected_steps
     assert [r.t for r in partial.sidecar] == expected_steps
+
+
+def test_episode_summary_counts_own_calls_and_cost_is_never_fake_zero():
+    from harness.progress import BatchStats, EpisodeSummary
+    from harness.schema import Attempt, CallRecord, Episode, Step, Usage
+
+    def step(t, cost):
+        call = CallRecord(model="m", usage=Usage(prompt_tokens=100, completion_tokens=10), cost_usd=cost,
+                          has_logprobs=cost is not None)
+        return Step(t=t, think="", action="Calc[1]", verbal_confidence=0.5, explanation="e", observation="o",
+                    attempts=[Attempt(attempt=0, raw_text="r", call=call)])
+
+    ep = Episode(episode_id="a#0@b0", task_id="a", stop_reason=StopReason.parse_error, n_steps=3, step_budget=5,
+                 task_prompt="q", steps=[step(1, 9.0), step(2, 0.5), step(3, None)], prefix_steps=1,
+                 failed_step=[Attempt(attempt=0, raw_text="x", error="bad", call=CallRecord(model="m", cost_usd=0.25))])
+    s = EpisodeSummary.of(ep)  # the copied prefix step (cost 9.0) is not this run's
+    assert (s.calls, s.prompt_tokens, s.completion_tokens, s.cost_usd, s.unpriced_calls) == (3, 200, 20, 0.75, 1)
+    assert s.calls_without_logprobs == 2
+    stats = BatchStats(total=4, already_done=1)
+    stats.add(s)
+    stats.add_error("model call failed: boom")
+    assert stats.line() == "[2/4] parse_error=1 infra_errors=1 | tokens 220 | cost $0.7500 (+1 unpriced calls)"
+    only_unpriced = BatchStats(total=1)
+    only_unpriced.add(EpisodeSummary(stop_reason="clean", calls=2, unpriced_calls=2))
+    assert only_unpriced.cost_text() == "cost n/a (unpriced model)"
