@@ -10,8 +10,9 @@ checkpoint is discarded). An episode whose model call failed after retries (``Mo
 on an unexpected error is an *infrastructure error*: it is not written, it is counted, and re-running the same
 command picks it up again.
 
-Workers (``workers > 1``): episodes are dealt round-robin to N spawned processes, each with its own event loop,
-model client and ``ceil(concurrency / N)`` concurrency. Children write only their own checkpoint files; they send
+Workers (``workers > 1``): N spawned processes, each with its own event loop, model client and
+``ceil(concurrency / N)`` slots; every slot pulls the next episode from one shared job queue as it frees up
+(dynamic load balance). Children write only their own checkpoint files; they send
 finished episodes (already serialized) to the parent, the single writer of the JSONL files.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from harness.errors import UserError
 from harness.loop import (
@@ -111,7 +112,7 @@ class _Job:
 
 
 async def run_specs(
-    jobs: list[_Job],
+    jobs: "list[_Job] | Callable[[], Awaitable[_Job | None]]",
     *,
     domain,
     client,
@@ -211,8 +212,15 @@ async def run_specs(
             if on_done is not None:
                 on_done(value)
 
+    async def slot(pull) -> None:
+        while (job := await pull()) is not None:
+            await one(job)
+
     try:
-        await asyncio.gather(*(one(j) for j in jobs))
+        if callable(jobs):  # pull jobs from a shared source (worker processes): ``concurrency`` slots
+            await asyncio.gather(*(slot(jobs) for _ in range(max(1, concurrency))))
+        else:
+            await asyncio.gather(*(one(j) for j in jobs))
     finally:
         io.shutdown(wait=True)
 
@@ -399,17 +407,21 @@ def _run_workers(
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
+    queue = ctx.Queue()  # children -> parent: finished episodes, errors, exits
+    job_queue = ctx.Queue()  # parent -> children: jobs pulled as slots free up (dynamic load balance)
     workers = min(workers, len(jobs))
     share = max(1, math.ceil(concurrency / workers))
+    for job in jobs:
+        job_queue.put(job)
+    for _ in range(workers * share):  # one end marker per slot
+        job_queue.put(None)
     procs = []
     config_json = config.model_dump_json()
     for w in range(workers):
-        chunk = jobs[w::workers]
         p = ctx.Process(
             target=_worker_main,
-            args=(w, config_json, system_prompt, model, api_base, runtime, share, str(run_dir), checkpoints, chunk,
-                  queue, os.getpid(), checkpoint_interval_s),
+            args=(w, config_json, system_prompt, model, api_base, runtime, share, str(run_dir), checkpoints,
+                  job_queue, queue, os.getpid(), checkpoint_interval_s),
             daemon=True,
             name=f"uqh-worker-{w}",
         )
@@ -449,7 +461,7 @@ def _run_workers(
 
 
 def _worker_main(index, config_json, system_prompt, model, api_base, runtime, concurrency, run_dir, checkpoints,
-                 jobs, queue, parent_pid, checkpoint_interval_s) -> None:
+                 job_queue, queue, parent_pid, checkpoint_interval_s) -> None:
     import harness  # noqa: F401 - sets LITELLM_LOCAL_MODEL_COST_MAP before litellm is imported
 
     config = RunConfig.model_validate_json(config_json)
@@ -470,11 +482,19 @@ def _worker_main(index, config_json, system_prompt, model, api_base, runtime, co
                 if os.getppid() != parent_pid:  # the parent was killed: stop, do not run on unsupervised
                     os._exit(1)
 
+        from concurrent.futures import ThreadPoolExecutor
+
         watcher = asyncio.create_task(watch_parent())
         client = _make_client(model, api_base, config, None)
+        loop = asyncio.get_running_loop()
+        pullers = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="uqh-pull")
+
+        def pull():  # each slot takes the next job from the shared queue; None ends the slot
+            return loop.run_in_executor(pullers, job_queue.get)
+
         try:
             await run_specs(
-                jobs,
+                pull,
                 domain=domain,
                 client=client,
                 system_prompt=system_prompt,
@@ -488,6 +508,7 @@ def _worker_main(index, config_json, system_prompt, model, api_base, runtime, co
             )
         finally:
             watcher.cancel()
+            pullers.shutdown(wait=False)
             with contextlib.suppress(Exception):
                 await client.aclose()
 
