@@ -232,3 +232,16 @@ def test_episode_summary_counts_own_calls_and_cost_is_never_fake_zero():
     only_unpriced = BatchStats(total=1)
     only_unpriced.add(EpisodeSummary(stop_reason="clean", calls=2, unpriced_calls=2))
     assert only_unpriced.cost_text() == "cost n/a (unpriced model)"
+
+
+def test_dead_workers_episodes_counted_not_written(fake_server, tmp_path):
+    """A worker that dies (here: it cannot build a domain registered only in this test process) loses no
+    accounting: its episodes are infra errors, nothing is written, a re-run would pick them up."""
+    config = make_config(n_tasks=3, domain="arithmetic-noreplay-test")
+    with fake_server(solver) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        summary = run_batch(config, tmp_path / "run", concurrency=2, workers=2, progress=False)
+        assert srv.requests == []
+    assert summary.remaining == 3 and summary.stats.infra_errors == 3
+    assert dict(summary.stats.error_messages) == {"worker process exited unexpectedly": 3}
+    assert read_episodes(tmp_path / "run") == []
