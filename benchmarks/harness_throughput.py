@@ -58,13 +58,19 @@ class Cell:
     wall_s: float
     cpu_s: float
 
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.calls > 0
+
     @property
     def rate(self) -> float:
-        return self.calls / self.wall_s
+        return self.calls / self.wall_s if self.ok else float("nan")
 
     @property
     def cpu_ms(self) -> float:
-        return 1000 * self.cpu_s / self.calls
+        return 1000 * self.cpu_s / self.calls if self.ok else float("nan")
 
 
 def _children_cpu() -> float:
@@ -201,7 +207,9 @@ def bench_harness(
 # ------------------------------------------------------------------------------------- report
 
 
-def render(cells: list[Cell], latency: float, levels: list[int], rounds: int, harness_scale: int) -> str:
+def render(
+    cells: list[Cell], latency: float, levels: list[int], rounds: int, harness_scale: int, load: tuple[float, float]
+) -> str:
     modes = list(dict.fromkeys(c.mode for c in cells))
     by = {(c.mode, c.concurrency): c for c in cells}
     lines = [
@@ -212,7 +220,9 @@ def render(cells: list[Cell], latency: float, levels: list[int], rounds: int, ha
         f"{rounds} x C calls per cell (harness: waves of C episodes of 3 steps, arithmetic domain; "
         f"harness rows x{harness_scale} calls to amortise start-up). "
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"load average at start {os.getloadavg()[0]:.1f}.",
+        f"1-min load average {load[0]:.1f} at start, {load[1]:.1f} at end (other work on the machine lowers "
+        f"every rate; compare rows measured in the same run). "
+        f"Worker rows include spawning the processes and their imports; CPU of worker rows is parent + workers.",
         "",
         "Calls/s (fraction of the C/L bound):",
         "",
@@ -223,25 +233,25 @@ def render(cells: list[Cell], latency: float, levels: list[int], rounds: int, ha
         row = []
         for c in levels:
             cell = by.get((m, c))
-            row.append(f"{cell.rate:.0f} ({cell.rate / (c / latency):.0%})" if cell else "-")
+            row.append(("failed" if not cell.ok else f"{cell.rate:.0f} ({cell.rate / (c / latency):.0%})") if cell else "-")
         lines.append(f"| {m} | " + " | ".join(row) + " |")
     lines += ["", "CPU ms per call in this process (worker runs: parent + workers):", ""]
     lines += ["| mode | " + " | ".join(f"C={c}" for c in levels) + " |", "|---|" + "---|" * len(levels)]
     for m in modes:
-        row = [f"{by[(m, c)].cpu_ms:.2f}" if (m, c) in by else "-" for c in levels]
+        row = [("failed" if not by[(m, c)].ok else f"{by[(m, c)].cpu_ms:.2f}") if (m, c) in by else "-" for c in levels]
         lines.append(f"| {m} | " + " | ".join(row) + " |")
     if any(m == "harness" for m in modes) and any(m == "client (direct)" for m in modes):
         row = []
         for c in levels:
             h, d = by.get(("harness", c)), by.get(("client (direct)", c))
-            row.append(f"{h.cpu_ms - d.cpu_ms:+.2f}" if h and d else "-")
+            row.append(f"{h.cpu_ms - d.cpu_ms:+.2f}" if h and d and h.ok and d.ok else "-")
         lines += ["", "Harness CPU ms per call beyond its client's own (harness - client (direct)):", ""]
         lines += ["| | " + " | ".join(f"C={c}" for c in levels) + " |", "|---|" + "---|" * len(levels)]
         lines.append("| harness extra | " + " | ".join(row) + " |")
         row = []
         for c in levels:
             h, b = by.get(("harness", c)), by.get(("bare litellm", c))
-            row.append(f"{h.rate / b.rate:.2f}x" if h and b else "-")
+            row.append(f"{h.rate / b.rate:.2f}x" if h and b and h.ok and b.ok else "-")
         lines += ["", "| harness / bare litellm calls/s | " + " | ".join(row) + " |", "|---|" + "---|" * len(levels)]
     return "\n".join(lines) + "\n"
 
@@ -262,31 +272,47 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "tests"))
 
     cells: list[Cell] = []
+    load_start = os.getloadavg()[0]
     with ServerProcess(args.latency) as srv:
         for c in levels:
             n = max(12, args.rounds * c)
             runs = []
+
+            def named(mode, fn):
+                fn.mode = mode
+                return fn
+
             if "bare" in modes:
-                runs.append(lambda: bench_bare_litellm(srv.base_url, c, n))
+                runs.append(named("bare litellm", lambda: bench_bare_litellm(srv.base_url, c, n)))
             if "litellm" in modes:
-                runs.append(lambda: bench_client(srv.base_url, c, n, direct=False))
+                runs.append(named("client (litellm)", lambda: bench_client(srv.base_url, c, n, direct=False)))
             if "direct" in modes:
-                runs.append(lambda: bench_client(srv.base_url, c, n, direct=True))
+                runs.append(named("client (direct)", lambda: bench_client(srv.base_url, c, n, direct=True)))
             if "harness" in modes:
-                runs.append(lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=1))
+                runs.append(named("harness", lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=1)))
             if "nockpt" in modes:
-                runs.append(lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=1, checkpoints=False))
+                runs.append(named("harness --no-checkpoints", lambda: bench_harness(
+                    srv.base_url, c, n * args.harness_scale, workers=1, checkpoints=False)))
             if "workers" in modes and args.workers > 1:
-                runs.append(lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=args.workers))
+                runs.append(named(f"harness --workers {args.workers}", lambda: bench_harness(
+                    srv.base_url, c, n * args.harness_scale, workers=args.workers)))
             for run in runs:
-                cell = run()
+                try:
+                    cell = run()
+                except Exception as exc:  # noqa: BLE001 - report the failed cell, keep measuring the others
+                    cell = Cell(getattr(run, "mode", "?"), c, 0, 0.0, 0.0, error=f"{type(exc).__name__}: {exc}")
+                if cell.calls == 0 and cell.error is None:
+                    cell.error = "no calls completed"
                 cells.append(cell)
+                if not cell.ok:
+                    print(f"C={c:<4} {cell.mode:<22} FAILED: {cell.error}", flush=True)
+                    continue
                 print(
                     f"C={c:<4} {cell.mode:<22} {cell.calls:>5} calls {cell.wall_s:6.2f}s "
                     f"{cell.rate:7.1f}/s ({cell.rate / (c / args.latency):5.0%} of bound)  {cell.cpu_ms:6.2f} ms CPU/call",
                     flush=True,
                 )
-    table = render(cells, args.latency, levels, args.rounds, args.harness_scale)
+    table = render(cells, args.latency, levels, args.rounds, args.harness_scale, (load_start, os.getloadavg()[0]))
     print()
     print(table)
     out = Path(args.out)
