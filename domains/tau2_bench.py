@@ -48,14 +48,21 @@ import asyncio
 import json
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from harness.errors import UserError
 from harness.schema import DecodingConfig, StopReason
 
 from . import register_domain
-from .base import Domain, EnvResponse, Environment, InvalidAction, RecordedStep, ReplayMismatch
+from .base import (
+    Domain,
+    Environment,
+    EnvResponse,
+    InvalidAction,
+    RecordedStep,
+    ReplayMismatch,
+)
 
 GREETING = "Hi! How can I help you today?"  # tau2.orchestrator.orchestrator.DEFAULT_FIRST_AGENT_MESSAGE
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"  # tau2.user.base
@@ -78,7 +85,7 @@ class _Tau2:
     _loaded = False
 
     @classmethod
-    def load(cls) -> type["_Tau2"]:
+    def load(cls) -> type[_Tau2]:
         if cls._loaded:
             return cls
         import os
@@ -194,7 +201,7 @@ def parse_action(action: str, tool_names: list[str]) -> tuple[str, Any]:
 class Tau2Environment(Environment):
     """One Tau2 episode: tau2's environment + user simulator, stepped by our loop."""
 
-    def __init__(self, domain: "_Tau2Domain", task: Any, *, episode_seed: int):
+    def __init__(self, domain: _Tau2Domain, task: Any, *, episode_seed: int):
         t2 = _Tau2.load()
         self.domain = domain
         self.task = task
@@ -241,7 +248,7 @@ class Tau2Environment(Environment):
         )
 
     def _now(self) -> str:
-        return datetime.now(timezone.utc).isoformat()
+        return datetime.now(UTC).isoformat()
 
     def _append(self, m: Any) -> None:
         self.trajectory.append(m)

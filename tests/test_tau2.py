@@ -14,7 +14,12 @@ import pytest
 
 from domains import domain_names, get_domain_class
 from domains.base import InvalidAction, ReplayMismatch
-from domains.tau2_bench import GREETING, count_hops_and_errors, message_from_dict, parse_action
+from domains.tau2_bench import (
+    GREETING,
+    count_hops_and_errors,
+    message_from_dict,
+    parse_action,
+)
 from harness.errors import UserError
 from harness.loop import EpisodeSpec, recorded_steps, run_episode
 from harness.model_client import make_model_client

@@ -3,11 +3,19 @@ from __future__ import annotations
 
 from collections import Counter
 
+from test_tau2 import ORDER, RETAIL_TASK, SOLVED_AGENT, USER_LINES, USER_OPEN, Script
+
 from harness.loop import PartialEpisode
 from harness.runner import build_domain, prompt_sha256, run_batch
-from harness.schema import DecodingConfig, RunConfig, StopReason, read_episodes, read_manifest, read_sidecar
+from harness.schema import (
+    DecodingConfig,
+    RunConfig,
+    StopReason,
+    read_episodes,
+    read_manifest,
+    read_sidecar,
+)
 from harness.store import checkpoint_path
-from test_tau2 import ORDER, RETAIL_TASK, SOLVED_AGENT, USER_LINES, USER_OPEN, Script
 
 
 def make_config(srv) -> RunConfig:
