@@ -71,19 +71,21 @@ def entropy_confidence(tokens: list[TokenLogprob] | None) -> float:
     """1 - H/ln 5 with H the mean (over tokens) Shannon entropy of the renormalised top-5 alternatives (nats)."""
     if not tokens:
         return float("nan")
-    hs = []
-    for tok in tokens:
-        if not tok.top_logprobs:
-            return float("nan")
-        lp = np.array([a.logprob for a in tok.top_logprobs[:5]], dtype=float)
-        if not np.all(np.isfinite(lp)) and not np.any(np.isfinite(lp)):
-            return float("nan")
-        lp = lp - np.max(lp)
-        p = np.exp(lp)
-        p = p / p.sum()
-        nz = p > 0
-        hs.append(float(-(p[nz] * np.log(p[nz])).sum()))
-    return 1.0 - float(np.mean(hs)) / LN5
+    k = max(min(len(t.top_logprobs), 5) for t in tokens)
+    if k == 0 or any(not t.top_logprobs for t in tokens):
+        return float("nan")
+    lp = np.full((len(tokens), k), -np.inf)
+    for i, tok in enumerate(tokens):
+        alts = tok.top_logprobs[:5]
+        lp[i, : len(alts)] = [a.logprob for a in alts]
+    if not np.all(np.isfinite(lp.max(axis=1))):
+        return float("nan")
+    lp -= lp.max(axis=1, keepdims=True)
+    p = np.exp(lp)
+    p /= p.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.where(p > 0, p * np.log(p), 0.0)
+    return 1.0 - float(np.mean(-plogp.sum(axis=1))) / LN5
 
 
 def action_tokens(row: LogprobRow) -> list[TokenLogprob] | None:
@@ -142,21 +144,23 @@ def load_run(run_dir: str | Path) -> RunData:
     try:
         manifest = read_manifest(run_dir)
         episodes = read_episodes(run_dir)
-        rows: dict[tuple[str, int], LogprobRow] = {}
+        # keep only the four token signals of each accepted row (not the tokens): memory stays O(steps)
+        signals: dict[tuple[str, int], dict[str, float]] = {}
         for row in read_sidecar(run_dir):
             if row.accepted:
-                rows[(row.episode_id, row.t)] = row  # the last accepted row of a step wins
+                signals[(row.episode_id, row.t)] = step_token_signals(row)  # the last accepted row of a step wins
     except ValueError as exc:  # pydantic ValidationError / JSON errors
         first = str(exc).splitlines()[0]
         raise UserError(f"{run_dir} has a malformed record ({first}); is it from this version of uqh?") from None
     if not (run_dir / EPISODES_FILE).is_file():
         raise UserError(f"{run_dir} has no {EPISODES_FILE}; no episode has finished yet")
-    return run_data_from_records(run_dir, manifest, episodes, rows)
+    return run_data_from_records(run_dir, manifest, episodes, signals)
 
 
 def run_data_from_records(
-    run_dir: Path, manifest: Manifest, episodes: list[Episode], rows: dict[tuple[str, int], LogprobRow]
+    run_dir: Path, manifest: Manifest, episodes: list[Episode], signals: dict[tuple[str, int], dict[str, float]]
 ) -> RunData:
+    """Assemble :class:`RunData` from episodes and per-(episode, step) token signals (:func:`step_token_signals`)."""
     episodes = sorted(episodes, key=lambda e: e.episode_id)
     seen: set[str] = set()
     uniq = []
@@ -175,7 +179,8 @@ def run_data_from_records(
         for step in ep.steps:
             if step.verbal_confidence is not None and math.isfinite(step.verbal_confidence):
                 streams["verbal"][k] = min(max(step.verbal_confidence, 0.0), 1.0)
-            for name, v in step_token_signals(rows.get((ep.episode_id, step.t))).items():
+            sig = signals.get((ep.episode_id, step.t))
+            for name, v in (sig if sig is not None else step_token_signals(None)).items():
                 streams[name][k] = v
             k += 1
     return RunData(
