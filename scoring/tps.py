@@ -106,8 +106,7 @@ def truncate(values: np.ndarray, offsets: np.ndarray, z: np.ndarray) -> tuple[np
     z = np.asarray(z, dtype=np.int64)
     if np.any((z < 0) | (z > lengths)):
         raise ValueError("prefix length z must lie in [0, T_i]")
-    _, t = step_index(offsets)
-    traj, _ = step_index(offsets)
+    traj, t = step_index(offsets)
     keep = t <= z[traj]
     new_offsets = np.concatenate([[0], np.cumsum(z)])
     return np.asarray(values)[keep], new_offsets
