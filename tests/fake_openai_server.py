@@ -237,6 +237,7 @@ class FakeOpenAIServer:
         self.record_requests = record_requests
         self.requests: list[dict] = []
         self.faults_served: list[str] = []
+        self.responder_errors: list[BaseException] = []  # exceptions raised by a callable responder
         self.n_requests = 0
         self._list_index = 0
         self._port = port
@@ -376,11 +377,19 @@ class FakeOpenAIServer:
         if fault == "reset":
             transport = request.transport
             if transport is not None:
-                transport.abort()
+                transport.abort()  # the client sees the connection drop; aiohttp then cancels this handler
+            await asyncio.sleep(60)
             raise ConnectionResetError("fake server: connection reset")
 
         # A response the client never reads (timeout) or cannot parse (malformed) does not use up a scripted text.
-        text = self._next_text(body, advance=fault not in ("timeout", "malformed"))
+        try:
+            text = self._next_text(body, advance=fault not in ("timeout", "malformed"))
+        except Exception as exc:  # noqa: BLE001 - a broken responder is a test bug: fail the call fast and loudly
+            self.responder_errors.append(exc)
+            msg = f"fake server responder raised {type(exc).__name__}: {exc}"
+            return web.Response(
+                status=400, body=_error_body(400, msg, "invalid_request_error"), content_type="application/json"
+            )
         want_logprobs = bool(body.get("logprobs")) and self.logprobs and fault != "no_logprobs"
         top_n = body.get("top_logprobs")
         top_n = int(top_n) if top_n is not None else 0

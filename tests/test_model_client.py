@@ -456,3 +456,14 @@ def test_backoff_is_exponential_with_jitter_and_honours_retry_after():
     assert c.backoff_s(1, HTTPStatusFailure(429, "slow down", retry_after=3600.0)) == 10.0  # capped at max
     assert is_transient(HTTPStatusFailure(429, "x")) and is_transient(HTTPStatusFailure(502, "x"))
     assert not is_transient(HTTPStatusFailure(401, "x")) and not is_transient(HTTPStatusFailure(422, "x"))
+
+
+def test_broken_responder_fails_fast_with_its_message(fake_server):
+    def responder(req):
+        raise KeyError("no script line for this request")
+
+    with fake_server(responder) as srv:
+        with pytest.raises(ModelCallFailed, match="responder raised KeyError"):
+            _complete(_client(srv, "aiohttp", max_retries=3))
+        assert len(srv.requests) == 1
+        assert isinstance(srv.responder_errors[0], KeyError)
