@@ -554,6 +554,7 @@ class _Tau2Domain(Domain):
     default_step_budget = 50
     default_split = "base"
     supports_replay = True
+    needs_user_model: ClassVar[bool] = True  # `uqh run` refuses to start without --user-model
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = None):
         # Tau2 observations (tool JSON, user replies) are never truncated: the policy depends on every field.
@@ -684,6 +685,7 @@ class _Tau2Domain(Domain):
             "max_hops": self.max_hops,
             "max_errors": self.max_errors,
             "native_user_stops": self.native_user_stops,
+            "observations_truncated": False,  # tool JSON and user replies are shown whole (observation_chars unused)
             "evaluation": "tau2.evaluator.evaluate_simulation(EvaluationType.ALL)",
         }
 

@@ -119,6 +119,8 @@ def build_config(args: argparse.Namespace):
     if user_model:
         validate_model_string(user_model, None)
         check_credentials(user_model, None)
+    elif getattr(cls, "needs_user_model", False):
+        raise UserError(f"{domain_name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
 
     decoding: dict[str, Any] = dict(preset.get("decoding") or {})
     for flag, key in (("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed"),

@@ -101,3 +101,17 @@ def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path
     assert ORDER in ep.steps[0].observation
     text = (run / "episodes.jsonl").read_text() + (run / "manifest.json").read_text()
     assert "sk-test" not in text  # the key never reaches the run directory
+
+
+def test_uqh_run_without_user_model_is_a_user_error(tmp_path, capsys):
+    from harness.cli import main
+
+    code = main(["run", "--domain", "tau2-airline", "--tasks", "1", "--out", str(tmp_path / "r"), "--dry-run"])
+    assert code == 2 and not (tmp_path / "r").exists()
+    assert "tau2-airline needs a user-simulator model: pass --user-model" in capsys.readouterr().err
+    code = main(["run", "--domain", "tau2-retail", "--task-ids", "73,nope", "--user-model", "local:smollm2",
+                 "--out", str(tmp_path / "r"), "--dry-run"])
+    assert code == 2 and "unknown task ids for tau2-retail: nope" in capsys.readouterr().err
+    code = main(["run", "--domain", "tau2-retail", "--tasks", "2", "--samples", "2", "--user-model", "local:smollm2",
+                 "--out", str(tmp_path / "r"), "--dry-run"])
+    assert code == 0 and "2 x 2 sample(s) = 4 episodes" in capsys.readouterr().out
