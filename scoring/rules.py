@@ -26,6 +26,12 @@ class ScoreRule:
     alpha: float | None = None
     beta: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.kind not in ("log", "brier", "beta"):
+            raise ValueError(f"unknown score kind {self.kind!r}")
+        if self.kind == "beta" and not (self.alpha is not None and self.beta is not None and self.alpha > 0 and self.beta > 0):
+            raise ValueError(f"beta family needs alpha, beta > 0, got ({self.alpha}, {self.beta})")
+
     @property
     def name(self) -> str:
         if self.kind == "beta":
@@ -34,11 +40,21 @@ class ScoreRule:
 
     def pair(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(S(p, 1), S(p, 0))`` elementwise."""
+        return self.branch(p, 1), self.branch(p, 0)
+
+    def branch(self, p: np.ndarray, y: int) -> np.ndarray:
+        """``S(p, y)`` for one fixed outcome y in {0, 1}, elementwise."""
         if self.kind == "log":
-            return log_score_pair(p)
+            p = np.clip(np.asarray(p, dtype=float), EPS, 1.0 - EPS)
+            return np.log(p) if y == 1 else np.log1p(-p)
         if self.kind == "brier":
-            return brier_score_pair(p)
-        return beta_score_pair(p, self.alpha, self.beta)
+            p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
+            return -((1.0 - p) ** 2) if y == 1 else -(p**2)
+        a, b = self.alpha, self.beta
+        p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
+        if y == 1:  # 1 - I_p(a, b+1) = I_{1-p}(b+1, a): better precision near p -> 1
+            return -beta_fn(a, b + 1.0) * betainc(b + 1.0, a, 1.0 - p)
+        return -beta_fn(a + 1.0, b) * betainc(a + 1.0, b, p)
 
     def observed(self, p: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``S(p, y)`` for hard labels y in {0, 1}, evaluating only the branch each element needs."""
@@ -47,8 +63,8 @@ class ScoreRule:
         out = np.empty(p.shape)
         one = y == 1
         zero = ~one
-        out[one] = self.pair(p[one])[0]
-        out[zero] = self.pair(p[zero])[1]
+        out[one] = self.branch(p[one], 1)
+        out[zero] = self.branch(p[zero], 0)
         return out
 
     def __call__(self, p: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -68,6 +68,8 @@ def test_parse_score():
     assert parse_score("beta:2,4") == ScoreRule("beta", 2.0, 4.0)
     assert parse_score("beta(2,4)").name == "beta(2,4)"
     assert parse_score(" LOG ").kind == "log"
+    with pytest.raises(ValueError):
+        ScoreRule("beta", -1.0, 2.0)
     for bad in ("beta:0,4", "beta:2", "beta:-1,2", "spherical", "beta:a,b", ""):
         with pytest.raises(UserError, match="unknown score"):
             parse_score(bad)
