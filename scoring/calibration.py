@@ -33,7 +33,9 @@ def logit(p: np.ndarray) -> np.ndarray:
 
 
 def sigmoid(u: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(u, dtype=float)))
+    from scipy.special import expit
+
+    return expit(np.asarray(u, dtype=float))
 
 
 @dataclass
