@@ -245,3 +245,20 @@ def test_dead_workers_episodes_counted_not_written(fake_server, tmp_path):
     assert summary.remaining == 3 and summary.stats.infra_errors == 3
     assert dict(summary.stats.error_messages) == {"worker process exited unexpectedly": 3}
     assert read_episodes(tmp_path / "run") == []
+
+
+def test_progress_plain_lines_when_not_a_tty(capsys):
+    from harness.progress import BatchStats, EpisodeSummary, Progress
+
+    stats = BatchStats(total=2)
+    with Progress(stats, enabled=True, plain_every_s=3600) as bar:  # pytest's stderr is not a terminal
+        stats.add(EpisodeSummary(stop_reason="clean", calls=1, prompt_tokens=5, completion_tokens=5, cost_usd=0.5))
+        bar.update()  # first line is printed at once
+        stats.add(EpisodeSummary(stop_reason="max_steps", calls=1, unpriced_calls=1))
+        bar.update()  # finished: always printed, even inside the interval
+    with Progress(stats, enabled=False) as quiet:
+        quiet.update()
+    assert capsys.readouterr().err.splitlines() == [
+        "[1/2] clean=1 | tokens 10 | cost $0.5000",
+        "[2/2] clean=1 max_steps=1 | tokens 10 | cost $0.5000 (+1 unpriced calls)",
+    ]
