@@ -94,7 +94,7 @@ class Progress:
         self.stats = stats
         self.enabled = enabled
         self.plain_every_s = plain_every_s
-        self._last_plain = 0.0
+        self._last_plain: float | None = None
         self._bar = None
         self._task = None
         if enabled and sys.stderr.isatty():
@@ -127,7 +127,7 @@ class Progress:
             return
         now = time.monotonic()
         finished = self.stats.already_done + self.stats.done >= self.stats.total
-        if finished or now - self._last_plain >= self.plain_every_s:
+        if finished or self._last_plain is None or now - self._last_plain >= self.plain_every_s:
             self._last_plain = now
             print(self.stats.line(), file=sys.stderr, flush=True)
 
