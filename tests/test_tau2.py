@@ -517,3 +517,24 @@ def test_telecom_prefix_with_user_tool_calls_replays(fake_server):
     assert env._env.user_tools.db.device.airplane_mode is False  # the user's toggle was re-executed by set_state
     assert env._env.get_user_db_hash() == prefix[0].info["user_db_hash"]
     assert (env.hops, env.errors) == (7, 0)
+
+
+def test_user_ending_before_the_agent_acts(fake_server):
+    """The user's very first message is a stop: the first step reports the ending without executing the action."""
+    script = Script([tool("return_delivered_order_items", RETURN_ARGS)], ["Never mind. ###STOP###"])
+    with fake_server(script) as srv:
+        env, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
+    ep = result.episode
+    assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.clean, 0, 0.0, 1)
+    assert ep.steps[0].info["kind"] == "ended_before_agent" and ep.steps[0].observation == ""
+    assert [m.role for m in env.trajectory] == ["assistant", "user"]  # the return was never executed
+    assert ep.reward_info["tau2"]["db_check"]["db_match"] is False
+
+
+def test_wrong_tool_arguments_are_tau2_tool_errors_not_parse_errors(fake_server):
+    agent = [tool("get_order_details", {"order": ORDER}), respond("Sorry.")]
+    with fake_server(Script(agent, USER_LINES)) as srv:
+        _, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
+    step = result.episode.steps[0]
+    assert step.repair_attempts == 0 and step.info["tool_error"] is True and step.observation.startswith("Error:")
+    assert result.episode.reward_info["tool_errors"] == 1
