@@ -467,3 +467,22 @@ def test_broken_responder_fails_fast_with_its_message(fake_server):
             _complete(_client(srv, "aiohttp", max_retries=3))
         assert len(srv.requests) == 1
         assert isinstance(srv.responder_errors[0], KeyError)
+
+
+def test_check_response_classifies_bodies_without_a_completion():
+    from harness.model_client import HTTPStatusFailure, MalformedResponse, _check_response
+
+    _check_response({"choices": [{"message": {"role": "assistant", "content": "x"}}]})  # fine
+    with pytest.raises(MalformedResponse):
+        _check_response({"choices": []})
+    with pytest.raises(MalformedResponse):
+        _check_response({"choices": [{"index": 0}]})
+    with pytest.raises(HTTPStatusFailure) as exc:
+        _check_response({"error": {"code": 401, "message": "No auth credentials found"}})
+    assert exc.value.status_code == 401 and not is_transient(exc.value)
+    with pytest.raises(HTTPStatusFailure) as exc:
+        _check_response({"error": {"code": 502, "message": "upstream"}})
+    assert is_transient(exc.value)
+    with pytest.raises(MalformedResponse, match="weird"):
+        _check_response({"error": {"code": "weird_string_code", "message": "weird"}})
+    assert is_transient(MalformedResponse("x"))
