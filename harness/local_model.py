@@ -70,14 +70,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def _death_signal_hook():
+    """A preexec_fn setting PR_SET_PDEATHSIG, or None off Linux.
+
+    libc is loaded here, in the parent: between fork and exec the child only calls the resolved function
+    (no dlopen, which could deadlock on a loader lock held by another thread at fork time).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the context manager still cleans up
-        pass
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+
+    def hook() -> None:  # pragma: no cover - runs in the child
+        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+    return hook
 
 
 class LocalModelServer:
@@ -153,7 +166,7 @@ class LocalModelServer:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group: stop() kills the server and anything it spawned
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=_death_signal_hook(),
         )
 
     def _log_tail(self, n: int = 400) -> str:

@@ -256,3 +256,36 @@ def test_resolve_model_async_starts_and_stops_local_server():
     assert [m["id"] for m in models["data"]] == ["smollm2"]
     with pytest.raises(OSError):
         urllib.request.urlopen(base + "/models", timeout=2)
+
+
+def test_server_dies_with_the_process_that_started_it(tmp_path):
+    """PR_SET_PDEATHSIG: a kill -9 of the run must not leave the model server running."""
+    import subprocess
+    import textwrap
+
+    pidfile = tmp_path / "server.pid"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        from test_local_model import _FakeCommandServer
+        srv = _FakeCommandServer(["sleep", "60"], startup_timeout_s=60)
+        srv.start()
+        Path({str(pidfile)!r}).write_text(str(srv.proc.pid))
+        time.sleep(60)
+        """
+    )
+    root = Path(__file__).resolve().parent.parent
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=root)
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server_pid = int(pidfile.read_text())
+    assert _alive(server_pid)
+    parent.kill()  # SIGKILL: no cleanup code runs in the parent
+    parent.wait(10)
+    deadline = time.monotonic() + 10
+    while _alive(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(server_pid)
