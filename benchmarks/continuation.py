@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import sys
 import time
@@ -61,9 +62,12 @@ def make_prefix(task: str, z: int) -> tuple[str, list[Step]]:
 async def timed_calls(client, prompts: list[tuple[list[dict], int]]) -> tuple[float, int]:
     t0 = time.perf_counter()
     prompt_tokens = 0
-    for messages, seed in prompts:
+    for i, (messages, seed) in enumerate(prompts):
+        t1 = time.perf_counter()
         c = await client.complete(messages, seed=seed)
         prompt_tokens += c.call.usage.prompt_tokens or 0
+        print(f"  call {i + 1}/{len(prompts)}: {time.perf_counter() - t1:.1f} s, "
+              f"{c.call.usage.prompt_tokens} prompt tokens", file=sys.stderr, flush=True)
     return time.perf_counter() - t0, prompt_tokens
 
 
@@ -82,7 +86,10 @@ def run_mode(server_cache: bool, orders: dict[str, list[str]], messages: dict[st
     srv.start()
     results = {}
     try:
+        t0 = time.perf_counter()
         srv.wait_ready()
+        print(f"server ready after {time.perf_counter() - t0:.0f} s (RAM cache: {server_cache})", file=sys.stderr,
+              flush=True)
         decoding = DecodingConfig(max_tokens=max_tokens, temperature=0.2, logprobs=True, top_logprobs=5)
 
         async def main():
@@ -91,6 +98,7 @@ def run_mode(server_cache: bool, orders: dict[str, list[str]], messages: dict[st
                 # warm-up on an unrelated short prompt (loads weights, leaves no useful prefix in the KV state)
                 await client.complete([{"role": "user", "content": "Say hi."}], seed=1)
                 for name, order in orders.items():
+                    print(name, file=sys.stderr, flush=True)
                     counters = {k: 0 for k in messages}
                     prompts = []
                     for key in order:
@@ -144,7 +152,7 @@ def main() -> int:
         f"`benchmarks/continuation.py --branches {m} --prefix-steps {args.prefix_steps} --max-tokens {args.max_tokens}`"
         f" on {platform.machine()} / Python {platform.python_version()}, SmolLM2-135M-Instruct Q4_1 via "
         f"llama-cpp-python's server, top-5 logprobs; 2 prefixes x {m} branch first-step calls per mode; "
-        f"wall time {total:.0f} s. Prompt tokens per call ~{res['grouped (prefix KV reuse)'][2] // (2 * m)}.",
+        f"wall time {total:.0f} s; load average at the end {os.getloadavg()[0]:.1f} (shared machine). Prompt tokens per call ~{res['grouped (prefix KV reuse)'][2] // (2 * m)}.",
         "",
         "| mode | calls | seconds | branch calls/s | speed-up vs baseline |",
         "|---|---|---|---|---|",
