@@ -465,3 +465,58 @@ def test_qz_only_recomputes_without_model_calls(source_run, tmp_path, capsys):
     assert (out / "qz.jsonl").exists() and "Mean q_hat_Z^MC" in capsys.readouterr().out
     rc = uqh(["continue", str(src), "--out", str(tmp_path / "empty"), "--qz-only"])
     assert rc == 2 and "not a continuation run directory" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ WebShop: page + options
+
+
+def test_webshop_branch_resumes_page_and_selected_options(tmp_path, fake_server):
+    """A WebShop prefix stopped on an item page after one option was clicked; each branch clicks the next option and
+    its first observation must show *both* options selected (state restored by replay), then it buys."""
+    ws = get_domain_class("webshop")({})
+    goals, catalog = ws.resources.goals, ws.resources.catalog
+    task = None
+    for i, g in enumerate(goals):
+        opts = catalog.by_asin[g["asin"]]["options"]
+        if len(g["goal_options"]) >= 2 and all(len(v) >= 2 for v in opts.values()):
+            task = f"ws-{i}"
+            break
+    assert task is not None
+    goal = goals[int(task[3:])]
+
+    def shopper(req):
+        msgs = req["messages"]
+        obs = next(m["content"] for m in reversed(msgs) if m["role"] == "user" and "Clickables:" in m["content"])
+        if "Search bar: available" in obs:
+            return _qa(f"Search[{goal['name']}]")
+        if "Total results" in obs:
+            return _qa(f"Click[{goal['asin']}]")
+        selected = re.search(r"Selected options: (.*)", obs)
+        chosen = dict(kv.split(": ", 1) for kv in selected.group(1).split("; ")) if selected else {}
+        for name, value in goal["goal_options"].items():
+            if name not in chosen:
+                return _qa(f"Click[{value}]")
+        return _qa("Click[Buy Now]", 0.9)
+
+    with fake_server(shopper) as srv:
+        cfg = RunConfig(domain="webshop", task_ids=[task], model="openai/fake", api_base=srv.base_url, step_budget=3,
+                        prompt_sha256=prompt_sha256(ws.system_prompt()), package_version=harness.__version__,
+                        decoding=DecodingConfig(max_tokens=64))
+        src = tmp_path / "src"
+        assert run_batch(cfg, src, progress=False).ok
+        (ep,) = read_episodes(src)
+        assert ep.stop_reason == StopReason.max_steps
+        first_option = ep.steps[2].info["state"]["options"]
+        assert len(first_option) == 1
+        srv.requests.clear()
+        out = tmp_path / "cont"
+        rep = cont.run_continuations(src, out, branches=2, extra_steps=len(goal["goal_options"]) + 1, progress=False)
+        assert rep.n_branches_written == 2 and rep.skipped == []
+    for br in read_episodes(out):
+        new = br.steps[3]
+        assert new.info["state"]["page"] == "item"
+        assert len(new.info["state"]["options"]) == 2 and first_option.items() <= new.info["state"]["options"].items()
+        assert br.stop_reason == StopReason.clean and br.outcome == 1 and br.reward == 1.0
+        assert br.reward_info["purchased_asin"] == goal["asin"]
+    # one call per new step, none for the three prefix steps
+    assert len(srv.requests) == sum(b.n_steps - b.prefix_steps for b in read_episodes(out))
