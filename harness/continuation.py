@@ -192,7 +192,7 @@ def env_seed_for(config: RunConfig, episode: Episode) -> int:
 
 async def check_replay(domain, config: RunConfig, episode: Episode) -> str | None:
     """Replay ``episode``'s recorded actions into a fresh environment; the mismatch reason, or None if faithful."""
-    from domains.base import ReplayMismatch
+    from domains.base import Environment, ReplayMismatch
     from harness.loop import start_env
 
     if not type(domain).supports_replay:
@@ -210,7 +210,10 @@ async def check_replay(domain, config: RunConfig, episode: Episode) -> str | Non
         except Exception as exc:  # noqa: BLE001 - e.g. a recorded action the environment now rejects
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             return f"replay failed: {type(exc).__name__}: {first}"
-        if task_prompt != episode.task_prompt:
+        # With the default replay (re-execute and compare) the reset must reproduce the recorded task prompt; a
+        # domain that restores state from the record (Tau2, whose opening user turn is sampled) validates the
+        # recorded conversation itself, and the runner continues the recorded conversation.
+        if task_prompt != episode.task_prompt and type(env).replay is Environment.replay:
             return "replay mismatch: the reset environment's task prompt differs from the recorded one"
         return None
     finally:
@@ -342,7 +345,11 @@ def estimate_qz(
             continue
         src = prefixes[i]
         z = br.prefix_steps
-        if z != len(src.steps) or [s.action for s in br.steps[:z]] != [s.action for s in src.steps]:
+        if (
+            z != len(src.steps)
+            or br.task_prompt != src.task_prompt
+            or [s.action for s in br.steps[:z]] != [s.action for s in src.steps]
+        ):
             join_mismatch += 1
             continue
         fb, fs = _confidences(br.steps[:z]), _confidences(src.steps)

@@ -345,10 +345,15 @@ def test_estimate_qz_on_generated_runs(tmp_path):
     bad.steps[0].action = "Calc[9]"
     bad.episode_id = "t0#0@b99"
     bad.branch_index = 99
+    bad2 = branches[1].model_copy(deep=True)
+    bad2.task_prompt = "another question"
+    bad2.episode_id = "t0#0@b98"
+    bad2.branch_index = 98
     with open(out / "episodes.jsonl", "a") as fh:
         fh.write(bad.model_dump_json() + "\n")
+        fh.write(bad2.model_dump_json() + "\n")
     res2 = cont.estimate_qz(out, min_valid=5, n_boot=20, write=False)
-    assert res2.audit["counts"]["join_mismatch_branches"] == 1
+    assert res2.audit["counts"]["join_mismatch_branches"] == 2
     assert res2.mc["exclude"].n_resolved[0] == 6
 
 
@@ -520,3 +525,19 @@ def test_webshop_branch_resumes_page_and_selected_options(tmp_path, fake_server)
         assert br.reward_info["purchased_asin"] == goal["asin"]
     # one call per new step, none for the three prefix steps
     assert len(srv.requests) == sum(b.n_steps - b.prefix_steps for b in read_episodes(out))
+
+
+def test_changed_task_prompt_is_a_replay_mismatch(source_run, tmp_path):
+    src, srv, _ = source_run
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    lines = (copy / "episodes.jsonl").read_text().splitlines()
+    ep = json.loads(lines[0])
+    ep["task_prompt"] = "Question: What is (1 + 1) + 1?"
+    lines[0] = json.dumps(ep)
+    (copy / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    rep = cont.run_continuations(copy, tmp_path / "cont", branches=1, extra_steps=1, progress=False)
+    assert [(s.episode_id, s.reason) for s in rep.skipped] == [
+        (ep["episode_id"], "replay mismatch: the reset environment's task prompt differs from the recorded one")
+    ]
+    assert rep.n_branches_written == 2
