@@ -162,7 +162,7 @@ def prefix_feature_vector(
     """Numeric features (in :data:`FEATURE_NAMES` order) of one stopped prefix H_Z."""
     z = len(actions)
     if z == 0:
-        return np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+        return np.zeros(len(FEATURE_NAMES))
     norm = [a.strip() for a in actions]
     seen: set[str] = set()
     repeated = 0
