@@ -282,6 +282,17 @@ def _confidences(steps) -> np.ndarray | None:
     return np.asarray(vals, dtype=float)
 
 
+def continuation_source(cont_dir: Path) -> Path:
+    """The source run directory a continuation run directory continues (UserError if it is not one)."""
+    cont_dir = Path(cont_dir)
+    if not (cont_dir / MANIFEST_FILE).is_file():
+        raise UserError(f"{cont_dir} is not a continuation run directory (no {MANIFEST_FILE})")
+    cont = read_manifest(cont_dir).config.continuation
+    if not cont:
+        raise UserError(f"{cont_dir} is not a continuation run (its manifest has no continuation section)")
+    return Path(cont["source_run_dir"])
+
+
 def estimate_qz(
     cont_dir: Path,
     *,
@@ -436,7 +447,7 @@ def estimate_qz(
             "without_estimate": int(np.sum(meth == "none")),
         }
     )
-    audit["settings"] = {"min_valid": min_valid, "method": method, "rule": rule, "weights": weights,
+    audit["settings"] = {"source_run_dir": str(source_dir), "min_valid": min_valid, "method": method, "rule": rule, "weights": weights,
                          "predictor": "verbal_confidence (raw)", "n_boot": n_boot, "seed": seed,
                          "plugin_features": list(qz.FEATURE_NAMES), "plugin_note": plugin_note,
                          "plugin_train_complete": train_complete}

@@ -38,14 +38,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.continuation import estimate_qz, run_continuations
+    from harness.continuation import continuation_source, estimate_qz, run_continuations
     from harness.errors import UserError
 
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
-    if not args.qz_only:
+    if args.min_valid < 1:
+        raise UserError("--min-valid must be at least 1")
+    from scoring.rules import parse_score
+    from scoring.weights import check_scheme
+
+    parse_score(args.score)  # bad audit settings fail before any model call
+    check_scheme(args.weights)
+    if args.qz_only:
+        source = continuation_source(Path(args.out))
+        if source.resolve() != Path(args.run_dir).resolve():
+            raise UserError(f"{args.out} continues the run {source}, not {args.run_dir}; pass that run directory")
+    else:
         report = run_continuations(
             Path(args.run_dir),
             Path(args.out),
@@ -74,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         n_boot=args.bootstrap,
         train_complete=args.plugin_train_complete,
     )
+    source = result.audit["settings"]["source_run_dir"]
     print(result.text)
-    print(f"q_Z file: {Path(args.out) / 'qz.jsonl'}  (use: uqh score {args.run_dir} --censoring exact --q-z "
+    print(f"q_Z file: {Path(args.out) / 'qz.jsonl'}  (use: uqh score {source} --censoring exact --q-z "
           f"{Path(args.out) / 'qz.jsonl'})")
     return 0

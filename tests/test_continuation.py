@@ -223,6 +223,9 @@ def test_user_errors(source_run, tmp_path, capsys):
         (["--ids", "arith-0000#5"], "not in the source run"),
         (["--prefixes", "0"], "--prefixes must be at least 1"),
         (["--branches", "0"], "--branches must be at least 1"),
+        (["--score", "bogus"], "unknown score"),
+        (["--weights", "bogus"], "unknown weights"),
+        (["--min-valid", "0"], "--min-valid must be at least 1"),
     ]
     for extra, msg in cases:
         out = tmp_path / "never"
@@ -468,6 +471,8 @@ def test_qz_only_recomputes_without_model_calls(source_run, tmp_path, capsys):
               "--bootstrap", "10"])
     assert rc == 0 and len(srv.requests) == n
     assert (out / "qz.jsonl").exists() and "Mean q_hat_Z^MC" in capsys.readouterr().out
+    rc = uqh(["continue", str(tmp_path), "--out", str(out), "--qz-only"])
+    assert rc == 2 and "continues the run" in capsys.readouterr().err
     rc = uqh(["continue", str(src), "--out", str(tmp_path / "empty"), "--qz-only"])
     assert rc == 2 and "not a continuation run directory" in capsys.readouterr().err
 
