@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-valid", type=int, default=5,
                    help="resolved non-parse-error branches a prefix needs for an MC estimate (default 5)")
     p.add_argument("--out", required=True, metavar="CONT_DIR", help="continuation run directory (new or to resume)")
-    p.add_argument("--concurrency", type=int, default=4, help="branches in flight at once (default 4)")
+    p.add_argument("--concurrency", type=int, help="branches in flight at once (default 8; 2 for local: models)")
     p.add_argument("--api-base", help="override the source run's API base (e.g. a restarted server)")
     p.add_argument("--qz-method", choices=("hybrid", "mc", "plugin"), default="hybrid",
                    help="q_Z estimator written to qz.jsonl (default hybrid: MC where retained, plug-in elsewhere)")
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
-    if args.concurrency < 1:
+    if args.concurrency is not None and args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
     if args.min_valid < 1:
         raise UserError("--min-valid must be at least 1")
