@@ -58,6 +58,8 @@ def table_html(t: Table) -> str:
         body.append("<tr>" + "".join(cells) + "</tr>")
     links = f'<div class="links"><a href="{_esc(t.name)}.csv">CSV</a><a href="{_esc(t.name)}.md">Markdown</a></div>'
     caption = f'<p class="caption">{_esc(t.caption)}</p>' if t.caption else ""
+    if not t.rows:
+        caption = f'<p class="note">{_esc(t.empty_note)}</p>' + caption
     return (
         f'<h3 id="table-{_esc(t.name)}">{_esc(t.title)}</h3>{links}<div class="tablewrap"><table class="data" '
         f'data-table="{_esc(t.name)}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>{caption}'

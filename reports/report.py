@@ -38,6 +38,7 @@ from reports.html import Figure, Section, render_page
 from reports.tables import Table
 
 PRIMARY_PREDICTOR = "verbal"
+NEED_COMPLETE = "No run has complete trajectories with an observed outcome (clean stop), which this analysis needs."
 PRIMARY_SCORE = "log"
 FIG1_METRICS = ("auroc", "auprc", "aurc", "t_ece", "tps_log")
 METRIC_LABELS = {
@@ -222,6 +223,7 @@ def auq_table(scored: list[ScoredRun]) -> Table:
             rows.append(row)
     return Table(
         name="auq_scalar",
+        empty_note=NEED_COMPLETE,
         title="Scalar AUQ-style predictors (Table 5 shape)",
         columns=cols,
         rows=rows,
@@ -247,6 +249,7 @@ def platt_table(scored: list[ScoredRun]) -> Table:
             })
     return Table(
         name="platt_diagnostics",
+        empty_note="No Platt map could be fitted (each half of the split needs complete trajectories).",
         title="Platt calibration diagnostics (Appendix D, Table 1 shape)",
         columns=cols,
         rows=rows,
@@ -284,6 +287,7 @@ def calibration_invariance_table(scored: list[ScoredRun], predictor: str = PRIMA
 
     return Table(
         name="calibration_invariance",
+        empty_note=NEED_COMPLETE,
         title=f"Calibration invariance: {PREDICTOR_LABELS[predictor]} raw vs Platt vs base rate (Fig. 1 shape)",
         columns=cols,
         rows=rows,
@@ -305,6 +309,7 @@ def fixed_rank_table(scored: list[ScoredRun]) -> Table:
                              **{METRIC_LABELS.get(k, k): fr[k] for k in fr if k != "transform"}})
     return Table(
         name="fixed_rank",
+        empty_note=NEED_COMPLETE,
         title="Fixed-rank sensitivity (Appendix E)",
         columns=["Run", "Predictor", "Transform"] + [METRIC_LABELS.get(k, k) for k in keys],
         rows=rows,
@@ -365,6 +370,7 @@ def censored_shift_table(scored: list[ScoredRun]) -> Table:
                 })
     return Table(
         name="censored_shift",
+        empty_note="No run has administratively censored (max_steps) trajectories.",
         title="Complete-only vs censored extension (Fig. 2A, §6.3)",
         columns=cols,
         rows=rows,
@@ -396,6 +402,7 @@ def parse_error_table(scored: list[ScoredRun]) -> Table:
                 })
     return Table(
         name="parse_error_sensitivity",
+        empty_note="No run has parse-error trajectories.",
         title="Parse-error sensitivity (Appendix G.2)",
         columns=cols,
         rows=rows,
@@ -472,6 +479,7 @@ def artificial_censoring_table(scored: list[ScoredRun], seed: int, predictor: st
                     })
     return Table(
         name="artificial_censoring",
+        empty_note="Needs at least two complete trajectories with an observed outcome.",
         title="Artificial-censoring validation (Appendix I.1, Table 10 shape)",
         columns=cols,
         rows=rows,

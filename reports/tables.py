@@ -20,6 +20,7 @@ class Table:
     columns: list[str]
     rows: list[dict[str, Any]] = field(default_factory=list)
     caption: str = ""
+    empty_note: str = "No applicable trajectories in these runs."
 
     def to_csv(self) -> str:
         buf = io.StringIO()
@@ -31,6 +32,8 @@ class Table:
 
     def to_markdown(self, digits: int = 3) -> str:
         lines = [f"### {self.title}", ""]
+        if not self.rows:
+            lines += [f"_{self.empty_note}_", ""]
         lines.append("| " + " | ".join(_md(c) for c in self.columns) + " |")
         lines.append("|" + "|".join("---" for _ in self.columns) + "|")
         for row in self.rows:

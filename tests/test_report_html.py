@@ -36,6 +36,10 @@ CHECKS = {
     "first_action": "document.querySelector('#trace-steps tbody tr td:nth-child(2)').textContent",
     "summary": "document.getElementById('trace-summary').textContent",
     "alerts": "window.__alerted || 0",
+    # hover the first step: the tooltip shows its action, observation and values
+    "hover": "(() => { const b = document.querySelector('#trace-plot rect.band'); const r = b.getBoundingClientRect();"
+             " b.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + 2, clientY: r.top + 5, bubbles: true}));"
+             " const t = document.getElementById('trace-tooltip'); return [t.style.display, t.textContent]; })()",
     # click the first legend item: its series is hidden, and stays hidden after switching trajectory
     "toggle": "(() => { document.querySelector('#trace-legend .legend-item').click();"
               " const hid = document.querySelector('#trace-plot g.series').style.display === 'none';"
@@ -62,6 +66,9 @@ def test_trace_plot_renders_chosen_trajectory_without_console_errors(tmp_path):
     assert v["dots"] == 6 * 4 and v["lines"] == 6
     assert v["first_action"] == "Search[q1]"
     assert v["toggle"] == [True, True, True]
+    display, tip = v["hover"]
+    assert display == "block" and "action Search[q1]" in tip and "observation observation 1 of e#0 <b>&amp;</b>" in tip
+    assert "Verbal confidence: 0.800" in tip and "<confidence> 0.8" in tip
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
 
