@@ -279,9 +279,9 @@ def plan(preset_name: str, *, overrides: dict[str, Any] | None = None) -> str:
             f"  domain          {opts['domain']}" + (f" (split {opts['split']})" if opts.get("split") else ""),
             f"  tasks           {n_tasks:,} ({source}) x {opts['samples_per_task']} sample(s) = {est['episodes']:,} episodes",
             *(
-                [f"  NOTE            the paper used {opts['expected_tasks']:,} tasks; the local data holds "
+                [f"  NOTE            {opts['n_tasks'] or opts['expected_tasks']:,} tasks asked for; the local data holds "
                  f"{n_tasks:,} (give the domain the full data through its `data` option)"]
-                if n_tasks != opts["expected_tasks"]
+                if n_tasks < (opts["n_tasks"] if opts["n_tasks"] is not None else opts["expected_tasks"])
                 else []
             ),
             f"  model           {opts['model']}" + (f" via {opts['api_base']}" if opts.get("api_base") else ""),

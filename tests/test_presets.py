@@ -113,3 +113,9 @@ def test_python_m_presets_cli(capsys):
     assert "model           openai/x" in capsys.readouterr().out
     assert presets.main(["nope"]) == 2
     assert "unknown preset" in capsys.readouterr().err
+
+
+def test_note_only_when_the_local_data_holds_fewer_tasks_than_asked():
+    assert "NOTE" not in presets.plan("paper-strategyqa", overrides={"n_tasks": 2})
+    text = presets.plan("paper-hotpotqa", overrides={"n_tasks": 10**6})
+    assert "NOTE            1,000,000 tasks asked for; the local data holds" in text
