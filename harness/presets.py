@@ -226,7 +226,8 @@ def _inspect_domain_uncached(opts: dict[str, Any]) -> tuple[int, str, int | None
             ids = dom.select_task_ids(opts["n_tasks"], opts["seed"])
     except Exception as exc:  # a domain that is not built yet or needs data that is not local
         msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        return opts["expected_tasks"], f"paper count; the domain could not list tasks offline: {msg}", None
+        count = opts["n_tasks"] if opts["n_tasks"] is not None else opts["expected_tasks"]
+        return count, f"as configured; the domain could not list tasks offline: {msg}", None
     try:
         prompt_chars: int | None = len(dom.system_prompt())
     except Exception:
