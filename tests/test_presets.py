@@ -119,3 +119,19 @@ def test_note_only_when_the_local_data_holds_fewer_tasks_than_asked():
     assert "NOTE" not in presets.plan("paper-strategyqa", overrides={"n_tasks": 2})
     text = presets.plan("paper-hotpotqa", overrides={"n_tasks": 10**6})
     assert "NOTE            1,000,000 tasks asked for; the local data holds" in text
+
+
+def test_plan_falls_back_to_the_configured_count_when_the_domain_cannot_list(monkeypatch):
+    import domains
+
+    def broken(name):
+        raise UserError(f"cannot load {name}: data missing")
+
+    monkeypatch.setattr(domains, "get_domain_class", broken)
+    presets._INSPECTED.clear()
+    try:
+        text = presets.plan("paper-webshop")
+        assert "tasks           500 (as configured; the domain could not list tasks offline: cannot load webshop" in text
+        assert "tasks           7 (as configured" in presets.plan("paper-webshop", overrides={"n_tasks": 7})
+    finally:
+        presets._INSPECTED.clear()
