@@ -115,3 +115,27 @@ def test_uqh_run_without_user_model_is_a_user_error(tmp_path, capsys):
     code = main(["run", "--domain", "tau2-retail", "--tasks", "2", "--samples", "2", "--user-model", "local:smollm2",
                  "--out", str(tmp_path / "r"), "--dry-run"])
     assert code == 0 and "2 x 2 sample(s) = 4 episodes" in capsys.readouterr().out
+
+
+def test_tau2_continuation_branches_replay_the_censored_prefix(fake_server, tmp_path, monkeypatch):
+    """A max_steps Tau2 episode (read + write, budget 2) is continued by `uqh continue`'s machinery: each branch
+    replays the prefix into tau2 (the DB write re-executed) and the user answers the continued conversation."""
+    from harness.continuation import run_continuations
+
+    script = Script(SOLVED_AGENT, USER_LINES)
+    with fake_server(script) as srv:
+        monkeypatch.setenv("OPENAI_API_BASE", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        config = make_config(srv).model_copy(update={"step_budget": 2})
+        run_batch(config, tmp_path / "src", concurrency=1, progress=False, client_factory=client_factory())
+        (src,) = read_episodes(tmp_path / "src")
+        assert src.stop_reason == StopReason.max_steps and src.n_steps == 2
+        report = run_continuations(tmp_path / "src", tmp_path / "cont", branches=2, extra_steps=2, progress=False,
+                                   client_factory=client_factory())
+    assert report.skipped == [] and report.n_branches_written == 2
+    branches = sorted(read_episodes(tmp_path / "cont"), key=lambda e: e.episode_id)
+    assert [b.episode_id for b in branches] == [f"{src.episode_id}@b0", f"{src.episode_id}@b1"]
+    for b in branches:
+        assert b.steps[:2] == src.steps and b.prefix_steps == 2
+        assert (b.stop_reason, b.outcome, b.reward, b.n_steps) == (StopReason.clean, 1, 1.0, 3)
+        assert b.reward_info["tau2"]["db_check"]["db_match"] is True
