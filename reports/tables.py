@@ -77,7 +77,7 @@ def fmt(v: Any, digits: int = 3) -> str:
     if isinstance(v, float):
         if math.isinf(v):
             return "∞" if v > 0 else "−∞"
-        if v != 0 and abs(v) < 10 ** (-digits):
+        if v != 0 and abs(v) < 0.1:  # small scores (TPS_beta, Δ) keep their significant digits
             return f"{v:.{digits}g}"
         return f"{v:.{digits}f}"
     return str(v)

@@ -105,3 +105,13 @@ def test_runs_with_the_same_directory_name_get_distinct_labels(tmp_path):
     labels = [r.label for r in load_runs([a, b])]
     assert labels == ["x/run (webshop)", "y/run (tau2-airline)"]
     assert [r.label for r in load_runs([a])] == ["run (webshop)"]
+
+
+def test_markdown_number_formatting():
+    from reports.tables import Table, fmt
+
+    assert [fmt(-0.00929), fmt(-0.6931), fmt(0.0), fmt(None), fmt(float("nan")), fmt(2290), fmt(True)] == [
+        "-0.00929", "-0.693", "0.000", "—", "—", "2,290", "yes"]
+    t = Table("t", "T", ["a|b", "c"], [{"a|b": "x|y", "c": 1.0}])
+    assert "| a\\|b | c |" in t.to_markdown() and "| x\\|y | 1.000 |" in t.to_markdown()
+    assert t.to_csv() == "a|b,c\nx|y,1.0\n"
