@@ -146,7 +146,11 @@ async def _open_page(
             deadline = time.monotonic() + timeout_s
             assert proc.stderr is not None
             while time.monotonic() < deadline:
-                line = await asyncio.to_thread(proc.stderr.readline)
+                try:
+                    line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline),
+                                                  max(0.1, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    break
                 if not line:
                     break
                 m = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
