@@ -246,3 +246,12 @@ def test_rerun_into_the_same_directory_drops_stale_per_run_files(tmp_path):
     build_report([a], out, ReportOptions(n_bootstrap=10))
     assert not (out / "transparency__b.csv").exists() and (out / "transparency__a.csv").exists()
     assert (out / "notes.txt").read_text() == "mine"  # files that are not ours are left alone
+
+
+def test_browser_fails_loudly_when_chromium_does_not_start(tmp_path):
+    from reports.browser import open_page
+
+    page = tmp_path / "p.html"
+    page.write_text("<html><body>x</body></html>")
+    with pytest.raises(RuntimeError, match="did not start a DevTools endpoint"):
+        open_page(page, chromium="/bin/false", timeout_s=5)
