@@ -51,4 +51,4 @@ for name in "${names[@]}"; do
   echo "== $name"
   "$PY" -m harness.cli run --preset "$name" "${extra[@]}"
 done
-echo "done: run directories under runs/paper-*/; next: .venv/bin/uqh audit runs/paper-* && .venv/bin/uqh report runs/paper-* --out runs/paper-report"
+echo "done: run directories under runs/paper-*/; next: .venv/bin/uqh audit runs/paper-* && .venv/bin/uqh report runs/paper-* --out runs/report-paper"
