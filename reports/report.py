@@ -15,6 +15,7 @@ Artefacts (``--out DIR``):
 - ``sensitivity`` (Appendix I: score family × weight schedule; Δ_practice when censored trajectories exist);
 - ``artificial_censoring`` (Appendix I.1, Table 10 shape: complete trajectories censored at rates 0.25/0.5/0.75);
 - ``censored_shift`` + figure ``censored_shift__<run>`` (Fig. 2A: complete-only vs censored extension, CI);
+- ``censored_exact`` (§4.3, Tables 8–9 shape: TPS^cen,exact with q_Z files from ``uqh continue`` vs simple);
 - ``parse_error_sensitivity`` (Appendix G.2);
 - figure ``selection_diagnostic`` (Fig. 2B);
 - ``report.html`` (self-contained: everything above plus the per-trajectory trace explorer), ``report.md``,
@@ -61,6 +62,7 @@ class ReportOptions:
     seed: int = 0
     max_traces: int = 300  # trajectories per run embedded in the HTML trace explorer
     pool: bool = False  # also score runs of the same dataset pooled (e.g. Tau2's three domains)
+    q_z_files: tuple[Path, ...] = ()  # q_Z files from `uqh continue`: adds the exact censored score (§4.3)
     title: str = "uqh report"
 
 
@@ -73,6 +75,8 @@ class ScoredRun:
     by_weights: dict[str, dict] = field(default_factory=dict)  # score_run per weight schedule (simple if censored)
     parse_sens: tuple[dict, dict] | None = None  # (working sample, parse errors as censored)
     pooled: bool = False  # several run directories scored together (not shown in the trace explorer)
+    exact: dict | None = None  # score_run with censoring="exact" (linear-front) when q_Z covers the censored episodes
+    exact_missing: int = 0  # censored episodes without a q_hat_z
 
     @property
     def label(self) -> str:
@@ -123,6 +127,12 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
     from scoring.tables import ScoreOptions, pool_runs, score_run
     from scoring.weights import WEIGHT_SCHEMES
 
+    q_z: dict[str, float] = {}
+    if opts.q_z_files:
+        from scoring.qz_file import read_qz_file
+
+        for f in opts.q_z_files:
+            q_z.update({k: r.q_hat_z for k, r in read_qz_file(Path(f)).items()})
     items: list[tuple[Run, Any]] = [(r, load_run_data(r.path)) for r in runs]
     if opts.pool:
         groups: dict[str, list[tuple[Run, Any]]] = {}
@@ -152,6 +162,11 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
         censoring = "simple" if sr.has_censored else "exclude"
         for scheme in WEIGHT_SCHEMES:
             sr.by_weights[scheme] = score_run(data, ScoreOptions(weights=scheme, censoring=censoring, auq=False, **base))
+        if sr.has_censored and q_z and not sr.pooled:
+            censored_ids = [str(e) for e, st in zip(data.episode_ids, data.stop_reason) if st == "max_steps"]
+            sr.exact_missing = sum(1 for e in censored_ids if e not in q_z)
+            if sr.exact_missing == 0:
+                sr.exact = score_run(data, ScoreOptions(censoring="exact", q_z=q_z, auq=False, **base))
         if sr.has_parse_errors:
             sr.parse_sens = (
                 score_run(data, ScoreOptions(censoring="simple", auq=False, **base)),
@@ -376,6 +391,41 @@ def censored_shift_table(scored: list[ScoredRun]) -> Table:
         rows=rows,
         caption="Linear-front weights. TPS_cen-ext adds the max_steps prefixes under TPS^cen,simple (q_Z ≈ 0); "
         "parse errors excluded (informative). Δ_practice CI: paired bootstrap over the working sample.",
+    )
+
+
+def exact_censoring_table(scored: list[ScoredRun]) -> Table:
+    """Table 8/9 shape: the exact q_Z-weighted censored score next to the simple one (linear-front weights)."""
+    cols = ["Run", "Predictor", "Score", "n complete", "n censored", "TPS cen-simple", "TPS cen-exact",
+            "TPS cen-exact CI low", "TPS cen-exact CI high", "Exact − simple", "TPS complete-only"]
+    rows = []
+    for sr in scored:
+        if sr.exact is None:
+            continue
+        simple = sr.by_weights["linear-front"]
+        for r in sr.exact["rows"]:
+            r_s = _find(simple["rows"], r["predictor"], r["calibration"])
+            for sc in sr.exact["settings"]["scores"]:
+                k = f"tps_{sc}"
+                a, b = (_val(r_s, k) if r_s else None), _val(r, k)
+                rows.append({
+                    "Run": sr.label, "Predictor": _row_label(r), "Score": sc, "n complete": r["n_complete"],
+                    "n censored": r["n_censored"], "TPS cen-simple": a, "TPS cen-exact": b,
+                    "TPS cen-exact CI low": _ci(r, k)[0], "TPS cen-exact CI high": _ci(r, k)[1],
+                    "Exact − simple": (b - a) if (a is not None and b is not None) else None,
+                    "TPS complete-only": _val(r, f"{k}_complete_only"),
+                })
+    missing = [f"{sr.label}: {sr.exact_missing} censored episode(s) without q_hat_z" for sr in scored if sr.exact_missing]
+    return Table(
+        name="censored_exact",
+        title="Exact vs simple censored score (§4.3, Tables 8–9 shape)",
+        columns=cols,
+        rows=rows,
+        caption="TPS^cen,exact weights each censored prefix's success and failure branches by q_hat_Z from "
+        "`uqh continue` (Eq. 4); TPS^cen,simple takes q_Z ≈ 0 (Eq. 5). Linear-front weights; Platt refit per sample."
+        + (" Not scored (missing q_Z): " + "; ".join(missing) + "." if missing else ""),
+        empty_note=("Give --q-z FILE (written by `uqh continue`) to add the exact censored score."
+                    if not missing else "No run has a q_hat_z for every censored episode: " + "; ".join(missing) + "."),
     )
 
 
@@ -717,7 +767,9 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
     calib_t, fixed_t = calibration_invariance_table(scored), fixed_rank_table(scored)
     sens_t, shift_t, parse_t = sensitivity_table(scored), censored_shift_table(scored), parse_error_table(scored)
     art_t = artificial_censoring_table(scored, opts.seed)
-    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, art_t, shift_t, parse_t]
+    exact_t = exact_censoring_table(scored)
+    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, art_t, shift_t, exact_t,
+              parse_t]
     for t in tables:
         files += t.write(out_dir)
     for sr in scored:
@@ -750,8 +802,8 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
         Section("calibration", "Calibration invariance", "§6.1 / Fig. 1.", [calib_t, platt_t], fig1),
         Section("fixed-rank", "Fixed-rank sensitivity", "Appendix E.", [fixed_t]),
         Section("auq", "Scalar AUQ predictors", "Appendix F.2 / Table 5.", [auq_t]),
-        Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A.", [shift_t] if shift_t.rows else [],
-                fig2a, notes=[] if shift_t.rows else [no_cens]),
+        Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A; exact censored score §4.3.",
+                [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=[] if shift_t.rows else [no_cens]),
         Section("sensitivity", "Score family × weight schedule", "Appendix I.", [sens_t, art_t]),
         Section("parse-errors", "Parse-error sensitivity", "Appendix G.2.", [parse_t] if parse_t.rows else [],
                 notes=[] if parse_t.rows else [no_parse]),

@@ -40,7 +40,7 @@ def test_every_artefact_is_written(report):
     names = {p.name for p in res.out_dir.iterdir()}
     tables = ["termination_audit", "selection_diagnostic", "transparency__ws", "transparency__t2", "auq_scalar", "artificial_censoring",
               "platt_diagnostics", "calibration_invariance", "fixed_rank", "sensitivity", "censored_shift",
-              "parse_error_sensitivity"]
+              "parse_error_sensitivity", "censored_exact"]
     figures = ["calibration_invariance__ws", "calibration_invariance__t2", "censored_shift__ws", "selection_diagnostic"]
     expected = {f"{t}.{ext}" for t in tables for ext in ("csv", "md")} | {f"{f}.{ext}" for f in figures for ext in ("png", "svg")}
     expected |= {"scores_long__ws.csv", "scores_long__t2.csv", "report.html", "report.md", "report.json"}
@@ -255,3 +255,37 @@ def test_browser_fails_loudly_when_chromium_does_not_start(tmp_path):
     page.write_text("<html><body>x</body></html>")
     with pytest.raises(RuntimeError, match="did not start a DevTools endpoint"):
         open_page(page, chromium="/bin/false", timeout_s=5)
+
+
+def _write_qz(path, q):
+    from scoring.qz_file import QzRecord, write_qz_file
+
+    write_qz_file(path, [QzRecord(episode_id=e, q_hat_z=v, n_valid=4, method="mc") for e, v in q.items()])
+    return path
+
+
+def test_exact_censored_score_with_q_z(tmp_path, capsys):
+    ws = webshop_like(tmp_path / "ws")
+    # q_hat_z = 0 for every censored prefix: the exact score IS the simple one (Eq. 4 with q_Z = 0 is Eq. 5)
+    q0 = _write_qz(tmp_path / "q0.jsonl", {"d#0": 0.0, "e#0": 0.0, "f#0": 0.0})
+    res = build_report([ws], tmp_path / "o0", ReportOptions(n_bootstrap=20, q_z_files=(q0,)))
+    rows = _csv(res.out_dir / "censored_exact.csv")
+    assert rows and all(abs(_num(r["Exact − simple"])) < 1e-12 for r in rows if r["Exact − simple"])
+    # other q: the numbers are scoring's exact censored score
+    q = {"d#0": 0.2, "e#0": 0.9, "f#0": 0.0}
+    qf = _write_qz(tmp_path / "q.jsonl", q)
+    assert main(["report", str(ws), "--out", str(tmp_path / "o1"), "--bootstrap", "20", "--q-z", str(qf)]) == 0
+    rows = _csv(tmp_path / "o1" / "censored_exact.csv")
+    from scoring.streams import load_run
+    from scoring.tables import ScoreOptions, score_run
+
+    exp = score_run(load_run(ws), ScoreOptions(censoring="exact", q_z=q, auq=False, n_bootstrap=20, seed=0))
+    e = next(r for r in exp["rows"] if r["predictor"] == "verbal" and r["calibration"] == "raw")
+    g = next(r for r in rows if r["Predictor"] == "Verbal confidence (raw)" and r["Score"] == "log")
+    assert _num(g["TPS cen-exact"]) == e["metrics"]["tps_log"]["value"] and int(g["n censored"]) == 3
+    assert _num(g["Exact − simple"]) > 0  # e's confident prefix gains its success branch
+    # a q_Z file that misses a censored episode: not scored, and the page says which run and how many
+    qm = _write_qz(tmp_path / "qm.jsonl", {"d#0": 0.5})
+    res = build_report([ws], tmp_path / "o2", ReportOptions(n_bootstrap=20, q_z_files=(qm,)))
+    assert _csv(res.out_dir / "censored_exact.csv") == []
+    assert "ws (webshop): 2 censored episode(s) without q_hat_z" in res.html.read_text()
