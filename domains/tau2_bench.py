@@ -416,7 +416,7 @@ class Tau2Environment(Environment):
             else:
                 resp = EnvResponse(observation)
             resp.info = self._step_info(
-                "tool", tool_name=name, tool_arguments=args, tool_result=observation, tool_error=tm.error
+                "tool", tool_name=name, tool_arguments=args, tool_error=tm.error
             )
             return resp
         text = payload
