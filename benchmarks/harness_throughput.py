@@ -291,18 +291,18 @@ def main(argv: list[str] | None = None) -> int:
                 return fn
 
             if "bare" in modes:
-                runs.append(named("bare litellm", lambda: bench_bare_litellm(srv.base_url, c, n)))
+                runs.append(named("bare litellm", lambda c=c, n=n: bench_bare_litellm(srv.base_url, c, n)))
             if "litellm" in modes:
-                runs.append(named("client (litellm)", lambda: bench_client(srv.base_url, c, n, direct=False)))
+                runs.append(named("client (litellm)", lambda c=c, n=n: bench_client(srv.base_url, c, n, direct=False)))
             if "direct" in modes:
-                runs.append(named("client (direct)", lambda: bench_client(srv.base_url, c, n, direct=True)))
+                runs.append(named("client (direct)", lambda c=c, n=n: bench_client(srv.base_url, c, n, direct=True)))
             if "harness" in modes:
-                runs.append(named("harness", lambda: bench_harness(srv.base_url, c, n * args.harness_scale, workers=1)))
+                runs.append(named("harness", lambda c=c, n=n: bench_harness(srv.base_url, c, n * args.harness_scale, workers=1)))
             if "nockpt" in modes:
-                runs.append(named("harness --no-checkpoints", lambda: bench_harness(
+                runs.append(named("harness --no-checkpoints", lambda c=c, n=n: bench_harness(
                     srv.base_url, c, n * args.harness_scale, workers=1, checkpoints=False)))
             if "workers" in modes and args.workers > 1:
-                runs.append(named(f"harness --workers {args.workers}", lambda: bench_harness(
+                runs.append(named(f"harness --workers {args.workers}", lambda c=c, n=n: bench_harness(
                     srv.base_url, c, n * args.harness_scale, workers=args.workers)))
             for run in runs:
                 try:
