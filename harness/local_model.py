@@ -287,6 +287,8 @@ def check_model_string(model: str) -> None:
         if model not in LOCAL_MODELS:
             raise UserError(f"unknown local model {model!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
         return
+    if model.startswith("openai/") and len(model) > len("openai/"):
+        return  # any OpenAI-compatible endpoint; no need for the multi-second litellm import
     import litellm
 
     litellm.suppress_debug_info = True

@@ -289,3 +289,19 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
     while _alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(server_pid)
+
+
+def test_openai_compatible_model_check_needs_no_litellm_import():
+    import subprocess
+
+    code = (
+        "import sys, harness\n"
+        "from harness.local_model import check_credentials\n"
+        "check_credentials('openai/my-vllm-model', 'http://127.0.0.1:9/v1')\n"
+        "check_credentials('local:smollm2', None)\n"
+        "print('litellm' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
