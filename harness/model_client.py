@@ -447,6 +447,13 @@ class ModelClientImpl:
 
     # ---------------------------------------------------------------- public
 
+    def _redact(self, text: str) -> str:
+        """Error texts end up in logs and run summaries: never with the API key in them."""
+        key = self._api_key
+        if key and len(key) >= 8 and key != "sk-no-key":
+            text = text.replace(key, "***")
+        return text
+
     def backoff_s(self, failures: int, exc: BaseException | None = None) -> float:
         """Seconds to wait after the ``failures``-th failure: exponential with jitter, at least Retry-After.
 
@@ -474,7 +481,10 @@ class ModelClientImpl:
 
         def _before_sleep(state: Any) -> None:
             exc = state.outcome.exception()
-            log.info("%s: transient failure (%s); retry %d/%d", self.model, _short(exc), state.attempt_number, self.max_retries)
+            log.info(
+                "%s: transient failure (%s); retry %d/%d",
+                self.model, self._redact(_short(exc)), state.attempt_number, self.max_retries,
+            )
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
@@ -498,7 +508,7 @@ class ModelClientImpl:
                 msg = f"{self.model}: call failed after {attempts} attempts ({self.max_retries} retries); last error: {_short(exc)}"
             else:
                 msg = f"{self.model}: call failed (not retryable): {_short(exc)}"
-            raise ModelCallFailed(msg) from exc
+            raise ModelCallFailed(self._redact(msg)) from exc
         latency = time.perf_counter() - t0
         return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed)
 

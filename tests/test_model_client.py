@@ -486,3 +486,21 @@ def test_check_response_classifies_bodies_without_a_completion():
     with pytest.raises(MalformedResponse, match="weird"):
         _check_response({"error": {"code": "weird_string_code", "message": "weird"}})
     assert is_transient(MalformedResponse("x"))
+
+
+@pytest.mark.parametrize("transport", PATHS)
+def test_api_key_never_appears_in_failure_messages(fake_server, transport):
+    secret = "sk-test-secret-0123456789"
+
+    def responder(req):
+        raise KeyError(f"server echoed the key {secret}")
+
+    with fake_server(responder) as srv:
+        client = make_model_client(
+            "openai/fake", api_base=srv.base_url, decoding=DecodingConfig(), api_key=secret, transport=transport,
+            max_retries=0,
+        )
+        with pytest.raises(ModelCallFailed) as exc:
+            _complete(client)
+    assert secret not in str(exc.value)
+    assert "***" in str(exc.value)
