@@ -27,8 +27,8 @@ What both paths guarantee:
   A response without logprobs gives ``tokens=None``, ``has_logprobs=False`` and one warning per client.
 - ``Completion.text`` is the full raw text: litellm moves a leading ``<think>...</think>`` into
   ``reasoning_content``; it is put back (the joined logprob tokens are preferred when they reproduce it).
-- Usage is copied from the response; cost is litellm's price for the model, or ``None`` (never 0) when the
-  model is unpriced.
+- Usage is copied from the response; cost is what the provider billed when it says so (OpenRouter's
+  ``usage.cost``), else litellm's price for the model, or ``None`` (never 0) when the model is unpriced.
 """
 from __future__ import annotations
 
@@ -276,6 +276,14 @@ def _is_priced(model: str) -> bool:
     except Exception:  # noqa: BLE001 - litellm raises a plain Exception for unmapped models
         return False
     return True
+
+
+def _provider_cost(resp: Any) -> float | None:
+    """The billed USD cost when the provider reports it (OpenRouter's ``usage.cost``), else None."""
+    value = _get(_get(resp, "usage"), "cost")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
 
 
 def cost_usd(model: str, usage: Usage) -> float | None:
@@ -527,7 +535,7 @@ class ModelClientImpl:
         record = CallRecord(
             model=self.model,
             usage=usage,
-            cost_usd=cost_usd(self.model, usage),
+            cost_usd=_provider_cost(resp) if _provider_cost(resp) is not None else cost_usd(self.model, usage),
             latency_s=latency_s,
             retries=retries,
             finish_reason=_get(choice, "finish_reason"),

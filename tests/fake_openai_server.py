@@ -178,6 +178,7 @@ def build_response_body(
     top_logprobs: int,
     quirky: bool,
     prompt_tokens: int,
+    usage_cost: float | None = None,
 ) -> bytes:
     """The exact JSON bytes the server sends for one completion (the expensive part is cached per text)."""
     choice, n_tokens = _choice_json(text, max_tokens, logprobs, top_logprobs, quirky)
@@ -190,9 +191,12 @@ def build_response_body(
             "system_fingerprint": "fp_fake",
         }
     )
-    usage = json.dumps(
-        {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens, "total_tokens": prompt_tokens + n_tokens}
-    )
+    usage_obj: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens, "completion_tokens": n_tokens, "total_tokens": prompt_tokens + n_tokens
+    }
+    if usage_cost is not None:  # OpenRouter reports the billed USD cost of each call in usage.cost
+        usage_obj["cost"] = usage_cost
+    usage = json.dumps(usage_obj)
     return f'{head[:-1]}, "choices": [{choice}], "usage": {usage}}}'.encode()
 
 
@@ -224,6 +228,7 @@ class FakeOpenAIServer:
         quirky_top_logprobs: bool = False,
         port: int = 0,
         record_requests: bool = True,
+        usage_cost: float | None = None,
     ) -> None:
         for f in faults or ():
             if f not in FAULTS:
@@ -235,6 +240,7 @@ class FakeOpenAIServer:
         self.timeout_sleep_s = timeout_sleep_s
         self.quirky_top_logprobs = quirky_top_logprobs
         self.record_requests = record_requests
+        self.usage_cost = usage_cost  # when set, every answer reports usage.cost (as OpenRouter does)
         self.requests: list[dict] = []
         self.faults_served: list[str] = []
         self.responder_errors: list[BaseException] = []  # exceptions raised by a callable responder
@@ -402,6 +408,7 @@ class FakeOpenAIServer:
             top_logprobs=top_n,
             quirky=self.quirky_top_logprobs,
             prompt_tokens=count_prompt_tokens(body.get("messages", [])),
+            usage_cost=self.usage_cost,
         )
         if fault == "malformed":
             payload = payload[: max(1, len(payload) // 2)]

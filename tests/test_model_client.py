@@ -504,3 +504,11 @@ def test_api_key_never_appears_in_failure_messages(fake_server, transport):
             _complete(client)
     assert secret not in str(exc.value)
     assert "***" in str(exc.value)
+
+
+@pytest.mark.parametrize("transport", PATHS)
+def test_provider_reported_cost_is_used(fake_server, transport):
+    """OpenRouter bills in usage.cost; the paper's model is not in litellm's price map."""
+    with fake_server(STEP, usage_cost=0.00078) as srv:
+        c = _complete(_client(srv, transport, model="openai/not-a-priced-model-xyz"))
+    assert c.call.cost_usd == pytest.approx(0.00078)
