@@ -1,7 +1,7 @@
 """The model client: one async chat-completion call with token logprobs, retries and accounting.
 
-Every model call of the harness goes through :func:`make_model_client`. Two transports produce identical
-:class:`~harness.model_types.Completion` records:
+Every model call of the harness goes through :func:`make_model_client`. Its transports send the same request
+body and produce identical :class:`~harness.model_types.Completion` records:
 
 - the **litellm** path (``litellm.acompletion``) for every provider litellm knows;
 - the **direct** path for OpenAI-compatible endpoints given by URL (``model="openai/NAME", api_base=URL``:
@@ -12,18 +12,20 @@ Every model call of the harness goes through :func:`make_model_client`. Two tran
   ``transport="openai"`` selects an ``openai.AsyncOpenAI`` transport instead (same records; kept for
   comparison and for endpoints that need the SDK's behaviour).
 
-What both paths guarantee:
+What every transport guarantees:
 
 - ``logprobs``/``top_logprobs``/``temperature``/``top_p``/``seed``/``max_tokens`` from the
   :class:`~harness.schema.DecodingConfig` are sent; ``decoding.grammar`` adds the llama.cpp GBNF of
   ``prompts/four_tags.gbnf`` as ``extra_body={"grammar": ...}``; ``decoding.reasoning`` asks the provider
   for reasoning where it has a switch (OpenRouter ``reasoning={"enabled": true}``, litellm ``reasoning_effort``).
-- Transient failures (429, 5xx, timeouts, connection resets, truncated/malformed JSON bodies) are retried
+- Transient failures (429, 5xx, timeouts, connection resets, truncated/malformed JSON bodies, 200 answers
+  without a completion) are retried
   with exponential backoff and jitter (tenacity), honouring ``Retry-After`` up to the backoff cap; the count
   goes into ``CallRecord.retries``. Non-retryable errors (400, 401, 403, 404, 422) fail at once. Either way
-  the caller gets :class:`~harness.model_types.ModelCallFailed`.
+  the caller gets :class:`~harness.model_types.ModelCallFailed` (the API key redacted from its message).
 - Logprobs become typed :class:`~harness.schema.TokenLogprob` rows whose alternatives are normalised to the
-  top ``top_logprobs`` by logprob, duplicates merged by string (llama-cpp-python returns 6 and repeats).
+  top ``top_logprobs`` by logprob, duplicates merged by string (llama-cpp-python adds the sampled token as a
+  6th entry when it is not in the top 5).
   A response without logprobs gives ``tokens=None``, ``has_logprobs=False`` and one warning per client.
 - ``Completion.text`` is the full raw text: litellm moves a leading ``<think>...</think>`` into
   ``reasoning_content``; it is put back (the joined logprob tokens are preferred when they reproduce it).
