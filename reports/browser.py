@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,23 @@ class _CDP:
         return res.get("result", {}).get("value")
 
 
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop the Chromium we started and its helper processes (its own process group), then reap it."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if proc.poll() is None:
+        proc.wait()
+    time.sleep(0.2)  # helpers of the group exit right after the browser
+
+
 def _event_errors(events: list[dict]) -> list[str]:
     out = []
     for ev in events:
@@ -133,13 +151,15 @@ async def _open_page(
 ) -> PageResult:
     import aiohttp
 
-    with tempfile.TemporaryDirectory(prefix="uqh-chromium-") as profile:
+    # Chromium's helper processes may still touch the profile while exiting: cleanup errors are not failures.
+    with tempfile.TemporaryDirectory(prefix="uqh-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
              f"--window-size={width},{height}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # its own process group: stopping it stops its helpers too
         )
         try:
             port = None
@@ -183,10 +203,20 @@ async def _open_page(
                     if nav.get("errorText"):
                         raise RuntimeError(f"cannot open {url}: {nav['errorText']}")
                     await asyncio.wait_for(loaded, timeout_s)
-                    while time.monotonic() < deadline and not await cdp.evaluate(ready_expression):
+                    # The load event may be about:blank's; wait until OUR document is the one answering, ready.
+                    page_url = url.split("#", 1)[0]
+                    ready_js = f"location.href.split('#')[0] === {json.dumps(page_url)} && ({ready_expression})"
+                    ready = False
+                    while time.monotonic() < deadline:
+                        try:
+                            ready = bool(await cdp.evaluate(ready_js))
+                        except RuntimeError:  # the execution context was replaced mid-navigation
+                            ready = False
+                        if ready:
+                            break
                         await asyncio.sleep(0.05)
                     result = PageResult()
-                    result.values["ready"] = bool(await cdp.evaluate(ready_expression))
+                    result.values["ready"] = ready
                     for name, expr in checks.items():
                         result.values[name] = await cdp.evaluate(expr)
                     if screenshot is not None:
@@ -211,12 +241,7 @@ async def _open_page(
             drain.cancel()
             return result
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop_group(proc)
 
 
 def open_page(
