@@ -14,6 +14,8 @@ from typing import Any
 #: Default --max-tokens for local: models (CPU-bound, ~13 tokens/s with logprobs; a 135M model's output past a
 #: few sentences is noise). API models keep the schema default (512) unless --max-tokens is given.
 LOCAL_MAX_TOKENS = 160
+#: With --grammar the four capped fields plus tags need up to ~190 tokens; a smaller cap would cut every step.
+LOCAL_GRAMMAR_MAX_TOKENS = 224
 
 DOMAIN_OPTION_FLAGS = ("data", "retrieval", "es_url", "es_index", "top_k", "corpus")
 
@@ -132,7 +134,7 @@ def build_config(args: argparse.Namespace):
     if args.no_logprobs:
         decoding["logprobs"] = False
     if model.startswith("local:") and "max_tokens" not in decoding:
-        decoding["max_tokens"] = LOCAL_MAX_TOKENS
+        decoding["max_tokens"] = LOCAL_GRAMMAR_MAX_TOKENS if decoding.get("grammar") else LOCAL_MAX_TOKENS
     if args.temperature is not None and args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
     if args.top_p is not None and not 0 < args.top_p <= 1:
