@@ -14,8 +14,8 @@ from typing import Any
 #: Default --max-tokens for local: models (CPU-bound, ~13 tokens/s with logprobs; a 135M model's output past a
 #: few sentences is noise). API models keep the schema default (512) unless --max-tokens is given.
 LOCAL_MAX_TOKENS = 160
-#: With --grammar the four capped fields plus tags need up to ~190 tokens; a smaller cap would cut every step.
-LOCAL_GRAMMAR_MAX_TOKENS = 224
+#: With --grammar the four capped fields plus tags need up to ~210 tokens; a smaller cap would cut every step.
+LOCAL_GRAMMAR_MAX_TOKENS = 256
 
 DOMAIN_OPTION_FLAGS = ("data", "retrieval", "es_url", "es_index", "top_k", "corpus")
 
