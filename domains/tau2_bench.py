@@ -657,8 +657,10 @@ class _Tau2Domain(Domain):
             args["max_tokens"] = DecodingConfig().max_tokens  # bound a small local user model's turns
             base_seed = 0
         args["seed"] = (base_seed + episode_seed) % (2**31)
-        # The runner's resolved endpoint (local:* user models) wins; a domain option can name one for an API
-        # user model served elsewhere (e.g. vLLM with Qwen 2.5 7B Instruct, as in the paper).
+        # The runner's endpoint wins: the local:* server's address, or RunConfig.user_api_base (`uqh run
+        # --user-api-base URL`) for an API user model served elsewhere (e.g. vLLM with Qwen 2.5 7B Instruct, as in
+        # the paper). The older domain option user_api_base is the fallback; without either, litellm reads the
+        # environment (OPENAI_API_BASE).
         api_base = rt.get("user_api_base") or self.options.get("user_api_base")
         if api_base:
             args["api_base"] = api_base

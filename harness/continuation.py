@@ -636,7 +636,7 @@ def run_continuations(
         if config.user_model:  # e.g. Tau2: make_env/reset need the user simulator
             from harness.local_model import resolve_model
 
-            user_model, user_base = stack.enter_context(resolve_model(config.user_model, None))
+            user_model, user_base = stack.enter_context(resolve_model(config.user_model, config.user_api_base))
             runtime.update(user_model=user_model, user_api_base=user_base, user_decoding=config.user_decoding)
         domain.prepare_runtime(runtime)
         skipped = asyncio.run(check_replays(domain, manifest.config, prefixes))

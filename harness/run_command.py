@@ -37,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--model", help="litellm model string, openai/NAME with --api-base, or local:smollm2 (default)")
     m.add_argument("--api-base", metavar="URL", help="OpenAI-compatible endpoint for --model")
     m.add_argument("--user-model", metavar="M", help="user-simulator model (Tau2)")
+    m.add_argument("--user-api-base", metavar="URL", help="OpenAI-compatible endpoint for --user-model (Tau2)")
     m.add_argument("--temperature", type=float)
     m.add_argument("--top-p", type=float)
     m.add_argument("--seed", type=int, help="run seed (default 42); per-episode seeds derive from it")
@@ -69,14 +70,14 @@ def _positive(name: str, value: int | None, minimum: int = 1) -> None:
         raise UserError(f"{name} must be >= {minimum}, got {value}")
 
 
-def validate_model_string(model: str, api_base: str | None) -> None:
-    """Raise UserError for a model string litellm cannot route (no network)."""
+def validate_model_string(model: str, api_base: str | None, *, flag: str = "--api-base") -> None:
+    """Raise UserError for a model string litellm cannot route (no network), or ``flag`` given with a local model."""
     from harness.errors import UserError
     from harness.local_model import check_model_string
 
     check_model_string(model)
     if model.startswith("local:") and api_base is not None:
-        raise UserError(f"--api-base cannot be combined with {model}; the local server picks its own address")
+        raise UserError(f"{flag} cannot be combined with {model}; the local server picks its own address")
 
 
 def build_config(args: argparse.Namespace):
@@ -118,9 +119,12 @@ def build_config(args: argparse.Namespace):
     validate_model_string(model, api_base)
     check_credentials(model, api_base)
     user_model = args.user_model or preset.get("user_model")
+    user_api_base = args.user_api_base if args.user_api_base is not None else preset.get("user_api_base")
+    if user_api_base is not None and not user_model:
+        raise UserError("--user-api-base needs --user-model (the user-simulator model served there)")
     if user_model:
-        validate_model_string(user_model, None)
-        check_credentials(user_model, None)
+        validate_model_string(user_model, user_api_base, flag="--user-api-base")
+        check_credentials(user_model, user_api_base)
     elif getattr(cls, "needs_user_model", False):
         raise UserError(f"{domain_name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
 
@@ -197,6 +201,7 @@ def build_config(args: argparse.Namespace):
             "prompt_sha256": prompt_sha256(system_prompt),
             "user_model": user_model,
             "user_decoding": user_decoding,
+            "user_api_base": user_api_base,
         }
     )
     config = RunConfig.model_validate(config.model_dump())
@@ -245,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"tasks         {len(config.task_ids)} x {config.samples_per_task} sample(s) = {n_episodes} episodes")
         print(f"task ids      {', '.join(config.task_ids[:5])}{' ...' if len(config.task_ids) > 5 else ''}")
         print(f"model         {config.model}" + (f" via {config.api_base}" if config.api_base else ""))
+        if config.user_model:
+            print(f"user model    {config.user_model}" + (f" via {config.user_api_base}" if config.user_api_base else ""))
         print(f"decoding      temperature={d.temperature} top_p={d.top_p} logprobs={d.logprobs} "
               f"top_logprobs={d.top_logprobs} max_tokens={d.max_tokens} seed={d.seed} grammar={d.grammar} "
               f"reasoning={d.reasoning}")

@@ -301,7 +301,7 @@ def run_batch(
             model, api_base = _resolve(stack, config.model, config.api_base)
             runtime: dict[str, Any] = {"run_dir": run_dir}
             if config.user_model:
-                user_model, user_base = _resolve(stack, config.user_model, None)
+                user_model, user_base = _resolve(stack, config.user_model, config.user_api_base)
                 runtime.update(user_model=user_model, user_api_base=user_base, user_decoding=config.user_decoding)
             domain.prepare_runtime(runtime)
             bar = stack.enter_context(Progress(stats, enabled=progress))

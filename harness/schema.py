@@ -177,6 +177,10 @@ class DecodingConfig(_Record):
     ] = False
 
 
+#: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
+_LATER_FIELDS = ("user_api_base",)
+
+
 class RunConfig(_Record):
     """Everything that determines what a run produces. Its hash guards resume."""
 
@@ -192,6 +196,10 @@ class RunConfig(_Record):
     domain_options: dict[str, Any] = {}
     user_model: str | None = None
     user_decoding: DecodingConfig | None = None
+    user_api_base: Annotated[
+        str | None,
+        Field(description="OpenAI-compatible endpoint for an API user_model (uqh run --user-api-base); like api_base."),
+    ] = None
     prompt_sha256: str
     package_version: str
     continuation: Annotated[
@@ -200,7 +208,12 @@ class RunConfig(_Record):
     ] = None
 
     def config_hash(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """sha256 of the config; fields added later are left out while None (older run directories keep their hash)."""
+        data = self.model_dump(mode="json")
+        for key in _LATER_FIELDS:
+            if data.get(key) is None:
+                data.pop(key, None)
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
 

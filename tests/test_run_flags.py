@@ -1,0 +1,62 @@
+"""`uqh run` flags that close config gaps: --user-api-base (Tau2 user simulator endpoint), --index-dir (QA bm25s
+index, outside the config hash), the domain's own observation cut (WebShop), all recorded truthfully."""
+from __future__ import annotations
+
+import pytest
+from test_tau2 import RETAIL_TASK, SOLVED_AGENT, USER_LINES, Script
+
+from harness.cli import main
+from harness.schema import RunConfig, read_episodes, read_manifest
+
+
+def uqh(*argv: str) -> int:
+    return main(["run", *argv])
+
+
+def test_user_api_base_reaches_the_user_simulator_and_the_manifest(fake_server, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    script = Script(SOLVED_AGENT, USER_LINES)
+    agent_srv = fake_server(script).__enter__()
+    user_srv = fake_server(script).__enter__()  # the user simulator is served only here
+    out = tmp_path / "run"
+    base = ["--domain", "tau2-retail", "--task-ids", RETAIL_TASK, "--step-budget", "1", "--model", "openai/agent",
+            "--api-base", agent_srv.base_url, "--user-model", "openai/user", "--max-tokens", "256", "--out", str(out),
+            "--no-progress"]
+    args = [*base, "--user-api-base", user_srv.base_url]
+    assert uqh(*args, "--dry-run") == 0
+    assert f"user model    openai/user via {user_srv.base_url}" in capsys.readouterr().out
+    assert uqh(*args) == 0
+    assert user_srv.requests and all(r["model"] == "user" for r in user_srv.requests)
+    assert agent_srv.requests and all(r["model"] == "agent" for r in agent_srv.requests)
+    cfg = read_manifest(out).config
+    assert cfg.user_api_base == user_srv.base_url and cfg.user_model == "openai/user"
+    assert len(read_episodes(out)) == 1
+    # the endpoint is part of the config, like --api-base: another one is a different run
+    capsys.readouterr()
+    assert uqh(*base, "--user-api-base", agent_srv.base_url) == 2
+    assert "differs in: user_api_base" in capsys.readouterr().err
+
+
+def test_user_api_base_with_a_local_user_model_is_refused(tmp_path, capsys):
+    code = uqh("--domain", "tau2-retail", "--tasks", "1", "--model", "openai/a", "--api-base", "http://127.0.0.1:9/v1",
+               "--user-model", "local:smollm2", "--user-api-base", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "r"))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0
+    assert "--user-api-base cannot be combined with local:smollm2" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_user_api_base_absent_keeps_old_config_hashes():
+    """Run directories written before the field existed hash without it; setting it changes the hash."""
+    import hashlib
+    import json
+
+    cfg = RunConfig(domain="arithmetic", task_ids=["a"], model="openai/x", step_budget=3, prompt_sha256="p",
+                    package_version="0")
+    old = cfg.model_dump(mode="json")
+    del old["user_api_base"]
+    old_hash = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert cfg.config_hash() == old_hash
+    assert cfg.model_copy(update={"user_api_base": "http://h/v1"}).config_hash() != old_hash
