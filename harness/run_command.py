@@ -17,7 +17,9 @@ LOCAL_MAX_TOKENS = 160
 #: With --grammar the four capped fields plus tags need up to ~210 tokens; a smaller cap would cut every step.
 LOCAL_GRAMMAR_MAX_TOKENS = 256
 
-DOMAIN_OPTION_FLAGS = ("data", "retrieval", "es_url", "es_index", "top_k", "corpus")
+DOMAIN_OPTION_FLAGS = ("data", "retrieval", "es_url", "es_index", "top_k", "corpus", "index_dir")
+#: Domain options that are paths, made absolute before they go into the config.
+PATH_OPTIONS = ("data", "corpus", "index_dir")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--es-index")
     r.add_argument("--top-k", type=int)
     r.add_argument("--corpus", metavar="PATH")
+    r.add_argument("--index-dir", metavar="DIR",
+                   help="bm25s index directory (reused or built there; not part of the config hash)")
 
     x = p.add_argument_group("execution")
     x.add_argument("--out", metavar="DIR", help="run directory (created, or resumed if it holds this run)")
@@ -149,7 +153,7 @@ def build_config(args: argparse.Namespace):
     for key in DOMAIN_OPTION_FLAGS:
         value = getattr(args, key)
         if value is not None:
-            domain_options[key] = str(Path(value).resolve()) if key in ("data", "corpus") else value
+            domain_options[key] = str(Path(value).resolve()) if key in PATH_OPTIONS else value
     if args.retrieval == "es" and not (args.es_url or domain_options.get("es_url")):
         raise UserError("--retrieval es needs --es-url URL (and usually --es-index NAME)")
     for key in ("data", "corpus"):

@@ -177,6 +177,9 @@ class DecodingConfig(_Record):
     ] = False
 
 
+#: Domain options that only say where a cache lives, left out of the config hash: a bm25s index is identified by
+#: its corpus sha256 (in the manifest's info), not by its directory, so moving it does not make a different run.
+HASH_EXCLUDED_OPTIONS = frozenset({"index_dir"})
 #: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
 _LATER_FIELDS = ("user_api_base",)
 
@@ -208,11 +211,13 @@ class RunConfig(_Record):
     ] = None
 
     def config_hash(self) -> str:
-        """sha256 of the config; fields added later are left out while None (older run directories keep their hash)."""
+        """sha256 of the config without :data:`HASH_EXCLUDED_OPTIONS`; fields added later are left out while None
+        (older run directories keep their hash)."""
         data = self.model_dump(mode="json")
         for key in _LATER_FIELDS:
             if data.get(key) is None:
                 data.pop(key, None)
+        data["domain_options"] = {k: v for k, v in data["domain_options"].items() if k not in HASH_EXCLUDED_OPTIONS}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 

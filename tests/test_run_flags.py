@@ -60,3 +60,34 @@ def test_user_api_base_absent_keeps_old_config_hashes():
     old_hash = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert cfg.config_hash() == old_hash
     assert cfg.model_copy(update={"user_api_base": "http://h/v1"}).config_hash() != old_hash
+
+
+def _search(req: dict) -> str:
+    return ("<think>look it up</think>\n<action>Search[Paris]</action>\n<confidence>0.4</confidence>\n"
+            "<explanation>need facts</explanation>")
+
+
+def test_index_dir_builds_the_index_there_and_moving_it_resumes(fake_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    out, first, moved = tmp_path / "run", tmp_path / "idx", tmp_path / "elsewhere" / "idx"
+    with fake_server(_search) as srv:
+        base = ["--domain", "hotpotqa", "--tasks", "1", "--step-budget", "1", "--model", "openai/fake", "--api-base",
+                srv.base_url, "--max-tokens", "64", "--out", str(out), "--no-progress"]
+        assert uqh(*base, "--index-dir", str(first)) == 0
+        assert (first / "uqh_index.json").exists()  # the bm25s index was built where asked
+        m = read_manifest(out)
+        assert m.config.domain_options == {"index_dir": str(first.resolve())}
+        assert m.info["index_dir"] == str(first)
+        n_calls = len(srv.requests)
+        # same run, index elsewhere: resumes (nothing left to do), not "a different config"
+        first.rename(tmp_path / "gone")
+        assert uqh(*base, "--index-dir", str(moved)) == 0
+        assert len(srv.requests) == n_calls and len(read_episodes(out)) == 1
+
+
+def test_index_dir_is_outside_the_config_hash_other_options_are_not():
+    cfg = RunConfig(domain="hotpotqa", task_ids=["a"], model="openai/x", step_budget=3, prompt_sha256="p",
+                    package_version="0", domain_options={"top_k": 5})
+    h = cfg.config_hash()
+    assert cfg.model_copy(update={"domain_options": {"top_k": 5, "index_dir": "/a"}}).config_hash() == h
+    assert cfg.model_copy(update={"domain_options": {"top_k": 3}}).config_hash() != h
