@@ -89,6 +89,9 @@ class Domain(abc.ABC):
     default_step_budget: ClassVar[int]
     default_split: ClassVar[str | None] = None
     supports_replay: ClassVar[bool] = True
+    #: The observation cut `uqh run` records when --observation-chars is not given; None for a domain that shows
+    #: observations whole (it ignores ``observation_chars``), so the manifest says what the domain does.
+    default_observation_chars: ClassVar[int | None] = 420
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
         self.options: dict[str, Any] = dict(options or {})

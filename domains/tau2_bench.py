@@ -555,6 +555,7 @@ class _Tau2Domain(Domain):
     default_split = "base"
     supports_replay = True
     needs_user_model: ClassVar[bool] = True  # `uqh run` refuses to start without --user-model
+    default_observation_chars: ClassVar[int | None] = None  # observations are never cut (see __init__)
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = None):
         # Tau2 observations (tool JSON, user replies) are never truncated: the policy depends on every field.

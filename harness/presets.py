@@ -200,6 +200,17 @@ def _offline_datasets():
 _INSPECTED: dict[str, tuple[int, str, int | None]] = {}
 
 
+def _observation_chars(opts: dict[str, Any]) -> int | None:
+    """The preset's cut, or None when the domain does not cut observations (``Domain.default_observation_chars``)."""
+    from domains import get_domain_class
+
+    try:
+        cls = get_domain_class(opts["domain"])
+    except Exception:  # noqa: BLE001 - an unknown domain is reported by the plan itself
+        return opts["observation_chars"]
+    return None if cls.default_observation_chars is None else opts["observation_chars"]
+
+
 def _inspect_domain(opts: dict[str, Any]) -> tuple[int, str, int | None]:
     """(tasks, where the count comes from, system prompt chars or None).
 
@@ -267,6 +278,8 @@ def plan(preset_name: str, *, overrides: dict[str, Any] | None = None) -> str:
     for name in expand(preset_name):
         opts = get_preset(name)
         opts.update(overrides or {})
+        if "observation_chars" not in (overrides or {}):  # as `uqh run` records it (WebShop, Tau2: not cut)
+            opts["observation_chars"] = _observation_chars(opts)
         n_tasks, source, dom_prompt_chars = _inspect_domain(opts)
         prompt_chars, prompt_src = _prompt_chars(opts["domain"])
         if dom_prompt_chars is not None:
@@ -288,7 +301,9 @@ def plan(preset_name: str, *, overrides: dict[str, Any] | None = None) -> str:
             f"  model           {opts['model']}" + (f" via {opts['api_base']}" if opts.get("api_base") else ""),
             "  decoding        "
             + ", ".join(f"{k}={dec[k]}" for k in ("temperature", "top_p", "top_logprobs", "max_tokens", "reasoning", "seed")),
-            f"  step budget     {opts['step_budget']}; observations cut to {opts['observation_chars']} chars",
+            f"  step budget     {opts['step_budget']}; "
+            + (f"observations cut to {opts['observation_chars']} chars" if opts["observation_chars"] is not None
+               else "observations not cut"),
         ]
         if opts["domain_options"]:
             lines.append("  domain options  " + ", ".join(f"{k}={v}" for k, v in opts["domain_options"].items()))

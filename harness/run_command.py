@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--split", help="dataset split (domain default if omitted)")
     g.add_argument("--data", metavar="PATH", help="local data file for the domain")
     g.add_argument("--step-budget", type=int, metavar="B", help="max steps per episode (default: the domain's)")
-    g.add_argument("--observation-chars", type=int, metavar="N", help="cut observations to N chars (default 420)")
+    g.add_argument("--observation-chars", type=int, metavar="N",
+                   help="cut observations to N chars (default: the domain's, 420; WebShop and Tau2 do not cut)")
 
     m = p.add_argument_group("model")
     m.add_argument("--model", help="litellm model string, openai/NAME with --api-base, or local:smollm2 (default)")
@@ -82,6 +83,17 @@ def validate_model_string(model: str, api_base: str | None, *, flag: str = "--ap
     check_model_string(model)
     if model.startswith("local:") and api_base is not None:
         raise UserError(f"{flag} cannot be combined with {model}; the local server picks its own address")
+
+
+def observation_chars_for(cls, flag: int | None, preset: dict[str, Any]) -> int | None:
+    """The observation cut to record: --observation-chars; else, for a domain that cuts, the preset's value or the
+    domain's default (420); None for a domain whose ``default_observation_chars`` is None (it shows observations
+    whole, e.g. WebShop pages, Tau2 tool JSON), so the manifest says what the domain does."""
+    if flag is not None:
+        return flag
+    if cls.default_observation_chars is None:
+        return None
+    return preset.get("observation_chars") or cls.default_observation_chars
 
 
 def build_config(args: argparse.Namespace):
@@ -161,7 +173,7 @@ def build_config(args: argparse.Namespace):
             raise UserError(f"--{key} {domain_options[key]} does not exist")
 
     split = args.split or preset.get("split")
-    observation_chars = args.observation_chars or preset.get("observation_chars") or 420
+    observation_chars = observation_chars_for(cls, args.observation_chars, preset)
     step_budget = args.step_budget or preset.get("step_budget") or cls.default_step_budget
     samples = args.samples or preset.get("samples_per_task") or 1
     seed = decoding_cfg.seed
@@ -259,7 +271,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"decoding      temperature={d.temperature} top_p={d.top_p} logprobs={d.logprobs} "
               f"top_logprobs={d.top_logprobs} max_tokens={d.max_tokens} seed={d.seed} grammar={d.grammar} "
               f"reasoning={d.reasoning}")
-        print(f"step budget   {config.step_budget}; observations cut to {config.observation_chars} chars")
+        cut = (f"observations cut to {config.observation_chars} chars" if config.observation_chars is not None
+               else "observations not cut")
+        print(f"step budget   {config.step_budget}; {cut}")
         if config.domain_options:
             print("options       " + ", ".join(f"{k}={v}" for k, v in sorted(config.domain_options.items())))
         print(f"run dir       {out} (config hash {config.config_hash()[:12]})")

@@ -91,3 +91,27 @@ def test_index_dir_is_outside_the_config_hash_other_options_are_not():
     h = cfg.config_hash()
     assert cfg.model_copy(update={"domain_options": {"top_k": 5, "index_dir": "/a"}}).config_hash() == h
     assert cfg.model_copy(update={"domain_options": {"top_k": 3}}).config_hash() != h
+
+
+def test_webshop_records_no_observation_cut_and_shows_pages_whole(fake_server, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    search = ("<think>t</think>\n<action>Search[hoodie]</action>\n<confidence>0.4</confidence>\n"
+              "<explanation>e</explanation>")
+    out = tmp_path / "run"
+    with fake_server(lambda req: search) as srv:
+        base = ["--domain", "webshop", "--tasks", "1", "--step-budget", "1", "--model", "openai/fake", "--api-base",
+                srv.base_url, "--max-tokens", "64", "--out", str(out), "--no-progress"]
+        assert uqh(*base, "--dry-run") == 0
+        assert "step budget   1; observations not cut" in capsys.readouterr().out
+        assert uqh(*base) == 0
+    assert read_manifest(out).config.observation_chars is None
+    [ep] = read_episodes(out)
+    assert len(ep.steps[0].observation) > 420  # the results page, whole, as the manifest says
+    # an explicit cut is recorded as given; a domain that cuts keeps 420 by default
+    assert uqh(*base, "--observation-chars", "300", "--out", str(tmp_path / "r2"), "--dry-run") == 0
+    assert "observations cut to 300 chars" in capsys.readouterr().out
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://x/v1",
+               "--out", str(tmp_path / "r3"), "--dry-run") == 0
+    assert "observations cut to 420 chars" in capsys.readouterr().out
+    assert uqh("--preset", "paper-webshop", "--out", str(tmp_path / "r4"), "--dry-run") == 0
+    assert "30; observations not cut" in capsys.readouterr().out
