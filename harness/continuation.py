@@ -177,10 +177,21 @@ class SkippedPrefix:
         return json.dumps({"episode_id": self.episode_id, "reason": self.reason})
 
 
-def make_domain(config: RunConfig):
+def make_domain(config: RunConfig, *, system_prompt: str | None = None):
+    """The domain built exactly as the run of ``config`` built it (``harness.runner.build_domain``: its domain,
+    split, domain_options and observation_chars). With ``system_prompt`` (the source manifest's), a domain whose
+    prompt text differs (prompt file, data or options changed since) is a UserError: branches must continue the
+    conversation the prefixes were recorded in."""
     from harness.runner import build_domain
 
-    return build_domain(config)
+    domain = build_domain(config)
+    if system_prompt is not None and domain.system_prompt() != system_prompt:
+        split = f" split {config.split}" if config.split is not None else ""
+        raise UserError(
+            f"the {config.domain}{split} system prompt rebuilt from the source run's config differs from the one "
+            "recorded in its manifest; restore the prompt file / data the source run used"
+        )
+    return domain
 
 
 def env_seed_for(config: RunConfig, episode: Episode) -> int:
@@ -630,7 +641,7 @@ def run_continuations(
         # resume: the store refuses a different config; check now, before any replay work
         RunStore.open_or_create(out_dir, config, system_prompt=read_manifest(out_dir).system_prompt).close()
 
-    domain = make_domain(config)
+    domain = make_domain(manifest.config, system_prompt=manifest.system_prompt)  # as the source run built it
     with contextlib.ExitStack() as stack:
         runtime: dict[str, Any] = {"run_dir": out_dir}
         if config.user_model:  # e.g. Tau2: make_env/reset need the user simulator
