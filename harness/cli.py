@@ -33,7 +33,12 @@ def _load_dotenv() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="uqh", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="uqh",
+        description="Run LLM agents on benchmarks recording every step's verbal confidence and token logprobs, "
+        "continue censored trajectories, and score the probability traces (Trajectory Proper Score).",
+        epilog="`uqh COMMAND --help` for a command's options; user mistakes exit 2 with one line on stderr.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():

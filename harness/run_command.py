@@ -171,6 +171,9 @@ def build_config(args: argparse.Namespace):
     for key in ("data", "corpus"):
         if key in domain_options and not Path(domain_options[key]).exists():
             raise UserError(f"--{key} {domain_options[key]} does not exist")
+    if "index_dir" in domain_options and Path(domain_options["index_dir"]).exists() \
+            and not Path(domain_options["index_dir"]).is_dir():
+        raise UserError(f"--index-dir {domain_options['index_dir']} is not a directory; pass a directory for the index")
 
     split = args.split or preset.get("split")
     observation_chars = observation_chars_for(cls, args.observation_chars, preset)
