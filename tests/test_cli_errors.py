@@ -25,7 +25,7 @@ print("\\n@@" + json.dumps({{"rc": rc, "heavy": [m for m in {HEAVY!r} if m in sy
 
 
 def _uqh(argv: list[str], cwd: Path) -> tuple[int, str, str, list[str]]:
-    proc = subprocess.run([sys.executable, "-c", DRIVER, *argv], cwd=cwd, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, *argv], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
     out, _, tail = proc.stdout.rpartition("\n@@")
     result = json.loads(tail)
     return result["rc"], out, proc.stderr, result["heavy"]

@@ -2,7 +2,6 @@
 index, outside the config hash), the domain's own observation cut (WebShop), all recorded truthfully."""
 from __future__ import annotations
 
-import pytest
 from test_tau2 import RETAIL_TASK, SOLVED_AGENT, USER_LINES, Script
 
 from harness.cli import main
