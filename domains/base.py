@@ -89,6 +89,10 @@ class Domain(abc.ABC):
     default_step_budget: ClassVar[int]
     default_split: ClassVar[str | None] = None
     supports_replay: ClassVar[bool] = True
+    #: GBNF rule body for the <action> field used with ``--grammar`` (llama.cpp servers): it constrains the
+    #: action to the domain's tool syntax so a small local model yields actions the environment can run.
+    #: None keeps the generic length-capped free-text rule of ``prompts/four_tags.gbnf``.
+    action_gbnf: ClassVar[str | None] = None
     #: The observation cut `uqh run` records when --observation-chars is not given; None for a domain that shows
     #: observations whole (it ignores ``observation_chars``), so the manifest says what the domain does.
     default_observation_chars: ClassVar[int | None] = 420

@@ -68,6 +68,7 @@ def context_paragraphs(rows: list[dict[str, Any]]) -> list[Paragraph]:
 class HotpotQADomain(QADomain):
     prompt_file = "hotpotqa.txt"
     default_step_budget = 7
+    action_gbnf = '("Search[" | "Lookup[" | "Finish[") [^\\]<\\n]{1,120} "]"'
     default_split = "validation"
     default_top_k = 5
     hub_name = "hotpotqa/hotpot_qa"

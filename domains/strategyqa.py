@@ -46,6 +46,7 @@ def parse_yes_no(answer: str) -> bool:
 class StrategyQADomain(QADomain):
     prompt_file = "strategyqa.txt"
     default_step_budget = 16
+    action_gbnf = '("Search[" | "Lookup[") [^\\]<\\n]{1,120} "]" | "Finish[yes]" | "Finish[no]"'
     default_split = "test"
     default_top_k = 3
     hub_name = "wics/strategy-qa"

@@ -554,6 +554,9 @@ class _Tau2Domain(Domain):
     default_step_budget = 50
     default_split = "base"
     supports_replay = True
+    action_gbnf: ClassVar[str | None] = (
+        '"Tool[" [a-z_]{1,40} ", {" [^<\\n]{0,200} "}]" | "Respond[\\"" [^"<\\n]{1,200} "\\"]"'
+    )
     needs_user_model: ClassVar[bool] = True  # `uqh run` refuses to start without --user-model
     default_observation_chars: ClassVar[int | None] = None  # observations are never cut (see __init__)
 

@@ -62,10 +62,17 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 
 FATAL_STATUS = frozenset({400, 401, 402, 403, 404, 405, 413, 415, 422})
 
 
-@lru_cache(maxsize=1)
-def grammar_text() -> str:
-    """The llama.cpp GBNF grammar forcing the four-tag shape (``prompts/four_tags.gbnf``)."""
-    return GRAMMAR_PATH.read_text()
+@lru_cache(maxsize=16)
+def grammar_text(action_rule: str | None = None) -> str:
+    """The llama.cpp GBNF grammar forcing the four-tag shape (``prompts/four_tags.gbnf``).
+
+    ``action_rule`` (a domain's ``action_gbnf``) replaces the generic free-text ``action`` rule.
+    """
+    text = GRAMMAR_PATH.read_text()
+    if action_rule is None:
+        return text
+    lines = [f"action      ::= {action_rule}" if line.startswith("action ") else line for line in text.splitlines()]
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------------- error classes
@@ -331,10 +338,12 @@ class ModelClientImpl:
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 60.0,
         transport: str | None = None,
+        action_grammar: str | None = None,
     ) -> None:
         self.model = model
         self.api_base = api_base
         self.decoding = decoding
+        self.action_grammar = action_grammar  # a domain's GBNF action rule, used when decoding.grammar is set
         self.timeout_s = timeout_s
         self.max_retries = max(0, int(max_retries))
         self.backoff_initial_s = backoff_initial_s
@@ -371,7 +380,7 @@ class ModelClientImpl:
             kw["top_logprobs"] = d.top_logprobs
         extra_body: dict[str, Any] = {}
         if d.grammar:
-            extra_body["grammar"] = grammar_text()
+            extra_body["grammar"] = grammar_text(self.action_grammar)
         if d.reasoning:
             if self.model.startswith("openrouter/") or self.api_base is not None:
                 extra_body["reasoning"] = {"enabled": True}
@@ -583,12 +592,14 @@ def make_model_client(
     backoff_initial_s: float = 1.0,
     backoff_max_s: float = 60.0,
     transport: str | None = None,
+    action_grammar: str | None = None,
 ) -> ModelClientImpl:
     """Build the client for a litellm model string (``openai/NAME`` + ``api_base`` for any OpenAI-compatible URL).
 
     ``direct``: ``None`` takes the direct path for OpenAI-compatible URLs, ``True``/``False`` forces it on/off.
     ``transport`` (``"litellm"``, ``"aiohttp"`` = the direct path, ``"openai"`` = the openai SDK) overrides both.
     ``backoff_initial_s``/``backoff_max_s`` shape the exponential backoff (jitter up to ``backoff_initial_s``).
+    ``action_grammar``: a domain's GBNF rule for the <action> field (``Domain.action_gbnf``), used with --grammar.
     """
     if model.startswith("local:"):
         raise ValueError(f"{model!r} must be resolved first: use harness.local_model.resolve_model()")
@@ -603,6 +614,7 @@ def make_model_client(
         backoff_initial_s=backoff_initial_s,
         backoff_max_s=backoff_max_s,
         transport=transport,
+        action_grammar=action_grammar,
     )
     if client.transport == "litellm":
         import litellm  # imported only when used: the direct path does without it (a multi-second import)

@@ -358,9 +358,11 @@ def _jobs_with_checkpoints(store, domain, specs: list[EpisodeSpec]) -> list[_Job
 def _make_client(model: str, api_base: str | None, config: RunConfig, client_factory):
     if client_factory is not None:
         return client_factory(model, api_base)
+    from domains import get_domain_class
     from harness.model_client import make_model_client
 
-    return make_model_client(model, api_base=api_base, decoding=config.decoding)
+    action_grammar = get_domain_class(config.domain).action_gbnf if config.decoding.grammar else None
+    return make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar)
 
 
 def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]:

@@ -88,6 +88,7 @@ def kept_goals_message(res) -> str:
 class WebShopDomain(Domain):
     prompt_file = "webshop.txt"
     default_step_budget = 30
+    action_gbnf = '("Search[" | "Click[") [^\\]<\\n]{1,120} "]"'
     default_split = "test"
     #: WebShop pages are not cut by the generic observation limit (Table 16 gives 420 chars for the retrieval QA
     #: sets only; WebShop is "Text env."). Use the ``page_chars`` option for an explicit cut.
