@@ -177,6 +177,23 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
 
 
 def _top_k(entries: Any, k: int) -> list[dict]:
+    if type(entries) is list and len(entries) <= k:
+        # Fast path (the usual OpenAI-compatible answer, parsed by json.loads): already at most k distinct tokens
+        # sorted by logprob descending -- then the general path below would return exactly this.
+        out = []
+        prev = math.inf
+        for e in entries:
+            if type(e) is not dict:
+                break
+            token = e.get("token")
+            lp = e.get("logprob")
+            if type(token) is not str or type(lp) not in (float, int) or not lp <= prev:
+                break
+            prev = lp
+            out.append({"token": token, "logprob": float(lp)})
+        else:
+            if len({d["token"] for d in out}) == len(out):
+                return out
     best: dict[str, float] = {}
     for e in entries or ():
         token = _get(e, "token")
