@@ -137,8 +137,10 @@ class RunData:
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory into :class:`RunData`. A missing directory or non-run directory is a UserError."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+    if not run_dir.exists():
         raise UserError(f"run directory {run_dir} does not exist")
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is a file, not a run directory; pass a directory written by `uqh run`")
     if not (run_dir / MANIFEST_FILE).is_file():
         raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
     try:

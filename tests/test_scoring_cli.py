@@ -129,6 +129,7 @@ def test_parse_error_sensitivity_flag(run_dir, capsys):
     [
         (["{missing}"], "does not exist"),
         (["{empty}"], "not a run directory"),
+        (["{afile}"], "is a file, not a run directory"),
         (["{run}", "--predictor", "vibes"], "unknown predictor"),
         (["{run}", "--score", "spherical"], "unknown score"),
         (["{run}", "--weights", "quadratic"], "unknown weights"),
@@ -146,8 +147,9 @@ def test_bad_input_is_one_line(argv, msg, run_dir, tmp_path, capsys):
     partial.write_text(json.dumps({"episode_id": "nope#0", "q_hat_z": 0.5, "n_valid": 3, "method": "mc"}) + "\n")
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"episode_id": "x#0", "q_hat_z": 1.5, "n_valid": 3, "method": "mc"}) + "\n")
+    (tmp_path / "afile").write_text("x")
     paths = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "run": run_dir, "partial_qz": partial,
-             "bad_qz": bad}
+             "bad_qz": bad, "afile": tmp_path / "afile"}
     code, out, err = uqh(capsys, *[a.format(**paths) for a in argv])
     assert code == 2
     assert out == ""
