@@ -192,7 +192,8 @@ def bench_harness(
             config, Path(tmp) / "run", concurrency=concurrency, workers=workers, progress=False, checkpoints=checkpoints
         )
         wall = time.perf_counter() - t0
-        cpu = time.process_time() - c0 + (_children_cpu() - k0)
+        # Worker processes are forked by a fork server (not our children): they report their own CPU.
+        cpu = time.process_time() - c0 + (summary.worker_cpu_s or (_children_cpu() - k0))
         episodes = read_episodes(Path(tmp) / "run")
     calls = sum(len(s.attempts) for e in episodes for s in e.steps) + sum(len(e.failed_step or []) for e in episodes)
     if summary.stats.infra_errors:
