@@ -223,7 +223,9 @@ def render(
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"1-min load average {load[0]:.1f} at start, {load[1]:.1f} at end (other work on the machine lowers "
         f"every rate; compare rows measured in the same run). "
-        f"Worker rows include spawning the processes and their imports; CPU of worker rows is parent + workers; "
+        f"Worker rows include starting the processes (forked from a fork server that preloaded the harness; the "
+        f"first worker cell of the run also pays the fork server's own start and imports); CPU of worker rows is "
+        f"parent + workers (each worker reports its own CPU); "
         f"each of N workers runs ceil(C/N) >= 1 episodes at a time, so below C = N the effective concurrency is N.",
         "",
         "Calls/s (fraction of the C/L bound):",
@@ -255,6 +257,18 @@ def render(
             h, b = by.get(("harness", c)), by.get(("bare litellm", c))
             row.append(f"{h.rate / b.rate:.2f}x" if h and b and h.ok and b.ok else "-")
         lines += ["", "| harness / bare litellm calls/s | " + " | ".join(row) + " |", "|---|" + "---|" * len(levels)]
+        row = []
+        for c in levels:
+            h, d = by.get(("harness", c)), by.get(("client (direct)", c))
+            row.append(f"{h.rate / d.rate:.2f}x" if h and d and h.ok and d.ok else "-")
+        lines.append("| harness / client (direct) calls/s | " + " | ".join(row) + " |")
+        for m in modes:
+            if m.startswith("harness --workers"):
+                row = []
+                for c in levels:
+                    w, h = by.get((m, c)), by.get(("harness", c))
+                    row.append(f"{w.rate / h.rate:.2f}x" if w and h and w.ok and h.ok else "-")
+                lines.append(f"| {m} / harness calls/s | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
