@@ -40,7 +40,7 @@ def make_config(n_tasks=3, samples=1, **kw) -> RunConfig:
     return RunConfig(**base)
 
 
-def fast_client_factory(max_retries=0, fail_after=None):
+def fast_client_factory(max_retries=0, fail_after=None, max_tokens=64, **client_kwargs):
     """Real client, no backoff waits; optionally raising ModelCallFailed after ``fail_after`` calls."""
     from harness.model_client import make_model_client
     from harness.model_types import ModelCallFailed
@@ -48,8 +48,9 @@ def fast_client_factory(max_retries=0, fail_after=None):
     calls = Counter()
 
     def factory(model, api_base):
-        client = make_model_client(model, api_base=api_base, decoding=DecodingConfig(max_tokens=64),
-                                   max_retries=max_retries, backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=10)
+        client = make_model_client(model, api_base=api_base, decoding=DecodingConfig(max_tokens=max_tokens),
+                                   max_retries=max_retries, backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=10,
+                                   **client_kwargs)
         if fail_after is None:
             return client
         inner = client.complete

@@ -1,8 +1,8 @@
 """Tau2 through the batch runner: run directory, manifest, sidecar, and checkpoint resume via tau2 replay."""
 from __future__ import annotations
 
-from collections import Counter
 
+from test_runner import fast_client_factory
 from test_tau2 import ORDER, RETAIL_TASK, SOLVED_AGENT, USER_LINES, USER_OPEN, Script
 
 from harness.loop import PartialEpisode
@@ -29,28 +29,7 @@ def make_config(srv) -> RunConfig:
 
 
 def client_factory(fail_after=None):
-    from harness.model_client import make_model_client
-    from harness.model_types import ModelCallFailed
-
-    calls = Counter()
-
-    def factory(model, api_base):
-        client = make_model_client(model, api_base=api_base, decoding=DecodingConfig(max_tokens=256), max_retries=0,
-                                   api_key="x", timeout_s=10)
-        if fail_after is None:
-            return client
-        inner = client.complete
-
-        async def complete(messages, *, seed=None):
-            calls["n"] += 1
-            if calls["n"] > fail_after:
-                raise ModelCallFailed("injected outage")
-            return await inner(messages, seed=seed)
-
-        client.complete = complete
-        return client
-
-    return factory
+    return fast_client_factory(fail_after=fail_after, max_tokens=256, api_key="x")
 
 
 def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path, monkeypatch):
