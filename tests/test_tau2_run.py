@@ -1,7 +1,6 @@
 """Tau2 through the batch runner: run directory, manifest, sidecar, and checkpoint resume via tau2 replay."""
 from __future__ import annotations
 
-
 from test_runner import fast_client_factory
 from test_tau2 import ORDER, RETAIL_TASK, SOLVED_AGENT, USER_LINES, USER_OPEN, Script
 
