@@ -245,6 +245,9 @@ class FakeOpenAIServer:
         self.faults_served: list[str] = []
         self.responder_errors: list[BaseException] = []  # exceptions raised by a callable responder
         self.n_requests = 0
+        self.answered_at: list[float] = []  # wall-clock time of every completion served (benchmarks' clock)
+        self.in_flight = 0  # chat requests being served now, and the most ever at once
+        self.max_in_flight = 0
         self._list_index = 0
         self._port = port
         self._lock = threading.Lock()
@@ -320,7 +323,14 @@ class FakeOpenAIServer:
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
+        app.router.add_get("/_answered", self._answered)
         return app
+
+    async def _answered(self, request: web.Request) -> web.Response:
+        """Not OpenAI: hand over (and forget) the times completions were served, for benchmarks."""
+        with self._lock:
+            times, self.answered_at = self.answered_at, []
+        return web.json_response({"answered_at": times})
 
     async def _models(self, request: web.Request) -> web.Response:
         body = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "fake"}]}
@@ -345,6 +355,14 @@ class FakeOpenAIServer:
         return text
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1  # one event loop: no lock needed
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._serve_chat(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _serve_chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
             body = json.loads(raw)
@@ -412,6 +430,8 @@ class FakeOpenAIServer:
         )
         if fault == "malformed":
             payload = payload[: max(1, len(payload) // 2)]
+        else:
+            self.answered_at.append(time.time())
         return web.Response(body=payload, content_type="application/json")
 
 
