@@ -334,6 +334,12 @@ def cost_usd(model: str, usage: Usage) -> float | None:
 TRANSPORTS = ("litellm", "aiohttp", "openai")
 
 
+def is_openai_compatible_url(model: str, api_base: str | None) -> bool:
+    """Whether ``model``/``api_base`` name an OpenAI-compatible server by URL: such runs take the direct path by
+    default and never import litellm."""
+    return model.startswith("openai/") and api_base is not None
+
+
 class ModelClientImpl:
     """The model client (litellm, or a direct transport for OpenAI-compatible URLs). Build it with
     :func:`make_model_client`."""
@@ -366,8 +372,7 @@ class ModelClientImpl:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         if transport is None:
-            openai_compatible = model.startswith("openai/") and api_base is not None
-            use_direct = openai_compatible if direct is None else bool(direct)
+            use_direct = is_openai_compatible_url(model, api_base) if direct is None else bool(direct)
             transport = "aiohttp" if use_direct else "litellm"
         if transport not in TRANSPORTS:
             raise ValueError(f"unknown transport {transport!r}; known: {', '.join(TRANSPORTS)}")

@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x = p.add_argument_group("execution")
     x.add_argument("--out", metavar="DIR", help="run directory (created, or resumed if it holds this run)")
     x.add_argument("--concurrency", type=int, metavar="C", help="episodes in flight (default 8; 2 for local:)")
-    x.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    x.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes sharing --concurrency (default 1; use 2+ when one process is CPU-bound)")
     x.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
     x.add_argument("--no-checkpoints", action="store_true", help="do not checkpoint in-flight episodes")
     x.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")

@@ -11,8 +11,8 @@ on an unexpected error is an *infrastructure error*: it is not written, it is co
 command picks it up again.
 
 Workers (``workers > 1``): N processes (forked from a fork server that preloaded the harness; spawned where
-there is none), each with its own event loop, model client and
-``ceil(concurrency / N)`` slots; every slot pulls the next episode from one shared job queue as it frees up
+there is none), each with its own event loop, model client and its share of the ``concurrency`` slots (the total
+stays ``concurrency``; N is capped at it); every slot pulls the next episode from one shared job queue as it frees up
 (dynamic load balance). Children write only their own checkpoint files; they send
 finished episodes (already serialized) to the parent, the single writer of the JSONL files.
 """
@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -294,7 +293,7 @@ def run_batch(
     if len(set(ids)) != len(ids):
         raise ValueError("episode ids in specs are not unique")
     concurrency = concurrency or default_concurrency(config.model)
-    workers = max(1, int(workers))
+    workers = max(1, min(int(workers), concurrency))  # each worker needs at least one of the slots
 
     with RunStore.open_or_create(run_dir, config, system_prompt=system_prompt, info=domain.manifest_info()) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
@@ -432,21 +431,22 @@ def _run_workers(
     checkpoint_interval_s,
 ) -> float:
     """Run the jobs in worker processes; return the CPU seconds the workers reported."""
-    ctx = _mp_context()
+    ctx = _mp_context(_worker_preload(config, model, api_base))
     queue = ctx.Queue()  # children -> parent: finished episodes, errors, exits
     job_queue = ctx.Queue()  # parent -> children: jobs pulled as slots free up (dynamic load balance)
-    workers = min(workers, len(jobs))
-    share = max(1, math.ceil(concurrency / workers))
+    # --concurrency is the total in flight (a provider's rate limit does not grow with --workers): split it.
+    workers = max(1, min(workers, len(jobs), concurrency))
+    shares = [concurrency // workers + (1 if w < concurrency % workers else 0) for w in range(workers)]
     for job in jobs:
         job_queue.put(job)
-    for _ in range(workers * share):  # one end marker per slot
+    for _ in range(sum(shares)):  # one end marker per slot
         job_queue.put(None)
     procs = []
     config_json = config.model_dump_json()
     for w in range(workers):
         p = ctx.Process(
             target=_worker_main,
-            args=(w, config_json, system_prompt, model, api_base, runtime, share, str(run_dir), checkpoints,
+            args=(w, config_json, system_prompt, model, api_base, runtime, shares[w], str(run_dir), checkpoints,
                   job_queue, queue, os.getpid(), checkpoint_interval_s, dict(os.environ)),
             daemon=True,
             name=f"uqh-worker-{w}",
@@ -493,18 +493,35 @@ def _run_workers(
 _WORKER_PRELOAD = ["harness", "harness.runner", "harness.store", "harness.model_client", "domains", "aiohttp", "tenacity"]
 
 
-def _mp_context():
-    """Worker processes come from a fork server (POSIX) that imported the harness once, else are spawned.
+def _worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[str]:
+    """The modules the workers of this run need: the harness, the run's domain module and, when any model call
+    of the run goes through litellm (the agent's, or a user simulator's), litellm itself (a ~3 s CPU import that
+    would otherwise be paid once per worker)."""
+    from domains import get_domain_class
+    from harness.model_client import is_openai_compatible_url
+
+    modules = list(_WORKER_PRELOAD)
+    domain_module = get_domain_class(config.domain).__module__
+    if domain_module.startswith("domains."):  # not a class registered from elsewhere (tests, notebooks)
+        modules.append(domain_module)
+    if not is_openai_compatible_url(model, api_base) or config.user_model:
+        modules.append("litellm")
+    return modules
+
+
+def _mp_context(preload: list[str]):
+    """Worker processes come from a fork server (POSIX) that imported ``preload`` once, else are spawned.
 
     A forked child of the (single-threaded) fork server starts in milliseconds instead of re-importing pydantic,
-    aiohttp and the harness (about 0.3 s of CPU per worker); the parent itself is never forked, so its threads do
-    not matter. The server is started on first use and lives as long as this process.
+    aiohttp, the harness and maybe litellm (0.3-3 s of CPU per worker); the parent itself is never forked, so its
+    threads do not matter. The server is started on first use and lives as long as this process, so the first
+    run with workers decides what it preloads (one run per ``uqh`` process).
     """
     import multiprocessing as mp
 
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(_WORKER_PRELOAD)  # only effective before the server has started
+        ctx.set_forkserver_preload(preload)  # only effective before the server has started
         return ctx
     return mp.get_context("spawn")
 

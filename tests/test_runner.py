@@ -196,6 +196,30 @@ def test_two_workers_single_writer(fake_server, tmp_path):
     assert len({(r.episode_id, r.t, r.attempt) for r in rows}) == len(rows) == 20
 
 
+@pytest.mark.parametrize("concurrency,workers", [(1, 2), (3, 2)])
+def test_workers_share_the_total_concurrency(fake_server, tmp_path, concurrency, workers):
+    """--concurrency bounds the calls in flight across all workers (a provider rate limit does not double)."""
+    config = make_config(n_tasks=6)
+    with fake_server(solver, latency_s=0.05) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        summary = run_batch(config, tmp_path / "run", concurrency=concurrency, workers=workers, progress=False)
+        assert summary.ok and summary.stats.done == 6
+        assert srv.max_in_flight <= concurrency
+        assert srv.max_in_flight >= min(concurrency, 2)  # and the workers did run side by side
+
+
+def test_worker_preload_matches_the_model_path():
+    """The fork server preloads litellm only when some call of the run goes through litellm."""
+    from harness.runner import _worker_preload
+
+    direct = _worker_preload(make_config(), "openai/fake", "http://127.0.0.1:1/v1")
+    assert "litellm" not in direct and "domains.arithmetic" in direct and "harness.runner" in direct
+    assert "litellm" in _worker_preload(make_config(), "hosted_vllm/fake", "http://127.0.0.1:1/v1")
+    assert "litellm" in _worker_preload(make_config(), "openai/gpt-4o-mini", None)
+    with_user = make_config(user_model="openai/gpt-4o-mini")
+    assert "litellm" in _worker_preload(with_user, "openai/fake", "http://127.0.0.1:1/v1")
+
+
 @pytest.mark.parametrize("interval,expected_steps", [(0.0, [1, 2, 3]), (1000.0, [1])])
 def test_checkpoint_interval_bounds_writes(fake_server, tmp_path, interval, expected_steps):
     """First step always checkpointed; later ones only when the last checkpoint is older than the interval."""
