@@ -111,21 +111,43 @@ def _wait_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float = 120
     raise AssertionError("timed out waiting for episodes")
 
 
-def test_resume_after_kill_9(fake_server, tmp_path):
+def _multiprocessing_pids() -> set[int]:
+    """Processes started by multiprocessing (fork servers and their worker children), by command line."""
+    pids = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if b"multiprocessing" in (d / "cmdline").read_bytes():
+                    pids.add(int(d.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_resume_after_kill_9(fake_server, tmp_path, workers):
     out = tmp_path / "run"
     n_tasks = 12
+    before = _multiprocessing_pids()
     with fake_server(solver, latency_s=0.25) as srv:
         cmd = [sys.executable, "-m", "harness.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
                "--api-base", srv.base_url, "--tasks", str(n_tasks), "--concurrency", "3", "--out", str(out),
-               "--no-progress"]
+               "--no-progress", "--workers", str(workers)]
         env = dict(os.environ, PYTHONPATH=str(REPO))
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             _wait_lines(out / EPISODES_FILE, 3, proc)
+            started = _multiprocessing_pids() - before
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
         assert proc.returncode == -signal.SIGKILL
+        assert len(started) >= (3 if workers == 2 else 0)  # fork server + 2 workers were running
+        # Workers (and their fork server) notice the parent's death and exit: nothing runs on unsupervised.
+        deadline = time.monotonic() + 15
+        while _multiprocessing_pids() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _multiprocessing_pids() - before
         killed_at = len(read_episodes(out))
         assert killed_at < n_tasks  # it really died mid-run
         requests_before = len(srv.requests)
