@@ -435,7 +435,8 @@ def _run_workers(
     queue = ctx.Queue()  # children -> parent: finished episodes, errors, exits
     job_queue = ctx.Queue()  # parent -> children: jobs pulled as slots free up (dynamic load balance)
     # --concurrency is the total in flight (a provider's rate limit does not grow with --workers): split it.
-    workers = max(1, min(workers, len(jobs), concurrency))
+    # run_batch already capped workers at concurrency.
+    workers = min(workers, len(jobs))
     shares = [concurrency // workers + (1 if w < concurrency % workers else 0) for w in range(workers)]
     for job in jobs:
         job_queue.put(job)
