@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import harness  # noqa: E402,F401 - sets the litellm env before litellm is imported
-from harness.schema import Attempt, CallRecord, DecodingConfig, Step  # noqa: E402
+from rundir.schema import Attempt, CallRecord, DecodingConfig, Step  # noqa: E402
 
 FILLER = (
     "The calculator log shows intermediate values computed so far, with carried digits and partial sums "

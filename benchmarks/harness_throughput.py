@@ -176,7 +176,7 @@ def bench_bare_litellm(base_url: str, concurrency: int, n_calls: int) -> Cell:
 
 def bench_client(base_url: str, concurrency: int, n_calls: int, *, direct: bool) -> Cell:
     from harness.model_client import make_model_client
-    from harness.schema import DecodingConfig
+    from rundir.schema import DecodingConfig
 
     async def main():
         client = make_model_client("openai/fake", api_base=base_url, decoding=DecodingConfig(), timeout_s=60, direct=direct)
@@ -203,7 +203,8 @@ def bench_harness(
 ) -> Cell:
     from domains import get_domain_class
     from harness.runner import prompt_sha256, run_batch
-    from harness.schema import DecodingConfig, RunConfig, read_episodes
+    from rundir import RunDir
+    from rundir.schema import DecodingConfig, RunConfig
 
     domain = get_domain_class("arithmetic")({}, observation_chars=420)
     # Whole waves of C episodes (every step of every episode is one call), so the C/L bound is reachable.
@@ -231,7 +232,7 @@ def bench_harness(
         wall = time.perf_counter() - t0
         # Worker processes are forked by a fork server (not our children): they report their own CPU.
         cpu = time.process_time() - c0 + (summary.worker_cpu_s or (_children_cpu() - k0))
-        episodes = read_episodes(Path(tmp) / "run")
+        episodes = RunDir.open(Path(tmp) / "run").episodes()
     calls = sum(len(s.attempts) for e in episodes for s in e.steps) + sum(len(e.failed_step or []) for e in episodes)
     if summary.stats.infra_errors:
         print(f"  warning: {summary.stats.infra_errors} infrastructure errors: {dict(summary.stats.error_messages)}",

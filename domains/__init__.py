@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 from .base import Domain
 

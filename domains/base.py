@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.schema import StopReason
+from rundir.schema import StopReason
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
@@ -23,6 +23,12 @@ class InvalidAction(Exception):
     The environment state must be unchanged when this is raised. The message is shown to the model
     in a repair request, so it must say precisely what was wrong and what is allowed.
     """
+
+
+class EnvironmentUnavailable(Exception):
+    """The environment could not answer for a reason outside the episode (e.g. the simulated user's model
+    endpoint failed after retries): an infrastructure failure, not an outcome. The episode is not written and a
+    resumed run re-queues it."""
 
 
 class ReplayMismatch(Exception):

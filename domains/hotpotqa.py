@@ -12,7 +12,7 @@ import string
 from collections import Counter
 from typing import Any
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 from . import register_domain
 from .base import EnvResponse, InvalidAction

@@ -14,7 +14,7 @@ import argparse
 import json
 import time
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 from .base import Domain, EnvResponse, Environment, InvalidAction
 from .retrieval import (

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 from urllib.parse import urlsplit
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 log = logging.getLogger(__name__)
 

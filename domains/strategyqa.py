@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 from . import register_domain
 from .base import EnvResponse, InvalidAction

@@ -51,13 +51,14 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from harness.errors import UserError
-from harness.schema import DecodingConfig, StopReason
+from rundir.errors import UserError
+from rundir.schema import DecodingConfig, StopReason
 
 from . import register_domain
 from .base import (
     Domain,
     Environment,
+    EnvironmentUnavailable,
     EnvResponse,
     InvalidAction,
     RecordedStep,
@@ -275,9 +276,7 @@ class Tau2Environment(Environment):
                     self._user.generate_next_message, incoming, self._user_state
                 )
             except Exception as e:  # the user model's endpoint failed: infrastructure, not an outcome
-                from harness.model_types import ModelCallFailed
-
-                raise ModelCallFailed(f"tau2 user simulator call failed: {type(e).__name__}: {e}") from e
+                raise EnvironmentUnavailable(f"tau2 user simulator call failed: {type(e).__name__}: {e}") from e
             self.hops += 1
             if not (user_msg.has_text_content() or user_msg.is_tool_call()):
                 # tau2's communication check: an empty user message is a USER_ERROR termination.

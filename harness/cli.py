@@ -10,7 +10,7 @@ import importlib
 import logging
 import sys
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.run_command", "run episodes of a domain into a run directory (resumable)"),
@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("reports.audit_command", "termination audit and selection diagnostic of run directories"),
     "report": ("reports.report_command", "tables, figures and an HTML report for run directories"),
     "index": ("domains.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
-    "schema": ("harness.schema_command", "print the JSON schema of the run-directory records"),
+    "schema": ("rundir.schema_command", "print the JSON schema of the run-directory records"),
 }
 
 

@@ -38,8 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.continuation import continuation_source, estimate_qz, run_continuations
-    from harness.errors import UserError
+    from harness.continuation import run_continuations
+    from reports.continuation_audit import audit_continuation
+    from rundir.errors import UserError
+    from rundir.reader import RunDir
 
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
@@ -53,7 +55,13 @@ def run(args: argparse.Namespace) -> int:
     parse_score(args.score)  # bad audit settings fail before any model call
     check_scheme(args.weights)
     if args.qz_only:
-        source = continuation_source(Path(args.out))
+        if not (Path(args.out) / "manifest.json").is_file():
+            raise UserError(f"{args.out} is not a continuation run directory (no manifest.json); run `uqh continue` "
+                            "without --qz-only first")
+        cont = RunDir.open(args.out)
+        if not cont.is_continuation:
+            raise UserError(f"{args.out} is not a continuation run (its manifest has no continuation section)")
+        source = Path(cont.config.continuation["source_run_dir"])
         if source.resolve() != Path(args.run_dir).resolve():
             raise UserError(f"{args.out} continues the run {source}, not {args.run_dir}; pass that run directory")
     else:
@@ -76,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if report.n_branches_missing:
             print(f"{report.n_branches_missing} branches did not finish (model failures); re-run the command to resume")
-    result = estimate_qz(
+    estimate, text = audit_continuation(
         Path(args.out),
         min_valid=args.min_valid,
         method=args.qz_method,
@@ -85,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
         n_boot=args.bootstrap,
         train_complete=args.plugin_train_complete,
     )
-    source = result.audit["settings"]["source_run_dir"]
-    print(result.text)
-    print(f"q_Z file: {Path(args.out) / 'qz.jsonl'}  (use: uqh score {source} --censoring exact --q-z "
-          f"{Path(args.out) / 'qz.jsonl'})")
+    print(text)
+    print(f"q_Z file: {Path(args.out) / 'qz.jsonl'}  (use: uqh score {estimate.source_run_dir} --censoring exact "
+          f"--q-z {Path(args.out) / 'qz.jsonl'})")
     return 0

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 DEFAULT_API_MODEL = "openrouter/google/gemma-4-31b-it"  # the paper's model (Appendix K)
 LOCAL_DEFAULT = "local:smollm2"

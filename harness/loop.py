@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
-from pydantic import BaseModel, ConfigDict
-
 from domains.base import Environment, InvalidAction, RecordedStep
 from harness.model_types import ModelClient
 from harness.parsing import (
@@ -23,7 +21,7 @@ from harness.parsing import (
     parse_react,
     repair_message,
 )
-from harness.schema import Attempt, Episode, LogprobRow, Step, StopReason
+from rundir.schema import Attempt, Episode, LogprobRow, PartialEpisode, Step, StopReason
 
 MAX_REPAIRS = 2
 OBSERVATION_PREFIX = "Observation: "
@@ -73,25 +71,6 @@ def _extend_with_step(messages: list[dict], step: Step, system_prompt: str) -> N
 
 def recorded_steps(steps: list[Step]) -> list[RecordedStep]:
     return [RecordedStep(action=s.action, observation=s.observation, info=dict(s.info)) for s in steps]
-
-
-class PartialEpisode(BaseModel):
-    """An in-flight episode after its last completed step: what a checkpoint holds."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    episode_id: str
-    task_id: str
-    sample_index: int = 0
-    seed: int | None = None
-    step_budget: int
-    task_prompt: str
-    steps: list[Step]
-    sidecar: list[LogprobRow]  # rows of this episode's own calls so far (not of a copied prefix)
-    prefix_steps: int = 0
-    source_episode_id: str | None = None
-    branch_index: int | None = None
-    started_at: str | None = None
 
 
 @dataclass

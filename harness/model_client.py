@@ -15,7 +15,7 @@ body and produce identical :class:`~harness.model_types.Completion` records:
 What every transport guarantees:
 
 - ``logprobs``/``top_logprobs``/``temperature``/``top_p``/``seed``/``max_tokens`` from the
-  :class:`~harness.schema.DecodingConfig` are sent; ``decoding.grammar`` adds the llama.cpp GBNF of
+  :class:`~rundir.schema.DecodingConfig` are sent; ``decoding.grammar`` adds the llama.cpp GBNF of
   ``prompts/four_tags.gbnf`` as ``extra_body={"grammar": ...}``; ``decoding.reasoning`` asks the provider
   for reasoning where it has a switch (OpenRouter ``reasoning={"enabled": true}``, litellm ``reasoning_effort``).
 - Transient failures (429, 5xx, timeouts, connection resets, truncated/malformed JSON bodies, 200 answers
@@ -23,7 +23,7 @@ What every transport guarantees:
   with exponential backoff and jitter (tenacity), honouring ``Retry-After`` up to the backoff cap; the count
   goes into ``CallRecord.retries``. Non-retryable errors (400, 401, 403, 404, 422) fail at once. Either way
   the caller gets :class:`~harness.model_types.ModelCallFailed` (the API key redacted from its message).
-- Logprobs become typed :class:`~harness.schema.TokenLogprob` rows whose alternatives are normalised to the
+- Logprobs become typed :class:`~rundir.schema.TokenLogprob` rows whose alternatives are normalised to the
   top ``top_logprobs`` by logprob, duplicates merged by string (llama-cpp-python adds the sampled token as a
   6th entry when it is not in the top 5).
   A response without logprobs gives ``tokens=None``, ``has_logprobs=False`` and one warning per client.
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.model_types import Completion, ModelCallFailed
-from harness.schema import CallRecord, DecodingConfig, TokenLogprob, TopLogprob, Usage
+from rundir.schema import CallRecord, DecodingConfig, TokenLogprob, TopLogprob, Usage
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

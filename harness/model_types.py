@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from harness.schema import CallRecord, TokenLogprob
+from rundir.schema import CallRecord, TokenLogprob
 
 
 @dataclass

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 PAPER_MODEL = "openrouter/google/gemma-4-31b-it"
 PAPER_USER_MODEL = "openrouter/qwen/qwen-2.5-7b-instruct"
@@ -31,7 +31,7 @@ PAPER_SEED = 42
 OBSERVATION_CHARS = 420
 MAX_REPAIRS = 2  # Appendix K: up to two repair attempts per step
 
-#: Table 15, shared by every dataset. Keys are :class:`harness.schema.DecodingConfig` fields.
+#: Table 15, shared by every dataset. Keys are :class:`rundir.schema.DecodingConfig` fields.
 PAPER_DECODING: dict[str, Any] = {
     "temperature": 0.2,
     "top_p": 1.0,

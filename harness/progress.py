@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from harness.schema import Episode
+from rundir.schema import Episode
 
 
 @dataclass

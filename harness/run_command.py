@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _positive(name: str, value: int | None, minimum: int = 1) -> None:
-    from harness.errors import UserError
+    from rundir.errors import UserError
 
     if value is not None and value < minimum:
         raise UserError(f"{name} must be >= {minimum}, got {value}")
@@ -77,7 +77,7 @@ def _positive(name: str, value: int | None, minimum: int = 1) -> None:
 
 def validate_model_string(model: str, api_base: str | None, *, flag: str = "--api-base") -> None:
     """Raise UserError for a model string litellm cannot route (no network), or ``flag`` given with a local model."""
-    from harness.errors import UserError
+    from rundir.errors import UserError
     from harness.local_model import check_model_string
 
     check_model_string(model)
@@ -100,9 +100,9 @@ def build_config(args: argparse.Namespace):
     """(RunConfig, domain instance, out dir) from the arguments; raises UserError, writes nothing."""
     from domains import get_domain_class
     from harness import __version__
-    from harness.errors import UserError
+    from rundir.errors import UserError
     from harness.runner import build_domain, prompt_sha256
-    from harness.schema import DecodingConfig, RunConfig
+    from rundir.schema import DecodingConfig, RunConfig
 
     preset: dict[str, Any] = {}
     if args.preset:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from harness.errors import UserError
+from rundir.errors import UserError
 from harness.loop import (
     EpisodeResult,
     EpisodeSpec,
@@ -40,7 +40,7 @@ from harness.loop import (
     run_episode,
 )
 from harness.progress import BatchStats, EpisodeSummary, Progress
-from harness.schema import RunConfig
+from rundir.schema import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,7 @@ async def run_specs(
     """
     from concurrent.futures import ThreadPoolExecutor
 
+    from domains.base import EnvironmentUnavailable
     from harness.model_types import ModelCallFailed
     from harness.store import CheckpointEncoder, write_checkpoint_json
 
@@ -218,7 +219,7 @@ async def run_specs(
                 cached = encoder.cached_rows(spec.episode_id)
                 if len(cached) <= len(result.sidecar):
                     result.sidecar_json_prefix = cached
-            except ModelCallFailed as exc:
+            except (ModelCallFailed, EnvironmentUnavailable) as exc:
                 on_error(spec, f"model call failed: {_first_line(exc)}")
                 return
             except Exception as exc:  # noqa: BLE001 - any other crash is an infra error, reported, re-queued

@@ -16,72 +16,29 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
-import tempfile
-import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.errors import UserError
-from harness.loop import PartialEpisode
-from harness.schema import (
-    CHECKPOINT_DIR,
+from rundir.atomic import atomic_write_text
+from rundir.errors import UserError
+from rundir.reader import RunDir, checkpoint_path
+from rundir.schema import (
     EPISODES_FILE,
     MANIFEST_FILE,
-    SCHEMA_VERSION,
     SIDECAR_FILE,
     Episode,
     LogprobRow,
     Manifest,
+    PartialEpisode,
     RunConfig,
+    config_differences,
 )
 
 log = logging.getLogger(__name__)
 
-_ID_PREFIX = re.compile(rb'^\{"schema_version":\d+,"episode_id":("(?:[^"\\]|\\.)*")')
-
-
-def atomic_write_text(path: Path, text: str, *, fsync: bool = True) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def line_episode_id(line: bytes) -> str:
-    """The ``episode_id`` of one JSONL line of an Episode or LogprobRow (fast path on the fixed key order)."""
-    m = _ID_PREFIX.match(line)
-    if m:
-        return json.loads(m.group(1))
-    return json.loads(line)["episode_id"]
-
-
-def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
-    """Dotted names of the config fields that differ (nested one level into dicts)."""
-    a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
-    diffs = []
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
-        if va == vb:
-            continue
-        if isinstance(va, dict) and isinstance(vb, dict):
-            diffs.extend(f"{key}.{k}" for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k))
-        else:
-            diffs.append(key)
-    return diffs
+__all__ = ["RunStore", "CheckpointEncoder", "check_out_dir", "check_resumable", "write_checkpoint_json",
+           "atomic_write_text", "checkpoint_path"]
 
 
 def check_out_dir(run_dir: Path) -> None:
@@ -109,29 +66,9 @@ def check_out_dir(run_dir: Path) -> None:
         raise UserError(f"cannot create --out {run_dir}: {ancestor} is not writable; choose another directory")
 
 
-def _read_manifest_checked(run_dir: Path) -> Manifest:
-    path = Path(run_dir) / MANIFEST_FILE
-    if not path.exists():
-        raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE})")
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {str(exc).splitlines()[0]}; use a new --out directory") from None
-    version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if version != SCHEMA_VERSION:
-        raise UserError(
-            f"{run_dir} was written with schema_version {version}, this harness writes {SCHEMA_VERSION}; "
-            "use a new --out directory"
-        )
-    try:
-        return Manifest.model_validate(raw)
-    except ValueError as exc:
-        raise UserError(f"{path} is not a valid manifest ({str(exc).splitlines()[0]}); use a new --out") from None
-
-
 def check_resumable(run_dir: Path, config: RunConfig) -> Manifest:
     """Raise UserError (writing nothing) unless ``run_dir`` holds a run with exactly this config."""
-    manifest = _read_manifest_checked(run_dir)
+    manifest = RunDir.open(run_dir).manifest
     if manifest.config_hash != config.config_hash():
         diffs = config_differences(manifest.config, config) or ["(hash only)"]
         raise UserError(
@@ -180,9 +117,8 @@ class RunStore:
     @classmethod
     def open(cls, run_dir: Path) -> "RunStore":
         """Open an existing run directory for appending: repair torn lines and orphaned sidecar rows."""
-        run_dir = Path(run_dir)
-        manifest = _read_manifest_checked(run_dir)
-        store = cls(run_dir, manifest)
+        reader = RunDir.open(run_dir)
+        store = cls(reader.path, reader.manifest)
         store._repair()
         store._open_files()
         return store
@@ -196,25 +132,21 @@ class RunStore:
         log.warning("%s: %s", self.run_dir, msg)
 
     def _repair(self) -> None:
+        reader = RunDir(self.run_dir, self.manifest)
         for name in (EPISODES_FILE, SIDECAR_FILE):
-            cut = _truncate_torn_tail(self.run_dir / name)
+            cut = _truncate(self.run_dir / name, reader.complete_length(name))
             if cut:
                 self._note(f"{name}: removed a torn last line ({cut} bytes) left by an interrupted write")
-        ids: list[str] = []
-        path = self.run_dir / EPISODES_FILE
-        if path.exists():
-            with path.open("rb") as f:
-                for line in f:
-                    if line.strip():
-                        ids.append(line_episode_id(line))
+        ids = reader.episode_ids_in_file()
         self.finished_ids = set(ids)
         if len(ids) != len(self.finished_ids):
             self._note(
                 f"{EPISODES_FILE}: {len(ids) - len(self.finished_ids)} duplicate episode lines "
                 "(readers keep the first of each id)"
             )
-        removed = _truncate_orphan_sidecar_tail(self.run_dir / SIDECAR_FILE, self.finished_ids)
+        keep, removed = reader.orphan_sidecar_tail(self.finished_ids)
         if removed:
+            _truncate(self.run_dir / SIDECAR_FILE, keep)
             self._note(f"{SIDECAR_FILE}: removed {removed} rows of an episode that was not finished")
 
     # ------------------------------------------------------------------ writing
@@ -254,20 +186,15 @@ class RunStore:
 
     def load_checkpoints(self) -> dict[str, PartialEpisode]:
         """In-flight episodes by id (unreadable checkpoints are noted and ignored; finished ones deleted)."""
+        saved, notes = RunDir(self.run_dir, self.manifest).checkpoints()
+        for note in notes:
+            self._note(note)
         out: dict[str, PartialEpisode] = {}
-        d = self.run_dir / CHECKPOINT_DIR
-        if not d.is_dir():
-            return out
-        for p in sorted(d.glob("*.json")):
-            try:
-                partial = PartialEpisode.model_validate_json(p.read_bytes())
-            except (OSError, ValueError) as exc:
-                self._note(f"ignored unreadable checkpoint {p.name}: {str(exc).splitlines()[0]}")
+        for eid, partial in saved.items():
+            if eid in self.finished_ids:
+                self.delete_checkpoint(eid)
                 continue
-            if partial.episode_id in self.finished_ids:
-                p.unlink(missing_ok=True)
-                continue
-            out[partial.episode_id] = partial
+            out[eid] = partial
         return out
 
     def close(self) -> None:
@@ -281,10 +208,6 @@ class RunStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def checkpoint_path(run_dir: Path, episode_id: str) -> Path:
-    return Path(run_dir) / CHECKPOINT_DIR / (urllib.parse.quote(episode_id, safe="") + ".json")
 
 
 class CheckpointEncoder:
@@ -338,94 +261,15 @@ def _append(f, data: bytes) -> None:
     os.fsync(f.fileno())
 
 
-def _truncate_torn_tail(path: Path) -> int:
-    """Truncate a file to its last newline; return the number of bytes removed."""
+def _truncate(path: Path, keep: int) -> int:
+    """Truncate ``path`` to ``keep`` bytes (fsynced); return the number of bytes removed."""
     if not path.exists():
         return 0
     size = path.stat().st_size
-    if size == 0:
+    if keep >= size:
         return 0
     with path.open("rb+") as f:
-        pos = size
-        block = 1 << 16
-        while pos > 0:
-            start = max(0, pos - block)
-            f.seek(start)
-            chunk = f.read(pos - start)
-            i = chunk.rfind(b"\n")
-            if i >= 0:
-                keep = start + i + 1
-                break
-            pos = start
-        else:
-            keep = 0
-        if keep < size:
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-        return size - keep
-
-
-def _reverse_lines(f, size: int, block: int = 1 << 16):
-    """Yield (offset, line without newline) from the end of a newline-terminated file backwards."""
-    pos = size
-    buf = b""  # the bytes [pos, pos + len(buf)) not yet yielded; ends with b"\n"
-    while True:
-        if not buf:
-            if pos == 0:
-                return
-        i = buf.rfind(b"\n", 0, max(0, len(buf) - 1))
-        if i >= 0:
-            yield pos + i + 1, buf[i + 1 : -1]
-            buf = buf[: i + 1]
-            continue
-        if pos == 0:
-            yield 0, buf[:-1] if buf.endswith(b"\n") else buf
-            return
-        start = max(0, pos - block)
-        f.seek(start)
-        buf = f.read(pos - start) + buf
-        pos = start
-
-
-def _truncate_orphan_sidecar_tail(path: Path, finished: set[str]) -> int:
-    """Remove trailing sidecar rows whose episode is not finished; return how many rows were removed."""
-    if not path.exists():
-        return 0
-    size = path.stat().st_size
-    if size == 0:
-        return 0
-    removed = 0
-    keep = size
-    with path.open("rb+") as f:
-        for offset, line in _reverse_lines(f, size):
-            if not line.strip():
-                keep = offset
-                continue
-            if line_episode_id(line) in finished:
-                break
-            removed += 1
-            keep = offset
-        if keep < size:
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-    return removed
-
-
-def load_episodes(run_dir: Path) -> list[Episode]:
-    """Finished episodes, de-duplicated by id (first kept) with a warning if duplicates exist."""
-    from harness.schema import read_episodes
-
-    seen: set[str] = set()
-    out: list[Episode] = []
-    dups = 0
-    for ep in read_episodes(Path(run_dir)):
-        if ep.episode_id in seen:
-            dups += 1
-            continue
-        seen.add(ep.episode_id)
-        out.append(ep)
-    if dups:
-        log.warning("%s: ignored %d duplicate episode lines", run_dir, dups)
-    return out
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    return size - keep

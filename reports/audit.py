@@ -1,6 +1,6 @@
 """Termination audit (paper Appendix G.1, Table 6) and the WebShop-style selection diagnostic (Fig. 2B).
 
-Reads only run directories through :mod:`harness.schema`. Categories (Appendix G):
+Reads run directories only through :class:`rundir.RunDir` (the same episodes `uqh score` counts). Categories (Appendix G):
 
 - ``clean``       benchmark-completed, Y observed: enters complete-observation scoring (delta = 1);
 - ``max_steps``   step budget spent: administratively censored (delta = 0);
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import UserError
-from harness.schema import MANIFEST_FILE, Episode, Manifest, StopReason, read_episodes, read_manifest
+from rundir.errors import UserError
+from rundir.reader import RunDir
+from rundir.schema import Episode, Manifest, StopReason
 from reports.tables import Table
 
 OTHER_REASONS = [r for r in StopReason if r not in (StopReason.clean, StopReason.max_steps, StopReason.parse_error)]
@@ -38,6 +39,7 @@ class Run:
     path: Path
     manifest: Manifest
     episodes: list[Episode]
+    planned: int = 0  # episodes the manifest plans
     name: str = ""  # unique short name among the runs of one report (default: the directory name)
     label_text: str | None = None  # overrides the label (pooled runs)
 
@@ -57,16 +59,8 @@ class Run:
 
 
 def load_run(path: str | Path) -> Run:
-    p = Path(path)
-    if not (p / MANIFEST_FILE).is_file():
-        raise UserError(f"{p} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
-    try:
-        manifest = read_manifest(p)
-        episodes = read_episodes(p)
-    except ValueError as exc:  # pydantic ValidationError is a ValueError
-        first = str(exc).splitlines()[0]
-        raise UserError(f"{p}: unreadable run directory ({first}); was it written by this version of uqh?") from None
-    return Run(p, manifest, episodes)
+    reader = RunDir.open(path)
+    return Run(reader.path, reader.manifest, reader.episodes(), planned=reader.planned)
 
 
 def load_runs(paths: list[str | Path]) -> list[Run]:
@@ -159,7 +153,7 @@ def termination_audit(runs: list[Run]) -> Table:
     rows = []
     for r in runs:
         cfg = r.manifest.config
-        rows.append(_audit_row(r.label, r.dataset, cfg.step_budget, r.episodes, len(cfg.task_ids) * cfg.samples_per_task))
+        rows.append(_audit_row(r.label, r.dataset, cfg.step_budget, r.episodes, r.planned))
     by_dataset: dict[str, list[Run]] = {}
     for r in runs:
         by_dataset.setdefault(r.dataset, []).append(r)
@@ -173,7 +167,7 @@ def termination_audit(runs: list[Run]) -> Table:
                 dataset,
                 budgets[0] if len(budgets) == 1 else "/".join(map(str, budgets)),
                 [e for g in group for e in g.episodes],
-                sum(len(g.manifest.config.task_ids) * g.manifest.config.samples_per_task for g in group),
+                sum(g.planned for g in group),
             )
         )
     return Table(

@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.errors import UserError
+    from rundir.errors import UserError
     from reports.audit import audit
 
     if args.bootstrap < 1:

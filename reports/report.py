@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import UserError
+from rundir.errors import UserError
 from reports.audit import Run, load_runs, selection_diagnostic, termination_audit
 from reports.html import Figure, Section, render_page
 from reports.tables import Table
@@ -129,7 +129,7 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
 
     q_z: dict[str, float] = {}
     if opts.q_z_files:
-        from scoring.qz_file import read_qz_file
+        from rundir.qz_file import read_qz_file
 
         for f in opts.q_z_files:
             q_z.update({k: r.q_hat_z for k, r in read_qz_file(Path(f)).items()})

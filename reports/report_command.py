@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.errors import UserError
+    from rundir.errors import UserError
     from reports.report import ReportOptions, build_report
 
     if args.bootstrap < 1:

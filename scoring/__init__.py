@@ -15,9 +15,9 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
 - bootstrap:   :func:`paired_bootstrap`, :func:`resample_counts`, :func:`compare`, :func:`interval`
 - fixed rank:  :func:`fixed_rank_analysis`                                                        -- App. E
 - tables:      :class:`ScoreOptions`, :func:`score_run`, :func:`evaluate_predictor`, :func:`pool_runs`
-- q_Z file:    :class:`QzRecord`, :func:`read_qz_file`, :func:`write_qz_file`
+- q_Z:         :func:`scoring.qz_audit.estimate_qz` (continuation runs -> q_hat_Z + audit)          -- App. H
 
-Only :mod:`harness.schema` (and :mod:`harness.errors`) are imported from the harness.
+Run directories are read only through :mod:`rundir`; nothing of the harness, domains or reports is imported.
 """
 from __future__ import annotations
 
@@ -47,9 +47,6 @@ _EXPORTS = {
     "t_ece": "scoring.diagnostics",
     "trajectory_scalar": "scoring.diagnostics",
     "fixed_rank_analysis": "scoring.fixed_rank",
-    "QzRecord": "scoring.qz_file",
-    "read_qz_file": "scoring.qz_file",
-    "write_qz_file": "scoring.qz_file",
     "ScoreRule": "scoring.rules",
     "parse_score": "scoring.rules",
     "PREDICTORS": "scoring.streams",

@@ -37,8 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace):
     """Validate flags into :class:`scoring.tables.ScoreOptions` (UserError on bad input)."""
-    from harness.errors import UserError
-    from scoring.qz_file import read_qz_file
+    from rundir.errors import UserError
+    from rundir.qz_file import read_qz_file
     from scoring.rules import DEFAULT_SCORES, parse_score
     from scoring.streams import PREDICTORS, check_predictor
     from scoring.tables import ScoreOptions

@@ -2,7 +2,7 @@
 
 Paper: Appendix H (H.1 operational strategies, H.2 Monte Carlo audit, Tables 7-8) and Appendix C
 (Proposition C.2, Remark C.4). Pure numpy on flat arrays; the only run-directory knowledge used is
-:mod:`harness.schema` (for :func:`prefix_features`).
+:mod:`rundir.schema` (for :func:`prefix_features`). Estimation from run directories: :mod:`scoring.qz_audit`.
 
 Three routes, one output shape (per prefix: ``q_hat_z``, ``n_valid``, ``method``):
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+from pydantic import BaseModel
 
 # Branch status codes (from the branch episode's stop_reason).
 RESOLVED = 0  # clean: outcome observed
@@ -187,7 +188,7 @@ def prefix_feature_vector(
 
 
 def prefix_features(episode, step_budget: int | None = None) -> np.ndarray:
-    """:func:`prefix_feature_vector` of a :class:`harness.schema.Episode` (its recorded steps are H_Z)."""
+    """:func:`prefix_feature_vector` of a :class:`rundir.schema.Episode` (its recorded steps are H_Z)."""
     steps = episode.steps
     return prefix_feature_vector(
         [s.action for s in steps],
@@ -344,27 +345,54 @@ def _bootstrap_means(values: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     return values[idx].mean(axis=1)
 
 
-def qz_distribution(q: np.ndarray, *, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05) -> dict:
+class MeanCI(BaseModel):
+    """A mean with its percentile-bootstrap interval (None where there is nothing to average)."""
+
+    mean: float | None = None
+    ci: tuple[float | None, float | None] = (None, None)
+
+
+class QzDistribution(BaseModel):
+    """Table 7: the distribution of q_hat_Z^MC over the retained prefixes."""
+
+    n: int
+    mean: float | None = None
+    ci: tuple[float | None, float | None] = (None, None)
+    median: float | None = None
+    frac_zero: float | None = None
+    frac_above_half: float | None = None
+
+
+class PairedComparison(BaseModel):
+    """Table 8: mean simple and exact-MC censored TPS and their paired difference."""
+
+    n: int
+    simple: MeanCI = MeanCI()
+    exact: MeanCI = MeanCI()
+    difference: MeanCI = MeanCI()
+
+
+def qz_distribution(q: np.ndarray, *, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05) -> QzDistribution:
     """Table 7: mean q_hat_Z with a percentile bootstrap CI, median, fraction = 0, fraction > 0.5."""
     q = np.asarray(q, dtype=float)
     q = q[np.isfinite(q)]
     if q.size == 0:
-        return {"n": 0, "mean": None, "ci": [None, None], "median": None, "frac_zero": None, "frac_above_half": None}
+        return QzDistribution(n=0)
     boots = _bootstrap_means(q, n_boot, seed)
     lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
-    return {
-        "n": int(q.size),
-        "mean": float(q.mean()),
-        "ci": [float(lo), float(hi)],
-        "median": float(np.median(q)),
-        "frac_zero": float(np.mean(q == 0.0)),
-        "frac_above_half": float(np.mean(q > 0.5)),
-    }
+    return QzDistribution(
+        n=int(q.size),
+        mean=float(q.mean()),
+        ci=(float(lo), float(hi)),
+        median=float(np.median(q)),
+        frac_zero=float(np.mean(q == 0.0)),
+        frac_above_half=float(np.mean(q > 0.5)),
+    )
 
 
 def paired_comparison(
     simple: np.ndarray, exact: np.ndarray, *, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05
-) -> dict:
+) -> PairedComparison:
     """Table 8: mean simple and exact-MC censored TPS and their paired difference, each with a bootstrap CI
     (the same prefix-level resamples for all three, so the difference CI is paired)."""
     simple = np.asarray(simple, dtype=float)
@@ -374,15 +402,15 @@ def paired_comparison(
     ok = np.isfinite(simple) & np.isfinite(exact)
     simple, exact = simple[ok], exact[ok]
     if simple.size == 0:
-        empty = {"mean": None, "ci": [None, None]}
-        return {"n": 0, "simple": empty, "exact": empty, "difference": dict(empty)}
+        return PairedComparison(n=0)
     vals = np.stack([simple, exact, exact - simple], axis=1)
     boots = _bootstrap_means(vals, n_boot, seed)
     qs = np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=0)
-    out = {"n": int(simple.size)}
-    for j, name in enumerate(("simple", "exact", "difference")):
-        out[name] = {"mean": float(vals[:, j].mean()), "ci": [float(qs[0, j]), float(qs[1, j])]}
-    return out
+    parts = {
+        name: MeanCI(mean=float(vals[:, j].mean()), ci=(float(qs[0, j]), float(qs[1, j])))
+        for j, name in enumerate(("simple", "exact", "difference"))
+    }
+    return PairedComparison(n=int(simple.size), **parts)
 
 
 def projection_identity_error(
@@ -408,55 +436,3 @@ def projection_identity_error(
     diff = exact_scores - branch_mean
     finite = np.isfinite(diff)
     return (float(np.max(np.abs(diff[finite]))) if finite.any() else float("nan")), diff
-
-
-def format_audit(distribution: dict, comparison: dict | None, *, identity_max_error: float | None = None,
-                 sensitivity: dict[str, dict] | None = None, counts: dict | None = None) -> str:
-    """Markdown tables in the shape of Tables 7 and 8 (plus counts, sensitivity rows and the identity check)."""
-
-    def f(x, p=3):
-        return "NA" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{p}f}"
-
-    def pct(x):
-        return "NA" if x is None else f"{100 * x:.1f}%"
-
-    lines = []
-    if counts:
-        lines.append(
-            "Prefixes: {prefixes} continued, {retained} retained (>= {min_valid} valid resolved non-parse branches); "
-            "mean valid branches per retained prefix {mean_valid}; mean parse-error branches per prefix "
-            "{mean_parse}; unresolved branches {unresolved}; skipped (not replayable) {skipped}.".format(
-                prefixes=counts.get("prefixes"), retained=counts.get("retained"), min_valid=counts.get("min_valid"),
-                mean_valid=f(counts.get("mean_valid"), 2), mean_parse=f(counts.get("mean_parse"), 3),
-                unresolved=counts.get("unresolved"), skipped=counts.get("skipped", 0),
-            )
-        )
-        lines.append("")
-    d = distribution
-    lines += [
-        f"| Diagnostic (n = {d['n']}) | Value |",
-        "|---|---|",
-        f"| Mean q_hat_Z^MC | {f(d['mean'])} [{f(d['ci'][0])}, {f(d['ci'][1])}] |",
-        f"| Median q_hat_Z^MC | {f(d['median'])} |",
-        f"| Fraction with q_hat_Z^MC = 0 | {pct(d['frac_zero'])} |",
-        f"| Fraction with q_hat_Z^MC > 0.5 | {pct(d['frac_above_half'])} |",
-    ]
-    if comparison is not None:
-        c = comparison
-        lines += [
-            "",
-            f"| Quantity (n = {c['n']}) | Value | 95% CI |",
-            "|---|---|---|",
-            f"| TPS^cen,simple | {f(c['simple']['mean'])} | [{f(c['simple']['ci'][0])}, {f(c['simple']['ci'][1])}] |",
-            f"| TPS^cen,exact-MC | {f(c['exact']['mean'])} | [{f(c['exact']['ci'][0])}, {f(c['exact']['ci'][1])}] |",
-            f"| Delta exact-simple | {f(c['difference']['mean'])} | "
-            f"[{f(c['difference']['ci'][0])}, {f(c['difference']['ci'][1])}] |",
-        ]
-    if sensitivity:
-        lines += ["", "| Unresolved branches | mean q_hat_Z | Delta exact-simple | 95% CI |", "|---|---|---|---|"]
-        for name, row in sensitivity.items():
-            dd = row.get("difference", {"mean": None, "ci": [None, None]})
-            lines.append(f"| {name} | {f(row.get('mean_q'))} | {f(dd['mean'])} | [{f(dd['ci'][0])}, {f(dd['ci'][1])}] |")
-    if identity_max_error is not None:
-        lines += ["", f"Conditional-projection identity: max_i |TPS_exact-MC - branch average| = {identity_max_error:.3g}"]
-    return "\n".join(lines)

@@ -13,7 +13,7 @@ import numpy as np
 from scipy.special import beta as beta_fn
 from scipy.special import betainc
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 EPS = 1e-6  # Appendix J.2: probabilities are clipped to [EPS, 1-EPS] before any log score
 

@@ -1,6 +1,6 @@
 """Predictor streams from a run directory, and the (values, offsets, Y, Δ, q_Z) arrays they are scored on.
 
-Reads the run directory only through :mod:`harness.schema`. Per step (Appendix F, "Per-step predictor pool"):
+Reads the run directory only through :class:`rundir.RunDir`. Per step (Appendix F, "Per-step predictor pool"):
 
 - ``verbal``          -- the parsed <confidence> (``Step.verbal_confidence``; null -> missing);
 - ``token_prob``      -- completion-token probability: mean over the step's generated tokens of exp(logprob);
@@ -23,18 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import UserError
-from harness.schema import (
-    EPISODES_FILE,
-    MANIFEST_FILE,
-    Episode,
-    LogprobRow,
-    Manifest,
-    TokenLogprob,
-    read_episodes,
-    read_manifest,
-    read_sidecar,
-)
+from rundir.errors import UserError
+from rundir.reader import RunDir
+from rundir.schema import Episode, LogprobRow, Manifest, TokenLogprob
 
 STEP_PREDICTORS = ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy")
 BASE_RATE = "base_rate"
@@ -134,43 +125,26 @@ class RunData:
         return str(self.run_dir)
 
 
-def load_run(run_dir: str | Path) -> RunData:
-    """Read a run directory into :class:`RunData`. A missing directory or non-run directory is a UserError."""
-    run_dir = Path(run_dir)
-    if not run_dir.exists():
-        raise UserError(f"run directory {run_dir} does not exist")
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir} is a file, not a run directory; pass a directory written by `uqh run`")
-    if not (run_dir / MANIFEST_FILE).is_file():
-        raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
-    try:
-        manifest = read_manifest(run_dir)
-        episodes = read_episodes(run_dir)
-        # keep only the four token signals of each accepted row (not the tokens): memory stays O(steps)
-        signals: dict[tuple[str, int], dict[str, float]] = {}
-        for row in read_sidecar(run_dir):
-            if row.accepted:
-                signals[(row.episode_id, row.t)] = step_token_signals(row)  # the last accepted row of a step wins
-    except ValueError as exc:  # pydantic ValidationError / JSON errors
-        first = str(exc).splitlines()[0]
-        raise UserError(f"{run_dir} has a malformed record ({first}); is it from this version of uqh?") from None
-    if not (run_dir / EPISODES_FILE).is_file():
-        raise UserError(f"{run_dir} has no {EPISODES_FILE}; no episode has finished yet")
-    return run_data_from_records(run_dir, manifest, episodes, signals)
+def load_run(run_dir: "str | Path | RunDir") -> RunData:
+    """Read a run directory (through :class:`rundir.RunDir`) into :class:`RunData`; UserError for bad input."""
+    reader = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
+    if not reader.has_episodes_file:
+        raise UserError(f"{reader.path} has no episodes yet (no finished episode); run `uqh run` first")
+    episodes = reader.episodes()
+    # keep only the token signals of each accepted row (not the tokens): memory stays O(steps)
+    signals: dict[tuple[str, int], dict[str, float]] = {}
+    for row in reader.sidecar():
+        if row.accepted:
+            signals[(row.episode_id, row.t)] = step_token_signals(row)  # the last accepted row of a step wins
+    return run_data_from_records(reader.path, reader.manifest, episodes, signals)
 
 
 def run_data_from_records(
     run_dir: Path, manifest: Manifest, episodes: list[Episode], signals: dict[tuple[str, int], dict[str, float]]
 ) -> RunData:
-    """Assemble :class:`RunData` from episodes and per-(episode, step) token signals (:func:`step_token_signals`)."""
+    """Assemble :class:`RunData` from episodes (unique ids, as :meth:`rundir.RunDir.episodes` gives them) and
+    per-(episode, step) token signals (:func:`step_token_signals`)."""
     episodes = sorted(episodes, key=lambda e: e.episode_id)
-    seen: set[str] = set()
-    uniq = []
-    for ep in episodes:  # a resumed run can never duplicate ids, but be defensive: keep the first
-        if ep.episode_id not in seen:
-            seen.add(ep.episode_id)
-            uniq.append(ep)
-    episodes = uniq
     n = len(episodes)
     lengths = np.array([len(ep.steps) for ep in episodes], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 WEIGHT_SCHEMES = ("linear-front", "uniform", "exponential-front", "linear-back")
 DEFAULT_WEIGHTS = "linear-front"

@@ -30,7 +30,7 @@ done
 expanded=$("$PY" -c '
 import sys
 from harness.presets import expand
-from harness.errors import UserError
+from rundir.errors import UserError
 try:
     for n in sys.argv[1:]:
         print("\n".join(expand(n)))

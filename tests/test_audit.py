@@ -7,7 +7,7 @@ import io
 import pytest
 
 from harness.cli import main
-from harness.errors import UserError
+from rundir.errors import UserError
 from reports.audit import audit, load_runs, selection_diagnostic, termination_audit
 from report_fixtures import tau2_like, webshop_like
 
@@ -64,7 +64,7 @@ def test_selection_diagnostic_means_by_hand(runs):
 
 
 def test_trajectory_without_any_confidence_is_counted_not_imputed(tmp_path):
-    from harness.schema import StopReason
+    from rundir.schema import StopReason
     from report_fixtures import Ep, write_run
 
     d = write_run(tmp_path / "r", "webshop", 3, [
@@ -94,7 +94,7 @@ def test_cli_user_errors(tmp_path, runs, capsys):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "manifest.json").write_text("{}")
     assert main(["audit", str(tmp_path / "bad")]) == 2
-    assert "unreadable run directory" in capsys.readouterr().err
+    assert "not a valid manifest" in capsys.readouterr().err
     with pytest.raises(UserError):
         audit([])
 
@@ -115,3 +115,20 @@ def test_markdown_number_formatting():
     t = Table("t", "T", ["a|b", "c"], [{"a|b": "x|y", "c": 1.0}])
     assert "| a\\|b | c |" in t.to_markdown() and "| x\\|y | 1.000 |" in t.to_markdown()
     assert t.to_csv() == "a|b,c\nx|y,1.0\n"
+
+
+def test_audit_and_score_count_a_duplicated_episode_line_once(tmp_path, capsys):
+    """Two writers (before the run-directory lock) could append the same episode twice: every reader keeps the
+    first line of an id, so `uqh audit` and `uqh score` count the same episodes."""
+    import json
+
+    ws = webshop_like(tmp_path / "ws")
+    lines = (ws / "episodes.jsonl").read_text().splitlines(keepends=True)
+    with open(ws / "episodes.jsonl", "a") as f:
+        f.write(lines[0])
+        f.write(lines[3])  # a max_steps one
+    row = termination_audit(load_runs([ws])).rows[0]
+    assert (row["Total"], row["Clean Y"], row["max_steps"], row["Unfinished"]) == (8, 4, 3, 0)
+    assert main(["score", str(ws), "--bootstrap", "0", "--format", "json", "--censoring", "simple"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert (counts["episodes"], counts["complete"], counts["censored"]) == (8, 4, 3)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.schema import EPISODES_FILE, SIDECAR_FILE, read_episodes, read_manifest, read_sidecar
+from rundir.schema import EPISODES_FILE, SIDECAR_FILE
+from run_files import read_episodes, read_manifest, read_sidecar
 from test_runner import solver
 
 REPO = Path(__file__).resolve().parent.parent

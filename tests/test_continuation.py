@@ -18,10 +18,13 @@ import harness
 from domains import get_domain_class
 from domains.arithmetic import make_question
 from harness import continuation as cont
+from reports.continuation_audit import audit_continuation
 from harness.cli import main as uqh
 from harness.loop import build_messages, derive_seed
 from harness.runner import prompt_sha256, run_batch
-from harness.schema import DecodingConfig, Episode, RunConfig, StopReason, read_episodes, read_manifest
+from rundir.errors import UserError
+from rundir.schema import DecodingConfig, Episode, RunConfig, StopReason
+from run_files import read_episodes, read_manifest
 
 CALC = "<think>keep going</think>\n<action>Calc[1+1]</action>\n<confidence>{c}</confidence>\n<explanation>unsure</explanation>"
 FINISH = "<think>done</think>\n<action>Finish[{a}]</action>\n<confidence>0.9</confidence>\n<explanation>computed</explanation>"
@@ -144,7 +147,7 @@ def test_branches_continue_recorded_prefix_without_prefix_calls(source_run, tmp_
     assert len({r["seed"] for r in srv.requests}) == 12  # seeds differ per branch
 
     # q_Z from the branches, hand-computed from the fates
-    res = cont.estimate_qz(out, min_valid=1, method="mc", n_boot=50)
+    res, _ = audit_continuation(out, min_valid=1, method="mc", n_boot=50)
     for rec in res.records:
         fates = [fate(rec.episode_id, k) for k in range(4)]
         resolved = [f for f in fates if f in (0, 1)]
@@ -182,7 +185,7 @@ def test_seeds_reproducible_and_resume(source_run, tmp_path):
     rep = cont.run_continuations(src, a, branches=2, extra_steps=1, progress=False)
     assert srv.requests == [] and rep.n_branches_written == 6
     # a different continuation config in the same directory is refused
-    with pytest.raises(harness.errors.UserError, match="different config"):
+    with pytest.raises(UserError, match="different config"):
         cont.run_continuations(src, a, branches=3, extra_steps=1, progress=False)
 
 
@@ -249,7 +252,7 @@ def _write_run(run_dir: Path, config: RunConfig, episodes: list[Episode], system
 
 
 def _step(t, conf, action="Calc[1+1]", obs="Result: 2", repairs=0):
-    from harness.schema import Attempt, CallRecord, Step
+    from rundir.schema import Attempt, CallRecord, Step
 
     return Step(t=t, think="", action=action, verbal_confidence=conf, explanation="e", observation=obs,
                 repair_attempts=repairs, attempts=[Attempt(attempt=0, raw_text="x", call=CallRecord(model="m"))])
@@ -258,7 +261,7 @@ def _step(t, conf, action="Calc[1+1]", obs="Result: 2", repairs=0):
 def test_estimate_qz_on_generated_runs(tmp_path):
     """Aggregation with unresolved / parse-error branches, sensitivity rows, hybrid plug-in and the projection
     identity (to 1e-12), on run directories written directly."""
-    from scoring.qz_file import read_qz_file
+    from rundir.qz_file import read_qz_file
 
     rng = np.random.default_rng(5)
     Z = 4
@@ -296,7 +299,7 @@ def test_estimate_qz_on_generated_runs(tmp_path):
     cont_cfg = cont.continuation_config(read_manifest(src_dir), src_dir, sources[:9], branches=8, extra_steps=1)
     _write_run(out, cont_cfg, branches)
 
-    res = cont.estimate_qz(out, min_valid=5, method="hybrid", n_boot=200)
+    res, text = audit_continuation(out, min_valid=5, method="hybrid", n_boot=200)
     recs = read_qz_file(out / "qz.jsonl")
     assert len(recs) == 12
     for i in range(6):
@@ -310,25 +313,25 @@ def test_estimate_qz_on_generated_runs(tmp_path):
     assert res.mc["failure"].q_hat[0] == pytest.approx(plan["t0#0"].sum() / 7)
     assert res.mc["success"].q_hat[0] == pytest.approx((plan["t0#0"].sum() + 1) / 7)
     a = res.audit
-    assert a["counts"]["retained"] == 6 and a["counts"]["scored"] == 6
-    assert a["identity_max_error"] < 1e-12
-    assert a["counts"]["max_abs_branch_vs_source_forecast"] == 0.0
+    assert a.counts.retained == 6 and a.counts.scored == 6
+    assert a.identity_max_error < 1e-12
+    assert a.counts.max_abs_branch_vs_source_forecast == 0.0
     # Eq. (17): exact - simple = q * sum_t w_t logit(F_t), per prefix
     from scoring.weights import trajectory_weights
 
-    for row in a["per_prefix"]:
-        i = int(row["episode_id"][1:].split("#")[0])
+    for row in a.per_prefix:
+        i = int(row.episode_id[1:].split("#")[0])
         f = np.array([s.verbal_confidence for s in sources[i].steps])
         w = trajectory_weights(np.array([0, Z]), "linear-front")
-        assert row["exact_mc"] - row["simple"] == pytest.approx(row["q_hat_mc"] * np.sum(w * np.log(f / (1 - f))))
-        assert row["simple"] == pytest.approx(np.sum(w * np.log1p(-f)))
-    assert set(a["sensitivity"]) == {"excluded (primary)", "as failures", "as successes"}
-    assert "Conditional-projection identity" in res.text and "Mean q_hat_Z^MC" in res.text
+        assert row.exact_mc - row.simple == pytest.approx(row.q_hat_mc * np.sum(w * np.log(f / (1 - f))))
+        assert row.simple == pytest.approx(np.sum(w * np.log1p(-f)))
+    assert set(a.sensitivity) == {"excluded (primary)", "as failures", "as successes"}
+    assert "Conditional-projection identity" in text and "Mean q_hat_Z^MC" in text
 
     # plug-in n_valid: training branches behind the estimate (all 45 labelled branches for unlabelled prefixes)
     assert [recs[f"t{i}#0"].n_valid for i in (9, 10, 11)] == [45, 45, 45]
     # complete episodes as extra plug-in training rows (training only: no records for them)
-    res_c = cont.estimate_qz(out, min_valid=5, n_boot=20, train_complete=True, write=False)
+    res_c, _ = audit_continuation(out, min_valid=5, n_boot=20, train_complete=True, write=False)
     assert [r.n_valid for r in res_c.records if r.episode_id in ("t9#0", "t10#0", "t11#0")] == [49, 49, 49]
     assert len(res_c.records) == 12 and not any(r.episode_id.startswith("c") for r in res_c.records)
     assert not np.allclose(res_c.q_hat[9:], res.q_hat[9:])
@@ -340,8 +343,8 @@ def test_estimate_qz_on_generated_runs(tmp_path):
     assert rc == 0
 
     # mc-only: no records for prefixes without an MC estimate (never imputed)
-    res_mc = cont.estimate_qz(out, min_valid=5, method="mc", n_boot=20, write=False)
-    assert len(res_mc.records) == 6 and res_mc.audit["counts"]["without_estimate"] == 6
+    res_mc, _ = audit_continuation(out, min_valid=5, method="mc", n_boot=20, write=False)
+    assert len(res_mc.records) == 6 and res_mc.audit.counts.without_estimate == 6
 
     # a branch whose copied prefix differs from the source is not counted
     bad = branches[0].model_copy(deep=True)
@@ -355,8 +358,8 @@ def test_estimate_qz_on_generated_runs(tmp_path):
     with open(out / "episodes.jsonl", "a") as fh:
         fh.write(bad.model_dump_json() + "\n")
         fh.write(bad2.model_dump_json() + "\n")
-    res2 = cont.estimate_qz(out, min_valid=5, n_boot=20, write=False)
-    assert res2.audit["counts"]["join_mismatch_branches"] == 2
+    res2, _ = audit_continuation(out, min_valid=5, n_boot=20, write=False)
+    assert res2.audit.counts.join_mismatch_branches == 2
     assert res2.mc["exclude"].n_resolved[0] == 6
 
 
@@ -413,7 +416,7 @@ def test_hotpotqa_branch_resumes_lookup_cursor(tmp_path, fake_server):
         else:
             assert br.stop_reason == StopReason.clean and br.outcome == 1
     assert seen == {0, 1}
-    res = cont.estimate_qz(out, min_valid=1, method="mc", n_boot=20)
+    res, _ = audit_continuation(out, min_valid=1, method="mc", n_boot=20)
     (rec,) = res.records
     assert rec.q_hat_z == 1.0 and rec.n_valid == sum(b.seed % 2 for b in read_episodes(out))
     assert res.mc["failure"].q_hat[0] == pytest.approx(rec.n_valid / 4)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from harness.cli import main as uqh
-from harness.schema import StopReason, read_episodes, read_manifest
+from rundir.schema import StopReason
+from run_files import read_episodes, read_manifest
 
 SEARCH = "<think>t</think>\n<action>Search[hoodie]</action>\n<confidence>0.4</confidence>\n<explanation>e</explanation>"
 

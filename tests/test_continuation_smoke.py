@@ -10,7 +10,8 @@ import json
 import pytest
 
 from harness.cli import main as uqh
-from harness.schema import StopReason, read_episodes, read_manifest
+from rundir.schema import StopReason
+from run_files import read_episodes, read_manifest
 
 
 @pytest.mark.smoke

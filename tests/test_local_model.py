@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
+from rundir.errors import UserError
 from harness.local_model import (
     DEFAULT_API_MODEL,
     LOCAL_DEFAULT,
@@ -25,7 +25,7 @@ from harness.local_model import (
     resolve_model_async,
 )
 from harness.model_client import make_model_client
-from harness.schema import DecodingConfig
+from rundir.schema import DecodingConfig
 
 
 def _alive(pid: int) -> bool:

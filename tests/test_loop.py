@@ -22,7 +22,7 @@ from harness.loop import (
 )
 from harness.model_types import Completion, ModelCallFailed
 from harness.parsing import repair_message
-from harness.schema import CallRecord, DecodingConfig, StopReason, TokenLogprob, TopLogprob, Usage
+from rundir.schema import CallRecord, DecodingConfig, StopReason, TokenLogprob, TopLogprob, Usage
 
 SYSTEM = ArithmeticDomain().system_prompt()
 

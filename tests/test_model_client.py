@@ -21,7 +21,7 @@ from harness.model_client import (
     rebuild_text,
 )
 from harness.model_types import ModelCallFailed
-from harness.schema import DecodingConfig, TokenLogprob, TopLogprob
+from rundir.schema import DecodingConfig, TokenLogprob, TopLogprob
 
 PATHS = ["litellm", "aiohttp", "openai"]  # transports: litellm, the direct path, the openai SDK
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
@@ -426,7 +426,7 @@ def test_direct_path_needs_neither_litellm_nor_openai_imports(fake_server):
     code = (
         "import sys, asyncio; import harness\n"
         "from harness.model_client import make_model_client\n"
-        "from harness.schema import DecodingConfig\n"
+        "from rundir.schema import DecodingConfig\n"
         "c = make_model_client('openai/fake', api_base=sys.argv[1], decoding=DecodingConfig())\n"
         "async def go():\n"
         "    r = await c.complete([{'role': 'user', 'content': 'x'}]); await c.aclose(); return r\n"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness import presets
-from harness.errors import UserError
-from harness.schema import DecodingConfig
+from rundir.errors import UserError
+from rundir.schema import DecodingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from domains import get_domain_class
 from domains.hotpotqa import context_paragraphs
 from domains.qa_common import DataSource, load_rows, resolve_data_source
 from domains.strategyqa import fallback_corpus
-from harness.errors import UserError
+from rundir.errors import UserError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SQA_FILE = SHARED / "strategyqa" / "strategyQA_train.json"

@@ -10,7 +10,8 @@ import pytest
 from domains import get_domain_class
 from domains.base import RecordedStep
 from harness.cli import main as uqh_main
-from harness.schema import StopReason, read_episodes, read_manifest, read_sidecar
+from rundir.schema import StopReason
+from run_files import read_episodes, read_manifest, read_sidecar
 
 
 def four_tags(action: str, conf: str = "0.6") -> str:

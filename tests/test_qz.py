@@ -156,15 +156,15 @@ def test_hybrid_prefers_retained_mc():
 def test_qz_distribution_table7():
     q = np.array([0.0, 0.0, 0.0, 0.6, 1.0, 0.2, np.nan])
     d = qz.qz_distribution(q, n_boot=500, seed=1)
-    assert d["n"] == 6
-    assert d["mean"] == pytest.approx(1.8 / 6)
-    assert d["median"] == pytest.approx(0.1)
-    assert d["frac_zero"] == 0.5
-    assert d["frac_above_half"] == pytest.approx(2 / 6)
-    assert d["ci"][0] <= d["mean"] <= d["ci"][1] and d["ci"][0] >= 0 and d["ci"][1] <= 1
+    assert d.n == 6
+    assert d.mean == pytest.approx(1.8 / 6)
+    assert d.median == pytest.approx(0.1)
+    assert d.frac_zero == 0.5
+    assert d.frac_above_half == pytest.approx(2 / 6)
+    assert d.ci[0] <= d.mean <= d.ci[1] and d.ci[0] >= 0 and d.ci[1] <= 1
     const = qz.qz_distribution(np.full(5, 0.3), n_boot=50)
-    assert const["ci"] == pytest.approx([0.3, 0.3])
-    assert qz.qz_distribution(np.array([np.nan]))["n"] == 0
+    assert const.ci == pytest.approx((0.3, 0.3))
+    assert qz.qz_distribution(np.array([np.nan])).n == 0
 
 
 def test_paired_comparison_table8():
@@ -172,14 +172,20 @@ def test_paired_comparison_table8():
     simple = rng.normal(-0.5, 0.1, size=50)
     shift = rng.normal(-0.1, 0.05, size=50)
     c = qz.paired_comparison(simple, simple + shift, n_boot=400, seed=2)
-    assert c["difference"]["mean"] == pytest.approx(shift.mean())
-    assert c["exact"]["mean"] - c["simple"]["mean"] == pytest.approx(c["difference"]["mean"])
-    lo, hi = c["difference"]["ci"]
+    assert c.difference.mean == pytest.approx(shift.mean())
+    assert c.exact.mean - c.simple.mean == pytest.approx(c.difference.mean)
+    lo, hi = c.difference.ci
     assert lo < shift.mean() < hi and hi < 0
     # the paired CI of a constant shift is degenerate even though the scores vary
     c2 = qz.paired_comparison(simple, simple - 0.2, n_boot=100)
-    assert c2["difference"]["ci"] == pytest.approx([-0.2, -0.2])
-    text = qz.format_audit(qz.qz_distribution(np.array([0.0, 1.0])), c2, identity_max_error=1e-17)
+    assert c2.difference.ci == pytest.approx((-0.2, -0.2))
+    from reports.continuation_audit import audit_tables
+    from scoring.qz_audit import AuditCounts, ContinuationAudit
+
+    audit = ContinuationAudit(counts=AuditCounts(min_valid=1, retained=2),
+                              distribution=qz.qz_distribution(np.array([0.0, 1.0])), comparison=c2,
+                              identity_max_error=1e-17)
+    text = audit_tables(audit)
     assert "Delta exact-simple | -0.200 | [-0.200, -0.200]" in text and "1e-17" in text
 
 

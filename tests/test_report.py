@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.errors import UserError
-from harness.schema import StopReason
+from rundir.errors import UserError
+from rundir.schema import StopReason
 from report_fixtures import Ep, tau2_like, webshop_like, write_run
 from reports.report import ReportOptions, build_report
 
@@ -258,7 +258,7 @@ def test_browser_fails_loudly_when_chromium_does_not_start(tmp_path):
 
 
 def _write_qz(path, q):
-    from scoring.qz_file import QzRecord, write_qz_file
+    from rundir.qz_file import QzRecord, write_qz_file
 
     write_qz_file(path, [QzRecord(episode_id=e, q_hat_z=v, n_valid=4, method="mc") for e, v in q.items()])
     return path

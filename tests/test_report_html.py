@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.schema import StopReason
+from rundir.schema import StopReason
 from report_fixtures import Ep, webshop_like, write_run
 from reports.browser import find_chromium, open_page
 from reports.report import ReportOptions, build_report

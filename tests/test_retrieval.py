@@ -18,7 +18,7 @@ from domains.retrieval import (
     write_corpus_file,
 )
 from harness.cli import main as uqh_main
-from harness.errors import UserError
+from rundir.errors import UserError
 
 PARAS = [
     Paragraph("Alpha", "apple banana apple"),

@@ -20,7 +20,7 @@ import pytest
 from domains import get_domain_class
 from domains.retrieval import ES_MAPPINGS, ElasticsearchRetriever, Paragraph, index_elasticsearch
 from harness.cli import main as uqh_main
-from harness.errors import UserError
+from rundir.errors import UserError
 
 ROOT_INFO = {  # the shape of `GET /` on Elasticsearch 8.x
     "name": "node-1",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from test_tau2 import RETAIL_TASK, SOLVED_AGENT, USER_LINES, Script
 
 from harness.cli import main
-from harness.schema import RunConfig, read_episodes, read_manifest
+from rundir.schema import RunConfig
+from run_files import read_episodes, read_manifest
 
 
 def uqh(*argv: str) -> int:

@@ -9,9 +9,11 @@ import pytest
 
 from domains import register_domain
 from domains.arithmetic import ArithmeticDomain
-from harness.loop import PartialEpisode, derive_seed
+from harness.loop import derive_seed
+from rundir.schema import PartialEpisode
 from harness.runner import plan_specs, prompt_sha256, run_batch
-from harness.schema import DecodingConfig, RunConfig, StopReason, read_episodes, read_manifest, read_sidecar
+from rundir.schema import DecodingConfig, RunConfig, StopReason
+from run_files import read_episodes, read_manifest, read_sidecar
 from harness.store import RunStore, checkpoint_path
 
 SYSTEM = ArithmeticDomain().system_prompt()
@@ -176,7 +178,7 @@ def test_replay_mismatch_in_checkpoint_restarts(fake_server, tmp_path):
 
 
 def test_prompt_change_refused(tmp_path):
-    from harness.errors import UserError
+    from rundir.errors import UserError
 
     with pytest.raises(UserError, match="system prompt changed"):
         run_batch(make_config(prompt_sha256=hashlib.sha256(b"other").hexdigest()), tmp_path / "run", progress=False)
@@ -236,7 +238,7 @@ def test_checkpoint_interval_bounds_writes(fake_server, tmp_path, interval, expe
 
 def test_episode_summary_counts_own_calls_and_cost_is_never_fake_zero():
     from harness.progress import BatchStats, EpisodeSummary
-    from harness.schema import Attempt, CallRecord, Episode, Step, Usage
+    from rundir.schema import Attempt, CallRecord, Episode, Step, Usage
 
     def step(t, cost):
         call = CallRecord(model="m", usage=Usage(prompt_tokens=100, completion_tokens=10), cost_usd=cost,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.schema import read_episodes, read_sidecar
+from run_files import read_episodes, read_sidecar
 
 
 def text(action: str, conf: str) -> str:

@@ -6,7 +6,7 @@ import pytest
 from scipy.integrate import quad
 from scipy.special import beta as B
 
-from harness.errors import UserError
+from rundir.errors import UserError
 from scoring.rules import EPS, ScoreRule, parse_score
 
 P = np.linspace(0.0, 1.0, 41)

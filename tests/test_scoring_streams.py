@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.errors import UserError
+from rundir.errors import UserError
 from scoring.streams import build_sample, entropy_confidence, load_run, token_probability
 from scoring_fixtures import make_episode, make_row, make_tokens, write_run_dir
 

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.errors import UserError
+from rundir.errors import UserError
 from scoring.diagnostics import phi_avg, phi_last, phi_min, scalarized_loss
 from scoring.rules import parse_score
 from scoring.tps import (

@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
-from harness.errors import UserError
-from harness.loop import PartialEpisode
-from harness.schema import (
+from rundir.errors import UserError
+from rundir.schema import PartialEpisode
+from rundir.schema import (
     EPISODES_FILE,
     MANIFEST_FILE,
     SIDECAR_FILE,
@@ -19,17 +19,11 @@ from harness.schema import (
     RunConfig,
     StopReason,
     TokenLogprob,
-    read_episodes,
-    read_manifest,
-    read_sidecar,
-)
-from harness.store import (
-    RunStore,
-    check_out_dir,
     config_differences,
-    line_episode_id,
-    load_episodes,
 )
+from harness.store import RunStore, check_out_dir
+from rundir.reader import RunDir, line_episode_id
+from run_files import read_episodes, read_manifest, read_sidecar
 
 
 def make_config(**kw) -> RunConfig:
@@ -138,8 +132,9 @@ def test_duplicate_episode_lines_deduplicated_on_read(tmp_path, caplog):
     line = (run / EPISODES_FILE).read_bytes()
     with open(run / EPISODES_FILE, "ab") as f:
         f.write(line)
-    assert [e.episode_id for e in load_episodes(run)] == ["a#0"]
-    assert "duplicate" in caplog.text
+    reader = RunDir.open(run)
+    assert [e.episode_id for e in reader.episodes()] == ["a#0"]
+    assert reader.duplicate_episode_lines == 1
     with create(tmp_path) as store:
         assert "1 duplicate episode lines" in " ".join(store.notes)
 
@@ -190,7 +185,7 @@ def test_line_episode_id_fast_and_fallback():
 
 
 def test_checkpoint_encoder_matches_pydantic_and_reuses_pieces():
-    from harness.schema import Attempt, Step
+    from rundir.schema import Attempt, Step
     from harness.store import CheckpointEncoder
 
     def step(t):

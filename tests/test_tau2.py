@@ -20,10 +20,10 @@ from domains.tau2_bench import (
     message_from_dict,
     parse_action,
 )
-from harness.errors import UserError
+from rundir.errors import UserError
 from harness.loop import EpisodeSpec, recorded_steps, run_episode
 from harness.model_client import make_model_client
-from harness.schema import DecodingConfig, StopReason
+from rundir.schema import DecodingConfig, StopReason
 
 AGENT_MARK = "You are a customer-support agent operating in the tau2-bench domain"
 USER_MARK = "# User Simulation Guidelines"

@@ -4,16 +4,10 @@ from __future__ import annotations
 from test_runner import fast_client_factory
 from test_tau2 import ORDER, RETAIL_TASK, SOLVED_AGENT, USER_LINES, USER_OPEN, Script
 
-from harness.loop import PartialEpisode
+from rundir.schema import PartialEpisode
 from harness.runner import build_domain, prompt_sha256, run_batch
-from harness.schema import (
-    DecodingConfig,
-    RunConfig,
-    StopReason,
-    read_episodes,
-    read_manifest,
-    read_sidecar,
-)
+from rundir.schema import DecodingConfig, RunConfig, StopReason
+from run_files import read_episodes, read_manifest, read_sidecar
 from harness.store import checkpoint_path
 
 

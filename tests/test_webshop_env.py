@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from domains.base import InvalidAction, RecordedStep, ReplayMismatch
-from harness.errors import UserError
+from rundir.errors import UserError
 
 N_SOCKS = 24
 

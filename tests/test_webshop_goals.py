@@ -13,7 +13,7 @@ import pytest
 
 from domains.webshop import catalog as C
 from domains.webshop import goals as G
-from harness.errors import UserError
+from rundir.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = C.default_data_dir()

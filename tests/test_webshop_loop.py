@@ -5,7 +5,8 @@ import re
 
 from domains import get_domain_class
 from harness.runner import prompt_sha256, run_batch
-from harness.schema import DecodingConfig, RunConfig, StopReason, read_episodes, read_manifest
+from rundir.schema import DecodingConfig, RunConfig, StopReason
+from run_files import read_episodes, read_manifest
 
 DOMAIN = get_domain_class("webshop")({})
 GOALS = DOMAIN.resources.goals

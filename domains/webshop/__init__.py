@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 from .. import register_domain
 from ..base import Domain, Environment

@@ -25,7 +25,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 CATALOG_FILE = "items_shuffle_1000.json"
 CATALOG_PREFIX_FILE = "items_shuffle_1000_prefix.json"

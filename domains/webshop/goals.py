@@ -21,7 +21,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 from .catalog import Catalog
 

@@ -5,10 +5,14 @@ A run directory holds
 - ``manifest.json``    -- :class:`Manifest`: the complete run config and its hash;
 - ``episodes.jsonl``   -- one :class:`Episode` per line, written only when the episode has finished;
 - ``logprobs.jsonl``   -- the sidecar: one :class:`LogprobRow` per model call (every attempt, repairs included);
-- ``checkpoints/``     -- in-flight episode prefixes (see ``harness.store``), removed when the episode finishes.
+- ``checkpoints/``     -- one :class:`PartialEpisode` per in-flight episode, removed when the episode finishes;
 
-Every record carries ``schema_version``. Readers must go through :func:`read_jsonl_models` (or
-``harness.store``) so that a torn last line from a crash is never mistaken for data.
+and a continuation run directory (``uqh continue``) also ``qz.jsonl`` (:mod:`rundir.qz_file`) and
+``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`).
+
+Every record carries ``schema_version``. Nothing outside :mod:`rundir` reads these files: every reader goes
+through :class:`rundir.RunDir`, so that a torn last line from a crash is never mistaken for data and every part
+of the project counts the same episodes.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import hashlib
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal, TypeVar
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +31,11 @@ EPISODES_FILE = "episodes.jsonl"
 SIDECAR_FILE = "logprobs.jsonl"
 USER_SIDECAR_FILE = "user_logprobs.jsonl"
 CHECKPOINT_DIR = "checkpoints"
+#: Files of a continuation run directory (``uqh continue``).
+QZ_FILE = "qz.jsonl"
+SKIPPED_FILE = "skipped_prefixes.jsonl"
+AUDIT_JSON = "audit.json"
+AUDIT_MD = "audit.md"
 
 
 class StopReason(str, Enum):
@@ -210,6 +219,11 @@ class RunConfig(_Record):
         Field(description="For continuation runs: source run, branches, extra steps."),
     ] = None
 
+    def episode_sort_key(self):
+        """Sort key of the run's canonical episode order: task order of ``task_ids``, then sample index."""
+        rank = {t: i for i, t in enumerate(self.task_ids)}
+        return lambda ep: (rank.get(ep.task_id, len(rank)), ep.task_id, ep.sample_index, ep.episode_id)
+
     def config_hash(self) -> str:
         """sha256 of the config without :data:`HASH_EXCLUDED_OPTIONS`; fields added later are left out while None
         (older run directories keep their hash)."""
@@ -222,6 +236,21 @@ class RunConfig(_Record):
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
+    """Dotted names of the config fields that differ (nested one level into dicts)."""
+    a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if va == vb:
+            continue
+        if isinstance(va, dict) and isinstance(vb, dict):
+            diffs.extend(f"{key}.{k}" for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k))
+        else:
+            diffs.append(key)
+    return diffs
+
+
 class Manifest(_Record):
     schema_version: int = SCHEMA_VERSION
     config: RunConfig
@@ -231,34 +260,33 @@ class Manifest(_Record):
     info: dict[str, Any] = {}
 
 
-# --------------------------------------------------------------------------------------- I/O helpers
-
-M = TypeVar("M", bound=BaseModel)
+# --------------------------------------------------------------------------------------- in-flight episodes
 
 
-def read_jsonl_models(path: Path, model: type[M]) -> Iterator[M]:
-    """Yield records from a JSONL file, ignoring an incomplete (torn) final line."""
-    if not path.exists():
-        return
-    with path.open("rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    # The last element is either b"" (file ends with a newline) or a torn line from a crash.
-    for raw in lines[:-1]:
-        if raw.strip():
-            yield model.model_validate_json(raw)
+class PartialEpisode(BaseModel):
+    """An in-flight episode after its last completed step: what a checkpoint holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    task_id: str
+    sample_index: int = 0
+    seed: int | None = None
+    step_budget: int
+    task_prompt: str
+    steps: list[Step]
+    sidecar: list[LogprobRow]  # rows of this episode's own calls so far (not of a copied prefix)
+    prefix_steps: int = 0
+    source_episode_id: str | None = None
+    branch_index: int | None = None
+    started_at: str | None = None
 
 
-def read_manifest(run_dir: Path) -> Manifest:
-    return Manifest.model_validate_json((Path(run_dir) / MANIFEST_FILE).read_text())
+class SkippedPrefix(_Record):
+    """One line of a continuation run's ``skipped_prefixes.jsonl``: a censored prefix that was not continued."""
 
-
-def read_episodes(run_dir: Path) -> list[Episode]:
-    return list(read_jsonl_models(Path(run_dir) / EPISODES_FILE, Episode))
-
-
-def read_sidecar(run_dir: Path) -> Iterator[LogprobRow]:
-    return read_jsonl_models(Path(run_dir) / SIDECAR_FILE, LogprobRow)
+    episode_id: str
+    reason: Annotated[str, Field(description="Why the prefix could not be replayed faithfully.")]
 
 
 def export_json_schemas() -> dict[str, Any]:

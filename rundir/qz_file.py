@@ -4,7 +4,7 @@ One JSON object per line::
 
     {"episode_id": "<task_id>#<k>", "q_hat_z": 0.4, "n_valid": 10, "method": "mc"}
 
-``uqh continue`` (the continuation engineer) writes it with :func:`write_qz_file`; ``uqh score
+``uqh continue`` writes it with :func:`write_qz_file`; ``uqh score
 --censoring exact --q-z FILE`` reads it with :func:`read_qz_file`. ``q_hat_z`` is the plug-in weight of the
 exact reduced censored score, Eq. (4) / Eq. (16) of the paper.
 """
@@ -17,7 +17,7 @@ from typing import Annotated, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 
 class QzRecord(BaseModel):
@@ -40,16 +40,9 @@ class QzRecord(BaseModel):
 
 def write_qz_file(path: Path, records: Iterable[QzRecord]) -> None:
     """Write records as JSONL (atomic: temp file + os.replace)."""
-    import os
+    from rundir.atomic import atomic_write_text
 
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        for r in records:
-            f.write(r.model_dump_json() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_text(Path(path), "".join(r.model_dump_json() + "\n" for r in records))
 
 
 def read_qz_file(path: Path) -> dict[str, QzRecord]:

@@ -1,0 +1,294 @@
+"""The one reader of a run directory.
+
+Everything in the project that looks at a run directory -- the writer's repair step, resume, scoring, audit,
+reports, continuations -- opens it with :meth:`RunDir.open` and reads through its methods, so every part checks
+the same things and counts the same episodes:
+
+- ``open`` refuses, with one clear :class:`~rundir.errors.UserError`, a path that does not exist, is a file, has
+  no ``manifest.json``, has an unreadable manifest or one of an unknown ``schema_version``;
+- JSONL files are read torn-line safe: an incomplete last line (a crash mid-write) is never data;
+- episodes are de-duplicated by one rule: the **first** line of each ``episode_id`` is kept (the writer never
+  appends a second one; a duplicate can only come from outside, e.g. two writers before locking existed), and
+  sidecar rows by ``(episode_id, t, attempt)``, first kept; the counts of dropped lines are kept on the object;
+- a line that is not a valid record is a UserError naming the file and line number.
+"""
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, TypeVar
+
+from pydantic import BaseModel
+
+from rundir.errors import UserError
+from rundir.schema import (
+    CHECKPOINT_DIR,
+    EPISODES_FILE,
+    MANIFEST_FILE,
+    SCHEMA_VERSION,
+    SIDECAR_FILE,
+    SKIPPED_FILE,
+    Episode,
+    LogprobRow,
+    Manifest,
+    PartialEpisode,
+    SkippedPrefix,
+    StopReason,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+_ID_PREFIX = re.compile(rb'^\{"schema_version":\d+,"episode_id":("(?:[^"\\]|\\.)*")')
+
+
+def line_episode_id(line: bytes) -> str:
+    """The ``episode_id`` of one JSONL line of an Episode or LogprobRow (fast path on the fixed key order)."""
+    m = _ID_PREFIX.match(line)
+    if m:
+        return json.loads(m.group(1))
+    return json.loads(line)["episode_id"]
+
+
+def checkpoint_path(run_dir: Path, episode_id: str) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / (urllib.parse.quote(episode_id, safe="") + ".json")
+
+
+def complete_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line without newline) of every newline-terminated, non-blank line of ``path``.
+
+    The last element after the final newline is either empty or a torn line from a crash: never yielded.
+    """
+    if not path.exists():
+        return
+    with path.open("rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    for lineno, raw in enumerate(lines[:-1], start=1):
+        if raw.strip():
+            yield lineno, raw
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _parse(path: Path, lineno: int, raw: bytes, model: type[M]) -> M:
+    try:
+        return model.model_validate_json(raw)
+    except ValueError as exc:  # pydantic ValidationError (JSON errors included) is a ValueError
+        raise UserError(
+            f"{path}:{lineno}: not a valid {model.__name__} record ({_first_line(exc)}); "
+            "was it written by this version of uqh?"
+        ) from None
+
+
+def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
+    """Records of ``model`` from a JSONL file, torn-line safe; a malformed line is a UserError with its line number."""
+    path = Path(path)
+    for lineno, raw in complete_lines(path):
+        yield _parse(path, lineno, raw, model)
+
+
+def read_manifest_file(run_dir: Path) -> Manifest:
+    """The manifest of ``run_dir``, checked (exists, JSON, known schema_version, valid); UserError otherwise."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise UserError(f"{run_dir} is not a run directory (it does not exist); pass a directory written by `uqh run`")
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is a file, not a run directory; pass a directory written by `uqh run`")
+    path = run_dir / MANIFEST_FILE
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
+    try:
+        raw = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {_first_line(exc)}") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version is None:
+        raise UserError(f"{path} is not a valid manifest (no schema_version); is {run_dir} a directory written by "
+                        "`uqh run`?")
+    if version != SCHEMA_VERSION:
+        raise UserError(
+            f"{run_dir} was written with schema_version {version}; this uqh reads schema_version {SCHEMA_VERSION}"
+        )
+    try:
+        return Manifest.model_validate(raw)
+    except ValueError as exc:
+        raise UserError(f"{path} is not a valid manifest ({_first_line(exc)})") from None
+
+
+@dataclass
+class RunDir:
+    """A run directory opened for reading. Build it with :meth:`open`; it never writes."""
+
+    path: Path
+    manifest: Manifest
+    #: Filled by :meth:`episodes` / :meth:`sidecar`: lines dropped by the de-duplication rule.
+    duplicate_episode_lines: int = 0
+    duplicate_sidecar_rows: int = 0
+    _episodes: list[Episode] | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "RunDir":
+        path = Path(path)
+        return cls(path=path, manifest=read_manifest_file(path))
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def config(self):
+        return self.manifest.config
+
+    @property
+    def is_continuation(self) -> bool:
+        return self.manifest.config.continuation is not None
+
+    @property
+    def planned(self) -> int:
+        """Episodes the manifest plans (tasks x samples; continuation runs: replayable prefixes x branches)."""
+        cont = self.manifest.config.continuation
+        if cont:
+            skipped = {s.episode_id for s in self.skipped_prefixes()}
+            kept = [p for p in cont.get("prefix_ids", []) if p not in skipped]
+            return len(kept) * int(cont.get("branches", 0))
+        return len(self.manifest.config.task_ids) * self.manifest.config.samples_per_task
+
+    @property
+    def has_episodes_file(self) -> bool:
+        return (self.path / EPISODES_FILE).is_file()
+
+    # ------------------------------------------------------------------ records
+
+    def episodes(self) -> list[Episode]:
+        """Finished episodes in file order, torn-line safe, the first line of each episode_id kept (cached)."""
+        if self._episodes is None:
+            seen: set[str] = set()
+            out: list[Episode] = []
+            dups = 0
+            for ep in read_jsonl(self.path / EPISODES_FILE, Episode):
+                if ep.episode_id in seen:
+                    dups += 1
+                    continue
+                seen.add(ep.episode_id)
+                out.append(ep)
+            self._episodes, self.duplicate_episode_lines = out, dups
+        return self._episodes
+
+    def censored_episodes(self) -> list[Episode]:
+        """The administratively censored (``max_steps``) episodes that are not branches, in canonical order
+        (:meth:`rundir.schema.RunConfig.episode_sort_key`): the prefixes ``uqh continue`` can continue."""
+        return sorted(
+            (ep for ep in self.episodes() if ep.stop_reason == StopReason.max_steps and ep.source_episode_id is None),
+            key=self.manifest.config.episode_sort_key(),
+        )
+
+    def sidecar(self) -> Iterator[LogprobRow]:
+        """Sidecar rows in file order, torn-line safe, the first row of each (episode_id, t, attempt) kept."""
+        seen: set[tuple[str, int, int]] = set()
+        self.duplicate_sidecar_rows = 0
+        for row in read_jsonl(self.path / SIDECAR_FILE, LogprobRow):
+            key = (row.episode_id, row.t, row.attempt)
+            if key in seen:
+                self.duplicate_sidecar_rows += 1
+                continue
+            seen.add(key)
+            yield row
+
+    def episode_ids_in_file(self) -> list[str]:
+        """Every complete episode line's id in file order, duplicates included (fast: no record parsing)."""
+        path = self.path / EPISODES_FILE
+        ids = []
+        for lineno, raw in complete_lines(path):
+            try:
+                ids.append(line_episode_id(raw))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise UserError(f"{path}:{lineno}: not a valid Episode record ({_first_line(exc)})") from None
+        return ids
+
+    def checkpoints(self) -> tuple[dict[str, PartialEpisode], list[str]]:
+        """In-flight episodes by id, and a note per checkpoint file that could not be read (never fatal: a
+        checkpoint only saves work)."""
+        out: dict[str, PartialEpisode] = {}
+        notes: list[str] = []
+        d = self.path / CHECKPOINT_DIR
+        if not d.is_dir():
+            return out, notes
+        for p in sorted(d.glob("*.json")):
+            try:
+                partial = PartialEpisode.model_validate_json(p.read_bytes())
+            except (OSError, ValueError) as exc:
+                notes.append(f"ignored unreadable checkpoint {p.name}: {_first_line(exc)}")
+                continue
+            out[partial.episode_id] = partial
+        return out, notes
+
+    def skipped_prefixes(self) -> list[SkippedPrefix]:
+        """A continuation run's prefixes that failed the replay check (empty for other runs)."""
+        return list(read_jsonl(self.path / SKIPPED_FILE, SkippedPrefix))
+
+    # ------------------------------------------------------------------ what the writer's repair needs
+
+    def complete_length(self, name: str) -> int:
+        """Bytes of ``name`` up to and including its last newline (the rest is a torn line)."""
+        path = self.path / name
+        if not path.exists():
+            return 0
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            pos, block = size, 1 << 16
+            while pos > 0:
+                start = max(0, pos - block)
+                f.seek(start)
+                i = f.read(pos - start).rfind(b"\n")
+                if i >= 0:
+                    return start + i + 1
+                pos = start
+        return 0
+
+    def orphan_sidecar_tail(self, finished: set[str]) -> tuple[int, int]:
+        """(offset, rows): the trailing sidecar rows from ``offset`` on belong to no finished episode (a crash
+        between the sidecar append and the episode append). The file must end with a newline."""
+        path = self.path / SIDECAR_FILE
+        if not path.exists():
+            return 0, 0
+        size = path.stat().st_size
+        removed, keep = 0, size
+        with path.open("rb") as f:
+            for offset, line in _reverse_lines(f, size):
+                if not line.strip():
+                    keep = offset
+                    continue
+                try:
+                    eid = line_episode_id(line)
+                except (ValueError, KeyError, TypeError):
+                    break  # not ours to judge here: the full read reports it with its line number
+                if eid in finished:
+                    break
+                removed += 1
+                keep = offset
+        return keep, removed
+
+
+def _reverse_lines(f, size: int, block: int = 1 << 16):
+    """Yield (offset, line without newline) from the end of a newline-terminated file backwards."""
+    pos = size
+    buf = b""  # the bytes [pos, pos + len(buf)) not yet yielded; ends with b"\n"
+    while True:
+        if not buf and pos == 0:
+            return
+        i = buf.rfind(b"\n", 0, max(0, len(buf) - 1))
+        if i >= 0:
+            yield pos + i + 1, buf[i + 1 : -1]
+            buf = buf[: i + 1]
+            continue
+        if pos == 0:
+            yield 0, buf[:-1] if buf.endswith(b"\n") else buf
+            return
+        start = max(0, pos - block)
+        f.seek(start)
+        buf = f.read(pos - start) + buf
+        pos = start

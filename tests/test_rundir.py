@@ -1,0 +1,81 @@
+"""`rundir.RunDir`, the one reader: clear errors, torn-line safety, one de-duplication rule, and run directories
+written before the `rundir` package existed still read unchanged."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rundir.errors import UserError
+from rundir.reader import RunDir
+from rundir.schema import EPISODES_FILE, MANIFEST_FILE, SIDECAR_FILE
+
+PRE_CHANGE = Path(__file__).resolve().parent / "data" / "pre_rundir_run"
+
+
+def test_pre_change_run_directory_reads_unchanged(tmp_path, capsys):
+    """Written by uqh at commit 8ea5d91 (harness/schema.py era): 8 arithmetic episodes against the fake server."""
+    run = RunDir.open(PRE_CHANGE)
+    assert run.manifest.config_hash == run.manifest.config.config_hash()  # the hash guarding resume is stable
+    eps = run.episodes()
+    assert len(eps) == 8 and run.planned == 8
+    assert sorted(e.stop_reason.value for e in eps).count("max_steps") == 3
+    rows = list(run.sidecar())
+    assert len(rows) == sum(len(s.attempts) for e in eps for s in e.steps) + sum(len(e.failed_step or []) for e in eps)
+    from harness.cli import main
+
+    assert main(["audit", str(PRE_CHANGE)]) == 0
+    assert "| 8 |" in capsys.readouterr().out
+    assert main(["score", str(PRE_CHANGE), "--bootstrap", "0", "--format", "json", "--censoring", "simple"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert counts["episodes"] == 8 and counts["censored"] == 3
+
+
+@pytest.mark.parametrize("make,fragment", [
+    (lambda p: None, "does not exist"),
+    (lambda p: p.write_text("x"), "is a file, not a run directory"),
+    (lambda p: p.mkdir(), "no manifest.json"),
+    (lambda p: (p.mkdir(), (p / MANIFEST_FILE).write_text("{not json")), "cannot read"),
+    (lambda p: (p.mkdir(), (p / MANIFEST_FILE).write_text('{"schema_version": 7}')), "schema_version 7"),
+    (lambda p: (p.mkdir(), (p / MANIFEST_FILE).write_text('{"schema_version": 1}')), "not a valid manifest"),
+])
+def test_open_refuses_with_one_clear_line(tmp_path, make, fragment):
+    p = tmp_path / "r"
+    make(p)
+    with pytest.raises(UserError, match=fragment) as exc:
+        RunDir.open(p)
+    assert "\n" not in str(exc.value)
+
+
+def test_torn_tail_ignored_and_duplicates_dropped_by_one_rule(tmp_path):
+    run_dir = tmp_path / "r"
+    shutil.copytree(PRE_CHANGE, run_dir)
+    ep_lines = (run_dir / EPISODES_FILE).read_bytes().splitlines(keepends=True)
+    sc_lines = (run_dir / SIDECAR_FILE).read_bytes().splitlines(keepends=True)
+    first = json.loads(ep_lines[0])
+    changed = dict(first, reward=123.0)  # a later duplicate must never win
+    with open(run_dir / EPISODES_FILE, "ab") as f:
+        f.write(json.dumps(changed).encode() + b"\n")
+        f.write(ep_lines[1][:30])  # torn
+    with open(run_dir / SIDECAR_FILE, "ab") as f:
+        f.write(sc_lines[0])
+        f.write(sc_lines[1][:10])
+    run = RunDir.open(run_dir)
+    eps = run.episodes()
+    assert len(eps) == 8 and run.duplicate_episode_lines == 1
+    assert next(e for e in eps if e.episode_id == first["episode_id"]).reward == first["reward"]
+    rows = list(run.sidecar())
+    assert len(rows) == len(sc_lines) and run.duplicate_sidecar_rows == 1
+    assert run.episode_ids_in_file().count(first["episode_id"]) == 2
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    run_dir = tmp_path / "r"
+    shutil.copytree(PRE_CHANGE, run_dir)
+    lines = (run_dir / EPISODES_FILE).read_text().splitlines(keepends=True)
+    lines.insert(3, "garbage\n")
+    (run_dir / EPISODES_FILE).write_text("".join(lines))
+    with pytest.raises(UserError, match=r"episodes.jsonl:4: not a valid Episode record"):
+        RunDir.open(run_dir).episodes()
