@@ -1,6 +1,7 @@
-"""Termination audit (paper Appendix G.1, Table 6) and the WebShop-style selection diagnostic (Fig. 2B).
+"""Termination audit (paper Appendix G.1, Table 6) and the WebShop-style selection diagnostic (Fig. 2B) as tables.
 
-Reads run directories only through :class:`rundir.RunDir` (the same episodes `uqh score` counts). Categories (Appendix G):
+Reads run directories only through :class:`rundir.RunDir` (the same episodes `uqh score` counts); the numbers come
+from :mod:`scoring.termination`. Categories (Appendix G):
 
 - ``clean``       benchmark-completed, Y observed: enters complete-observation scoring (delta = 1);
 - ``max_steps``   step budget spent: administratively censored (delta = 0);
@@ -9,18 +10,15 @@ Reads run directories only through :class:`rundir.RunDir` (the same episodes `uq
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from rundir.errors import UserError
 from rundir.reader import RunDir
-from rundir.schema import Episode, Manifest, StopReason
+from rundir.schema import Episode, Manifest
 from reports.tables import Table
-
-OTHER_REASONS = [r for r in StopReason if r not in (StopReason.clean, StopReason.max_steps, StopReason.parse_error)]
+from scoring.termination import selection_diagnostic as selection_stats
+from scoring.termination import termination_counts
 
 #: Display names of the paper's datasets by domain (Tau2's three domains form one dataset in the paper).
 DATASET_NAMES = {
@@ -87,27 +85,6 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
 # --------------------------------------------------------------------------------------- Table 6
 
 
-def termination_counts(episodes: list[Episode]) -> dict[str, int | float | None | str]:
-    c = Counter(e.stop_reason for e in episodes)
-    clean = [e for e in episodes if e.stop_reason == StopReason.clean]
-    labelled = [e.outcome for e in clean if e.outcome is not None]
-    other = sum(c[r] for r in OTHER_REASONS)
-    working = len(labelled) + c[StopReason.max_steps]
-    return {
-        "total": len(episodes),
-        "clean_y": c[StopReason.clean],
-        "max_steps": c[StopReason.max_steps],
-        "parse_error": c[StopReason.parse_error],
-        "other": other,
-        "other_breakdown": ", ".join(f"{c[r]} {r.value}" for r in OTHER_REASONS if c[r]) or "",
-        "uncensored_n": len(labelled),
-        "successes": int(sum(labelled)),
-        "success_rate": (sum(labelled) / len(labelled)) if labelled else None,
-        "working_n": working,
-        "censoring_rate": (c[StopReason.max_steps] / working) if working else None,
-    }
-
-
 AUDIT_COLUMNS = [
     "Run",
     "Dataset",
@@ -133,18 +110,18 @@ def _audit_row(label: str, dataset: str, budget: str | int, episodes: list[Episo
         "Run": label,
         "Dataset": dataset,
         "Step budget": budget,
-        "Total": k["total"],
-        "Clean Y": k["clean_y"],
-        "max_steps": k["max_steps"],
-        "parse_error": k["parse_error"],
-        "Other": k["other"],
-        "Other breakdown": k["other_breakdown"],
-        "Uncensored n": k["uncensored_n"],
-        "ȳ (uncensored)": k["success_rate"],
-        "Working n": k["working_n"],
-        "Admin-censoring rate": k["censoring_rate"],
+        "Total": k.total,
+        "Clean Y": k.clean_y,
+        "max_steps": k.max_steps,
+        "parse_error": k.parse_error,
+        "Other": k.other,
+        "Other breakdown": ", ".join(f"{n} {reason}" for reason, n in k.other_breakdown.items()),
+        "Uncensored n": k.uncensored_n,
+        "ȳ (uncensored)": k.success_rate,
+        "Working n": k.working_n,
+        "Admin-censoring rate": k.censoring_rate,
         "Planned": planned,
-        "Unfinished": planned - k["total"],
+        "Unfinished": planned - k.total,
     }
 
 
@@ -188,25 +165,6 @@ def termination_audit(runs: list[Run]) -> Table:
 # --------------------------------------------------------------------------------------- Fig. 2B
 
 
-def _mean_ci(values: np.ndarray, *, n_boot: int, seed: int) -> tuple[float | None, float | None, float | None]:
-    if values.size == 0:
-        return None, None, None
-    mean = float(values.mean())
-    if values.size < 2:
-        return mean, None, None
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, values.size, size=(n_boot, values.size))
-    boots = values[idx].mean(axis=1)
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return mean, float(lo), float(hi)
-
-
-def trajectory_mean_confidence(e: Episode) -> float | None:
-    """Mean of the numeric per-step verbal confidences of one trajectory; None if it has none."""
-    vals = [c for c in e.verbal_confidences if c is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
 SELECTION_COLUMNS = [
     "Run",
     "Subset",
@@ -230,42 +188,27 @@ def selection_diagnostic(runs: list[Run], *, n_boot: int = 2000, seed: int = 0) 
     """
     rows = []
     for r in runs:
-        subsets = {
-            "completed": [e for e in r.episodes if e.stop_reason == StopReason.clean and e.outcome is not None],
-            "admin-censored": [e for e in r.episodes if e.stop_reason == StopReason.max_steps],
-        }
-        stats = {}
-        for name, eps in subsets.items():
-            steps = np.array([e.n_steps for e in eps], dtype=float)
-            confs = [trajectory_mean_confidence(e) for e in eps]
-            conf_arr = np.array([c for c in confs if c is not None], dtype=float)
-            s = _mean_ci(steps, n_boot=n_boot, seed=seed)
-            c = _mean_ci(conf_arr, n_boot=n_boot, seed=seed + 1)
-            stats[name] = (s, c)
-            rows.append(
-                {
-                    "Run": r.label,
-                    "Subset": name,
-                    "n": len(eps),
-                    "Mean observed steps": s[0],
-                    "Steps CI low": s[1],
-                    "Steps CI high": s[2],
-                    "Mean verbal confidence": c[0],
-                    "Confidence CI low": c[1],
-                    "Confidence CI high": c[2],
-                    "n without confidence": sum(1 for x in confs if x is None),
-                }
-            )
-        (s0, c0), (s1, c1) = stats["completed"], stats["admin-censored"]
-        rows.append(
-            {
+        d = selection_stats(r.episodes, n_boot=n_boot, seed=seed)
+        for name, sub in (("completed", d.completed), ("admin-censored", d.censored)):
+            rows.append({
                 "Run": r.label,
-                "Subset": "censored − completed",
-                "n": None,
-                "Mean observed steps": None if s0[0] is None or s1[0] is None else s1[0] - s0[0],
-                "Mean verbal confidence": None if c0[0] is None or c1[0] is None else c1[0] - c0[0],
-            }
-        )
+                "Subset": name,
+                "n": sub.n,
+                "Mean observed steps": sub.mean_steps.value,
+                "Steps CI low": sub.mean_steps.ci_low,
+                "Steps CI high": sub.mean_steps.ci_high,
+                "Mean verbal confidence": sub.mean_confidence.value,
+                "Confidence CI low": sub.mean_confidence.ci_low,
+                "Confidence CI high": sub.mean_confidence.ci_high,
+                "n without confidence": sub.n_without_confidence,
+            })
+        rows.append({
+            "Run": r.label,
+            "Subset": "censored − completed",
+            "n": None,
+            "Mean observed steps": d.steps_difference,
+            "Mean verbal confidence": d.confidence_difference,
+        })
     return Table(
         name="selection_diagnostic",
         title="Selection diagnostic: completed vs admin-censored (Fig. 2B)",

@@ -7,6 +7,9 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
 - TPS:         :func:`tps`, :func:`tps_censored_exact`, :func:`tps_censored_simple`,
                :func:`exact_minus_simple_log`, :func:`artificial_censoring`, :func:`posterior_weight`
                                                                                                   -- Eqs. 2, 4–6, 17
+- registry:    ``METRICS``, ``PREDICTORS``, :class:`Metric`, :class:`Predictor`, :class:`MetricKey`,
+               :func:`register_metric`, :func:`register_predictor` (one entry per metric / predictor)
+- signals:     :func:`token_probability`, :func:`entropy_confidence` (per-step token values)        -- App. F
 - streams:     :func:`load_run`, :func:`build_sample`, :class:`RunData`, :class:`Sample`          -- App. F, K
 - calibration: :func:`cross_fit_platt`, :func:`fit_platt`, :func:`stratified_split`              -- App. D
 - diagnostics: :class:`ScalarDiagnostics`, :func:`auroc`, :func:`auprc`, :func:`aurc`, :func:`t_ece`,
@@ -14,7 +17,12 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
                                                                                                   -- §5.1, App. B, F
 - bootstrap:   :func:`paired_bootstrap`, :func:`resample_counts`, :func:`compare`, :func:`interval`
 - fixed rank:  :func:`fixed_rank_analysis`                                                        -- App. E
-- tables:      :class:`ScoreOptions`, :func:`score_run`, :func:`evaluate_predictor`, :func:`pool_runs`
+- pipeline:    :class:`ScoreOptions`, :func:`score_run`, :func:`evaluate_predictor`, :func:`pool_runs`
+- results:     :class:`RunScores`, :class:`PredictorResult`, :class:`AuqResult`, :class:`Estimate`, ... (pydantic)
+- analyses:    :func:`censored_shift`, :func:`exact_vs_simple`, :func:`parse_error_sensitivity`,
+               :func:`calibrated_stream`                                                          -- §4.3, §6.3, G.2
+- artificial:  :func:`length_stratified_censoring`, :func:`artificial_censoring_analysis`         -- App. I.1
+- termination: :func:`termination_counts`, :func:`selection_diagnostic`                            -- App. G.1, Fig. 2B
 - q_Z:         :func:`scoring.qz_audit.estimate_qz` (continuation runs -> q_hat_Z + audit)          -- App. H
 
 Run directories are read only through :mod:`rundir`; nothing of the harness, domains or reports is imported.
@@ -49,15 +57,39 @@ _EXPORTS = {
     "fixed_rank_analysis": "scoring.fixed_rank",
     "ScoreRule": "scoring.rules",
     "parse_score": "scoring.rules",
-    "PREDICTORS": "scoring.streams",
+    "censored_shift": "scoring.analyses",
+    "calibrated_stream": "scoring.analyses",
+    "exact_vs_simple": "scoring.analyses",
+    "parse_error_sensitivity": "scoring.analyses",
+    "artificial_censoring_analysis": "scoring.artificial",
+    "length_stratified_censoring": "scoring.artificial",
+    "ScoreOptions": "scoring.pipeline",
+    "evaluate_predictor": "scoring.pipeline",
+    "pool_runs": "scoring.pipeline",
+    "score_run": "scoring.pipeline",
+    "METRICS": "scoring.registry",
+    "Metric": "scoring.registry",
+    "MetricKey": "scoring.registry",
+    "PREDICTORS": "scoring.registry",
+    "Predictor": "scoring.registry",
+    "register_metric": "scoring.registry",
+    "register_predictor": "scoring.registry",
+    "unregister_metric": "scoring.registry",
+    "unregister_predictor": "scoring.registry",
+    "AuqResult": "scoring.results",
+    "Estimate": "scoring.results",
+    "FixedRankRow": "scoring.results",
+    "PlattDiagnostics": "scoring.results",
+    "PredictorResult": "scoring.results",
+    "RunScores": "scoring.results",
+    "selection_diagnostic": "scoring.termination",
+    "termination_counts": "scoring.termination",
+    "entropy_confidence": "scoring.signals",
+    "token_probability": "scoring.signals",
     "RunData": "scoring.streams",
     "Sample": "scoring.streams",
     "build_sample": "scoring.streams",
     "load_run": "scoring.streams",
-    "ScoreOptions": "scoring.tables",
-    "evaluate_predictor": "scoring.tables",
-    "pool_runs": "scoring.tables",
-    "score_run": "scoring.tables",
     "artificial_censoring": "scoring.tps",
     "exact_minus_simple_log": "scoring.tps",
     "posterior_weight": "scoring.tps",

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from scoring.results import PlattDiagnostics, PlattMapSummary
 from scoring.weights import step_index
 
 EPS = 1e-6
@@ -58,10 +59,10 @@ class PlattMap:
         x = (logit(values) - self.mu) / max(self.sigma, SIGMA_FLOOR)
         return np.clip(sigmoid(self.a + self.b * x), EPS, 1.0 - EPS)
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["reference_map"] = {f"{v:.2f}": float(self(np.array([v]))[0]) for v in REFERENCE_VALUES}
-        return d
+    def summary(self) -> PlattMapSummary:
+        """The fitted parameters and the calibrated value of a few reference forecasts (Appendix D table)."""
+        ref = {f"{v:.2f}": float(self(np.array([v]))[0]) for v in REFERENCE_VALUES}
+        return PlattMapSummary(**asdict(self), reference_map=ref)
 
 
 def stratified_split(episode_ids: np.ndarray, y: np.ndarray, delta: np.ndarray | None = None) -> np.ndarray:
@@ -135,15 +136,17 @@ class CrossFitResult:
     half: np.ndarray  # per trajectory: 0 = A, 1 = B
     maps: tuple[PlattMap, PlattMap]  # (fitted on A, fitted on B)
 
-    def diagnostics(self) -> dict:
-        return {
-            "split_A": self.maps[0].to_dict(),
-            "split_B": self.maps[1].to_dict(),
-            "fallback_triggered": bool(self.maps[0].fallback or self.maps[1].fallback),
-            "calibrated_range": [float(self.values.min()), float(self.values.max())] if self.values.size else None,
-            "n_A": int((self.half == 0).sum()),
-            "n_B": int((self.half == 1).sum()),
-        }
+    def diagnostics(self, predictor: str = "") -> PlattDiagnostics:
+        return PlattDiagnostics(
+            predictor=predictor,
+            split_a=self.maps[0].summary(),
+            split_b=self.maps[1].summary(),
+            fallback_triggered=bool(self.maps[0].fallback or self.maps[1].fallback),
+            calibrated_min=float(self.values.min()) if self.values.size else None,
+            calibrated_max=float(self.values.max()) if self.values.size else None,
+            n_a=int((self.half == 0).sum()),
+            n_b=int((self.half == 1).sum()),
+        )
 
 
 def cross_fit_platt(

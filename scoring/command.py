@@ -1,6 +1,8 @@
 """`uqh score`: Trajectory Proper Score, censored extensions and diagnostics of run directories.
 
-Thin CLI over :func:`scoring.tables.score_run`; heavy imports stay inside :func:`run`.
+Thin CLI over :func:`scoring.pipeline.score_run`; heavy imports stay inside :func:`run`. ``--format json`` prints
+:class:`scoring.results.RunScores` dumps (a list of them for several runs); table and CSV come from
+:mod:`scoring.render`.
 """
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import argparse
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
     p.add_argument("--predictor", action="append", metavar="NAME",
-                   help="per-step predictor(s), repeatable or comma-separated: verbal, token_prob, token_entropy, "
-                        "action_prob, action_entropy, base_rate (default: all)")
+                   help="predictor(s) of the registry (scoring.registry.PREDICTORS), repeatable or comma-separated, "
+                        "e.g. verbal,token_prob,base_rate (default: all registered)")
     p.add_argument("--calibration", choices=("none", "platt", "both"), default="both",
                    help="raw rows (none), cross-fitted Platt rows (platt) or both (default)")
     p.add_argument("--score", action="append", metavar="RULE",
@@ -36,12 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    """Validate flags into :class:`scoring.tables.ScoreOptions` (UserError on bad input)."""
+    """Validate flags into :class:`scoring.pipeline.ScoreOptions` (UserError on bad input)."""
     from rundir.errors import UserError
     from rundir.qz_file import read_qz_file
+    from scoring.pipeline import ScoreOptions
     from scoring.rules import DEFAULT_SCORES, parse_score
-    from scoring.streams import PREDICTORS, check_predictor
-    from scoring.tables import ScoreOptions
+    from scoring.streams import check_predictor
     from scoring.weights import check_scheme
 
     preds: list[str] = []
@@ -66,7 +68,7 @@ def options_from_args(args: argparse.Namespace):
         raise UserError("--include-parse-errors treats parse errors as censored; use it with --censoring simple or exact")
     cal = {"none": ("none",), "platt": ("platt",), "both": ("none", "platt")}[args.calibration]
     return ScoreOptions(
-        predictors=tuple(preds) if preds else PREDICTORS,
+        predictors=tuple(preds) if preds else None,
         calibrations=cal,
         scores=tuple(rules),
         weights=args.weights,
@@ -83,11 +85,14 @@ def options_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     import csv
-    import json
     import sys
 
+    from pydantic import TypeAdapter
+
+    from scoring.pipeline import pool_runs, score_run
+    from scoring.render import CSV_FIELDS, csv_records, render_table
+    from scoring.results import RunScores
     from scoring.streams import load_run
-    from scoring.tables import CSV_FIELDS, csv_records, pool_runs, render_table, score_run
 
     opts = options_from_args(args)
     runs = [load_run(d) for d in args.run_dirs]  # every input is validated before anything is printed
@@ -103,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
         targets.append(pool_runs(runs))
     results = [score_run(r, opts) for r in targets]
     if args.format == "json":
-        json.dump(results if len(results) > 1 else results[0], sys.stdout, indent=2)
+        if len(results) == 1:
+            sys.stdout.write(results[0].model_dump_json(indent=2))
+        else:
+            sys.stdout.write(TypeAdapter(list[RunScores]).dump_json(results, indent=2).decode())
         sys.stdout.write("\n")
     elif args.format == "csv":
         w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")

@@ -22,7 +22,6 @@ from scipy.special import digamma
 N_BINS = 10
 TIE_DECIMALS = 12
 DIAGNOSTICS = ("auroc", "auprc", "aurc", "t_ece", "t_brier")
-DIAGNOSTIC_LABELS = {"auroc": "AUROC↑", "auprc": "AUPRC↑", "aurc": "AURC↓", "t_ece": "T-ECE↓", "t_brier": "T-Brier↓"}
 
 
 # ------------------------------------------------------------------------------------------ scalar summaries

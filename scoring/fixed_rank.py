@@ -12,8 +12,12 @@ from typing import Callable
 import numpy as np
 
 from scoring.diagnostics import ScalarDiagnostics, trajectory_scalar
+from scoring.registry import TPS
+from scoring.results import Estimate, FixedRankRow, MetricEstimate
 from scoring.rules import ScoreRule
 from scoring.tps import tps
+
+RANK_METRICS = ("auroc", "auprc", "aurc")  # depend on the ranking of the scalar only
 
 TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "identity": lambda x: x,
@@ -30,18 +34,26 @@ def fixed_rank_analysis(
     weights: np.ndarray,
     rules: list[ScoreRule],
     platt_values: np.ndarray | None = None,
-) -> list[dict]:
-    """Rows ``{transform, auroc, auprc, aurc, tps_<rule>...}`` of Appendix E (complete trajectories)."""
+    *,
+    predictor: str = "",
+) -> list[FixedRankRow]:
+    """Appendix E rows (complete trajectories): per transform, AUROC, AUPRC, AURC and the mean TPS per rule."""
     values = np.asarray(values, dtype=float)
     r = trajectory_scalar(values, offsets, weights)
-    rank = ScalarDiagnostics(r, y).compute(which=("auroc", "auprc", "aurc"))
+    rank = ScalarDiagnostics(r, y).compute(which=RANK_METRICS)
     streams = {name: f(values) for name, f in TRANSFORMS.items()}
     if platt_values is not None:
         streams["platt"] = np.asarray(platt_values, dtype=float)
     rows = []
     for name, stream in streams.items():
-        row = {"transform": name, **{k: float(v[0]) for k, v in rank.items()}}
+        metrics = [MetricEstimate(metric=k, estimate=Estimate(value=_finite(rank[k][0]))) for k in RANK_METRICS]
         for rule in rules:
-            row[f"tps_{rule.name}"] = float(np.mean(tps(stream, offsets, y, rule, weights)))
-        rows.append(row)
+            mean = np.mean(tps(stream, offsets, y, rule, weights))
+            metrics.append(MetricEstimate(metric=TPS, score=rule.name, estimate=Estimate(value=_finite(mean))))
+        rows.append(FixedRankRow(predictor=predictor, transform=name, metrics=metrics))
     return rows
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None

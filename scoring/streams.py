@@ -1,106 +1,30 @@
 """Predictor streams from a run directory, and the (values, offsets, Y, Δ, q_Z) arrays they are scored on.
 
-Reads the run directory only through :class:`rundir.RunDir`. Per step (Appendix F, "Per-step predictor pool"):
-
-- ``verbal``          -- the parsed <confidence> (``Step.verbal_confidence``; null -> missing);
-- ``token_prob``      -- completion-token probability: mean over the step's generated tokens of exp(logprob);
-- ``token_entropy``   -- completion-entropy confidence 1 - H/ln 5, H = mean over tokens of the Shannon entropy
-                         (nats) of the top-5 alternatives renormalised to sum to one;
-- ``action_prob``, ``action_entropy`` -- the same two, restricted to the tokens of the <action> content
-                         (``LogprobRow.action_token_range`` of the ACCEPTED attempt of the step);
-- ``base_rate``       -- the constant ȳ (mean Y of the complete trajectories of the scored sample).
-
-Token signals come from the accepted attempt's sidecar row; no row, ``tokens: null``, an empty token list, a
-token without alternatives (entropy) or no action range (action-span) make the step's value missing.
-Missing values are never imputed: a trajectory with any missing value is skipped for that predictor and
-counted (Appendix K, "Missing predictor values").
+Reads the run directory only through :class:`rundir.RunDir`. Every registered per-step predictor
+(:data:`scoring.registry.PREDICTORS`) is evaluated on every parsed step, from the step and the sidecar row of its
+ACCEPTED attempt (the last accepted row of a step wins; no row -> ``None``); a constant predictor (the base rate)
+is the constant of the scored sample. Missing values (NaN) are never imputed: a trajectory with any missing value
+is skipped for that predictor and counted (Appendix K, "Missing predictor values").
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
 from rundir.errors import UserError
 from rundir.reader import RunDir
-from rundir.schema import Episode, LogprobRow, Manifest, TokenLogprob
+from rundir.schema import Episode, LogprobRow, Manifest
+from scoring.registry import PREDICTORS, get_predictor
 
-STEP_PREDICTORS = ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy")
-BASE_RATE = "base_rate"
-PREDICTORS = STEP_PREDICTORS + (BASE_RATE,)
-PREDICTOR_LABELS = {
-    "verbal": "Verbal confidence",
-    "token_prob": "Completion token probability",
-    "token_entropy": "Completion entropy confidence",
-    "action_prob": "Action-span token probability",
-    "action_entropy": "Action-span entropy confidence",
-    "base_rate": "Base-rate constant",
-}
 CENSORING_MODES = ("exclude", "simple", "exact")
-LN5 = math.log(5.0)
 
 
 def check_predictor(name: str) -> str:
-    if name not in PREDICTORS:
-        raise UserError(f"unknown predictor {name!r}; use one of {', '.join(PREDICTORS)}")
+    get_predictor(name)
     return name
-
-
-# ------------------------------------------------------------------------------------------ token signals
-
-
-def token_probability(tokens: list[TokenLogprob] | None) -> float:
-    """Mean chosen-token probability exp(logprob) over ``tokens``; NaN when there are none."""
-    if not tokens:
-        return float("nan")
-    return float(np.mean(np.exp([t.logprob for t in tokens])))
-
-
-def entropy_confidence(tokens: list[TokenLogprob] | None) -> float:
-    """1 - H/ln 5 with H the mean (over tokens) Shannon entropy of the renormalised top-5 alternatives (nats)."""
-    if not tokens:
-        return float("nan")
-    k = max(min(len(t.top_logprobs), 5) for t in tokens)
-    if k == 0 or any(not t.top_logprobs for t in tokens):
-        return float("nan")
-    lp = np.full((len(tokens), k), -np.inf)
-    for i, tok in enumerate(tokens):
-        alts = tok.top_logprobs[:5]
-        lp[i, : len(alts)] = [a.logprob for a in alts]
-    if not np.all(np.isfinite(lp.max(axis=1))):
-        return float("nan")
-    lp -= lp.max(axis=1, keepdims=True)
-    p = np.exp(lp)
-    p /= p.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        plogp = np.where(p > 0, p * np.log(p), 0.0)
-    return 1.0 - float(np.mean(-plogp.sum(axis=1))) / LN5
-
-
-def action_tokens(row: LogprobRow) -> list[TokenLogprob] | None:
-    """The tokens of the <action> content of a sidecar row, or None when unknown/empty/out of range."""
-    if row.tokens is None or row.action_token_range is None:
-        return None
-    start, end = row.action_token_range
-    if not (0 <= start < end <= len(row.tokens)):
-        return None
-    return row.tokens[start:end]
-
-
-def step_token_signals(row: LogprobRow | None) -> dict[str, float]:
-    """The four token-derived predictor values of one step from its accepted attempt's sidecar row."""
-    nan = float("nan")
-    if row is None or row.tokens is None:
-        return {"token_prob": nan, "token_entropy": nan, "action_prob": nan, "action_entropy": nan}
-    act = action_tokens(row)
-    return {
-        "token_prob": token_probability(row.tokens),
-        "token_entropy": entropy_confidence(row.tokens),
-        "action_prob": token_probability(act),
-        "action_entropy": entropy_confidence(act),
-    }
 
 
 # ------------------------------------------------------------------------------------------ run data
@@ -118,11 +42,19 @@ class RunData:
     n_steps: np.ndarray  # int: parsed steps stored per episode
     step_budget: np.ndarray  # int
     offsets: np.ndarray  # int, len n+1 over the flat step arrays
-    streams: dict[str, np.ndarray] = field(default_factory=dict)  # name -> flat float (NaN = missing)
+    streams: dict[str, np.ndarray] = field(default_factory=dict)  # per-step predictor -> flat float (NaN = missing)
 
     @property
     def label(self) -> str:
         return str(self.run_dir)
+
+    def count(self, stop_reason: str) -> int:
+        """Episodes that stopped with ``stop_reason``."""
+        return int((self.stop_reason == stop_reason).sum())
+
+    def has_values(self, predictor: str) -> bool:
+        """Whether any step has a (non-missing) value of ``predictor``."""
+        return bool(np.isfinite(self.streams[predictor]).any())
 
 
 def load_run(run_dir: "str | Path | RunDir") -> RunData:
@@ -131,34 +63,32 @@ def load_run(run_dir: "str | Path | RunDir") -> RunData:
     if not reader.has_episodes_file:
         raise UserError(f"{reader.path} has no episodes yet (no finished episode); run `uqh run` first")
     episodes = reader.episodes()
-    # keep only the token signals of each accepted row (not the tokens): memory stays O(steps)
-    signals: dict[tuple[str, int], dict[str, float]] = {}
-    for row in reader.sidecar():
-        if row.accepted:
-            signals[(row.episode_id, row.t)] = step_token_signals(row)  # the last accepted row of a step wins
-    return run_data_from_records(reader.path, reader.manifest, episodes, signals)
+    return run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted))
 
 
 def run_data_from_records(
-    run_dir: Path, manifest: Manifest, episodes: list[Episode], signals: dict[tuple[str, int], dict[str, float]]
+    run_dir: Path, manifest: Manifest, episodes: list[Episode], accepted_rows: Iterable[LogprobRow]
 ) -> RunData:
-    """Assemble :class:`RunData` from episodes (unique ids, as :meth:`rundir.RunDir.episodes` gives them) and
-    per-(episode, step) token signals (:func:`step_token_signals`)."""
+    """Assemble :class:`RunData` from episodes (unique ids, as :meth:`rundir.RunDir.episodes` gives them) and the
+    sidecar rows of accepted attempts (streamed: only the per-step values are kept, not the tokens)."""
     episodes = sorted(episodes, key=lambda e: e.episode_id)
-    n = len(episodes)
     lengths = np.array([len(ep.steps) for ep in episodes], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    total = int(offsets[-1])
-    streams = {name: np.full(total, np.nan) for name in STEP_PREDICTORS}
-    k = 0
-    for ep in episodes:
-        for step in ep.steps:
-            if step.verbal_confidence is not None and math.isfinite(step.verbal_confidence):
-                streams["verbal"][k] = min(max(step.verbal_confidence, 0.0), 1.0)
-            sig = signals.get((ep.episode_id, step.t))
-            for name, v in (sig if sig is not None else step_token_signals(None)).items():
-                streams[name][k] = v
-            k += 1
+    predictors = [p for p in PREDICTORS.values() if not p.is_constant]
+    streams = {p.name: np.full(int(offsets[-1]), np.nan) for p in predictors}
+    pairs = [(ep.episode_id, step) for ep in episodes for step in ep.steps]  # flat step order
+    steps = [step for _, step in pairs]
+    where = {(eid, step.t): k for k, (eid, step) in enumerate(pairs)}  # (episode_id, t) -> flat index
+    has_row = np.zeros(len(steps), dtype=bool)
+    for row in accepted_rows:
+        k = where.get((row.episode_id, row.t))
+        if k is not None:  # a later accepted row of the same step overwrites
+            for p in predictors:
+                streams[p.name][k] = p.step_value(steps[k], row)
+            has_row[k] = True
+    for k in np.flatnonzero(~has_row):
+        for p in predictors:
+            streams[p.name][k] = p.step_value(steps[k], None)
     return RunData(
         run_dir=Path(run_dir),
         manifest=manifest,
@@ -257,7 +187,7 @@ def build_sample(
     evaluated horizon of every trajectory is its observed length (complete: the terminal length; natural
     censoring: the observed stop length, i.e. the budget for max_steps) -- §4.1.
     """
-    check_predictor(predictor)
+    spec = get_predictor(predictor)
     if missing_qz not in ("error", "exclude"):
         raise UserError(f"unknown missing-q_Z policy {missing_qz!r}; use error or exclude")
     keep, censored, counts = working_mask(run, censoring, include_parse_errors)
@@ -279,10 +209,12 @@ def build_sample(
     lengths = np.diff(run.offsets)
     complete = keep & ~censored
     ybar = float(np.mean(run.outcome[complete])) if complete.any() else float("nan")
-    if predictor == BASE_RATE:
-        flat = np.full(int(run.offsets[-1]), ybar)
-    else:
+    if spec.is_constant:
+        flat = np.full(int(run.offsets[-1]), spec.constant(run.outcome[complete]))
+    elif predictor in run.streams:
         flat = run.streams[predictor]
+    else:
+        raise ValueError(f"predictor {predictor!r} was registered after {run.run_dir} was loaded; load it again")
     traj_missing = np.zeros(lengths.size, dtype=bool)
     if lengths.sum():
         traj_of_step = np.repeat(np.arange(lengths.size), lengths)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 
@@ -60,32 +59,32 @@ def test_every_artefact_is_written(report):
 
 
 def _score(run_dir, **kw):
+    from scoring.pipeline import ScoreOptions, score_run
     from scoring.streams import load_run
-    from scoring.tables import ScoreOptions, score_run
 
     return score_run(load_run(run_dir), ScoreOptions(n_bootstrap=B, seed=SEED, **kw))
 
 
 def test_transparency_and_long_csv_equal_scoring_output(report):
-    from scoring.tables import csv_records, row_label
+    from scoring.render import csv_records
 
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
     rows = _csv(res.out_dir / "transparency__ws.csv")
-    assert [r["Predictor"] for r in rows] == [row_label(r) for r in expected["rows"]]
+    assert [r["Predictor"] for r in rows] == [r.display_label for r in expected.rows]
     assert len(rows) == 11  # five predictors x raw/Platt + base rate
-    for got, exp in zip(rows, expected["rows"]):
-        assert int(got["n"]) == exp["n_used"] and int(got["skipped (missing)"]) == exp["n_skipped_missing"]
-        for col, key in (("AUROC↑", "auroc"), ("AURC↓", "aurc"), ("T-ECE↓", "t_ece"), ("TPS_log↑", "tps_log"),
-                         ("TPS_Brier↑", "tps_brier"), ("TPS_β(2,4)↑", "tps_beta(2,4)")):
-            assert _num(got[col]) == exp["metrics"][key]["value"]  # exact: repr round-trips floats
+    for got, exp in zip(rows, expected.rows):
+        assert int(got["n"]) == exp.n_used and int(got["skipped (missing)"]) == exp.n_skipped_missing
+        for col, key in (("AUROC↑", ("auroc",)), ("AURC↓", ("aurc",)), ("T-ECE↓", ("t_ece",)), ("TPS_log↑", ("tps", "log")),
+                         ("TPS_Brier↑", ("tps", "brier")), ("TPS_β(2,4)↑", ("tps", "beta(2,4)"))):
+            assert _num(got[col]) == exp.value(*key)  # exact: repr round-trips floats
     # verbal confidence: one trajectory (h) has a missing step and is skipped, counted
     assert rows[0]["Predictor"] == "Verbal confidence (raw)" and rows[0]["n"] == "3" and rows[0]["skipped (missing)"] == "1"
     long_rows = _csv(res.out_dir / "scores_long__ws.csv")
     recs = csv_records(expected)
     assert len(long_rows) == len(recs)
     for got, exp in zip(long_rows, recs):
-        assert got["metric"] == exp["metric"] and got["predictor"] == exp["predictor"]
+        assert got["metric"] == exp["metric"] and got["score"] == exp["score"] and got["predictor"] == exp["predictor"]
         for k in ("value", "ci_low", "ci_high", "se"):
             assert _num(got[k]) == exp[k]
 
@@ -102,27 +101,27 @@ def test_base_rate_row_closed_form(report):
 def test_calibration_invariance_equals_scoring_delta_over_se(report):
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
-    platt = next(r for r in expected["rows"] if r["predictor"] == "verbal" and r["calibration"] == "platt")
-    raw = next(r for r in expected["rows"] if r["predictor"] == "verbal" and r["calibration"] == "raw")
+    platt, raw = expected.row("verbal", "platt"), expected.row("verbal", "raw")
     rows = [r for r in _csv(res.out_dir / "calibration_invariance.csv") if r["Run"] == "ws (webshop)"]
     assert [r["Metric"] for r in rows] == ["AUROC↑", "AUPRC↑", "AURC↓", "T-ECE↓", "TPS_log↑"]
     tps = rows[-1]
-    assert _num(tps["Raw"]) == raw["metrics"]["tps_log"]["value"]
-    assert _num(tps["Raw CI low"]) == raw["metrics"]["tps_log"]["ci"][0]
-    assert _num(tps["Δ (Platt − raw)"]) == platt["vs_raw"]["tps_log"]["delta"]
-    assert _num(tps["Δ/SE"]) == platt["vs_raw"]["tps_log"]["delta_over_se"]
+    assert _num(tps["Raw"]) == raw.value("tps", "log")
+    assert _num(tps["Raw CI low"]) == raw.estimate("tps", "log").ci_low
+    assert _num(tps["Δ (Platt − raw)"]) == platt.get("tps", "log").vs_raw.delta
+    assert _num(tps["Δ/SE"]) == platt.get("tps", "log").vs_raw.delta_over_se
 
 
 def test_censored_shift_sensitivity_and_parse_errors_equal_scoring(report):
     ws, t2, res = report
     simple = _score(ws, censoring="simple", auq=False)
-    verbal_platt = next(r for r in simple["rows"] if r["predictor"] == "verbal" and r["calibration"] == "platt")
+    verbal_platt = simple.row("verbal", "platt")
     shift = [r for r in _csv(res.out_dir / "censored_shift.csv")]
     assert {r["Run"] for r in shift} == {"ws (webshop)"}  # t2 has no max_steps trajectory
     row = next(r for r in shift if r["Predictor"] == "Verbal confidence (Platt)" and r["Score"] == "log")
-    d = verbal_platt["metrics"]["delta_practice_log"]
-    assert _num(row["Δ_practice"]) == d["value"] and [_num(row["Δ CI low"]), _num(row["Δ CI high"])] == d["ci"]
-    assert _num(row["TPS complete-only"]) == verbal_platt["metrics"]["tps_log_complete_only"]["value"]
+    d = verbal_platt.estimate("delta_practice", "log")
+    assert _num(row["Δ_practice"]) == d.value and [_num(row["Δ CI low"]), _num(row["Δ CI high"])] == [d.ci_low, d.ci_high]
+    assert _num(row["Δ/SE"]) == pytest.approx(d.value / d.se)
+    assert _num(row["TPS complete-only"]) == verbal_platt.value("tps_complete_only", "log")
     assert int(row["n complete"]) == 3 and int(row["n censored"]) == 3  # h skipped (missing confidence)
     assert _num(row["Censoring rate"]) == pytest.approx(0.5)
     # Δ_practice is the difference of the two reported means
@@ -132,19 +131,19 @@ def test_censored_shift_sensitivity_and_parse_errors_equal_scoring(report):
     assert {(r["Weight schedule"]) for r in sens} == {"linear-front", "uniform", "exponential-front", "linear-back"}
     assert {r["Score"] for r in sens} == {"log", "brier", "beta(2,4)"}
     uni = _score(ws, censoring="simple", auq=False, weights="uniform")
-    exp = next(r for r in uni["rows"] if r["predictor"] == "token_prob" and r["calibration"] == "raw")
+    exp = uni.row("token_prob", "raw")
     got = next(r for r in sens if r["Run"] == "ws (webshop)" and r["Weight schedule"] == "uniform"
                and r["Predictor"] == "Completion token probability (raw)" and r["Score"] == "brier")
-    assert _num(got["Δ_practice"]) == exp["metrics"]["delta_practice_brier"]["value"]
+    assert _num(got["Δ_practice"]) == exp.value("delta_practice", "brier")
     t2_rows = [r for r in sens if r["Run"] == "t2 (tau2-airline)"]
     assert t2_rows and all(r["Censoring"] == "exclude" and r["Δ_practice"] == "" for r in t2_rows)
 
     parse = _csv(res.out_dir / "parse_error_sensitivity.csv")
     assert {r["Run"] for r in parse} == {"ws (webshop)"}  # only ws has a parse error
     alt = _score(ws, censoring="simple", auq=False, include_parse_errors=True)
-    p_exp = next(r for r in alt["rows"] if r["predictor"] == "verbal" and r["calibration"] == "raw")
+    p_exp = alt.row("verbal", "raw")
     p_got = next(r for r in parse if r["Predictor"] == "Verbal confidence (raw)" and r["Score"] == "log")
-    assert _num(p_got["TPS incl. parse errors"]) == p_exp["metrics"]["tps_log"]["value"]
+    assert _num(p_got["TPS incl. parse errors"]) == p_exp.value("tps", "log")
     assert int(p_got["n with parse errors"]) == int(p_got["n working"]) + 1
     assert int(p_got["parse errors as censored"]) == 1
 
@@ -153,15 +152,19 @@ def test_auq_fixed_rank_and_json(report):
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
     auq = [r for r in _csv(res.out_dir / "auq_scalar.csv") if r["Run"] == "ws (webshop)"]
-    assert len(auq) == len(expected["auq"]) == 5 * 2 * 3  # predictors x raw/Platt x (last, avg, min)
-    assert _num(auq[0]["AUROC↑"]) == expected["auq"][0]["metrics"]["auroc"]["value"]
+    assert len(auq) == len(expected.auq) == 5 * 2 * 3  # predictors x raw/Platt x (last, avg, min)
+    assert _num(auq[0]["AUROC↑"]) == expected.auq[0].value("auroc")
     fixed = [r for r in _csv(res.out_dir / "fixed_rank.csv") if r["Run"] == "ws (webshop)" and r["Predictor"] == "Verbal confidence"]
-    assert [r["Transform"] for r in fixed] == [r["transform"] for r in expected["fixed_rank"]["verbal"]]
+    exp_fixed = [r for r in expected.fixed_rank if r.predictor == "verbal"]
+    assert [r["Transform"] for r in fixed] == [r.transform for r in exp_fixed]
     assert len({r["AUROC↑"] for r in fixed}) == 1  # rank metrics fixed by construction
-    for got, exp in zip(fixed, expected["fixed_rank"]["verbal"]):
-        assert _num(got["TPS_log↑"]) == exp["tps_log"]
-    dumped = json.loads((res.out_dir / "report.json").read_text())
-    assert [r["slug"] for r in dumped["runs"]] == ["ws", "t2"]
+    for got, exp in zip(fixed, exp_fixed):
+        assert _num(got["TPS_log↑"]) == exp.value("tps", "log")
+    from reports.scoring_calls import ReportData
+
+    dumped = ReportData.model_validate_json((res.out_dir / "report.json").read_text())
+    assert [r.slug for r in dumped.runs] == ["ws", "t2"]
+    assert dumped.runs[0].main == expected  # report.json is the typed results' dump
 
 
 def test_runs_without_censoring_or_parse_errors_say_so(tmp_path):
@@ -214,7 +217,7 @@ def test_cli_writes_report(tmp_path, capsys):
 
 
 def test_length_stratified_censoring_by_hand():
-    from reports.report import length_stratified_censoring
+    from scoring.artificial import length_stratified_censoring
 
     lengths = np.array([1, 1, 2, 2, 2, 2, 5, 5])
     z, cens = length_stratified_censoring(lengths, 0.5, seed=1)
@@ -276,13 +279,13 @@ def test_exact_censored_score_with_q_z(tmp_path, capsys):
     qf = _write_qz(tmp_path / "q.jsonl", q)
     assert main(["report", str(ws), "--out", str(tmp_path / "o1"), "--bootstrap", "20", "--q-z", str(qf)]) == 0
     rows = _csv(tmp_path / "o1" / "censored_exact.csv")
+    from scoring.pipeline import ScoreOptions, score_run
     from scoring.streams import load_run
-    from scoring.tables import ScoreOptions, score_run
 
     exp = score_run(load_run(ws), ScoreOptions(censoring="exact", q_z=q, auq=False, n_bootstrap=20, seed=0))
-    e = next(r for r in exp["rows"] if r["predictor"] == "verbal" and r["calibration"] == "raw")
+    e = exp.row("verbal", "raw")
     g = next(r for r in rows if r["Predictor"] == "Verbal confidence (raw)" and r["Score"] == "log")
-    assert _num(g["TPS cen-exact"]) == e["metrics"]["tps_log"]["value"] and int(g["n censored"]) == 3
+    assert _num(g["TPS cen-exact"]) == e.value("tps", "log") and int(g["n censored"]) == 3
     assert _num(g["Exact − simple"]) > 0  # e's confident prefix gains its success branch
     # a q_Z file that misses a censored episode: not scored, and the page says which run and how many
     qm = _write_qz(tmp_path / "qm.jsonl", {"d#0": 0.5})

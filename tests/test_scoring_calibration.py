@@ -75,8 +75,9 @@ def test_cross_fit_recovers_positive_slope():
     for m in res.maps:
         assert m.b > 0.3 and not m.fallback
     d = res.diagnostics()
-    assert d["fallback_triggered"] is False
-    assert 0 < d["calibrated_range"][0] < d["calibrated_range"][1] < 1
+    assert d.fallback_triggered is False
+    assert 0 < d.calibrated_min < d.calibrated_max < 1
+    assert d.split_a.b == res.maps[0].b and d.n_a + d.n_b == y.size
     # each half is calibrated by the map fitted on the OTHER half
     traj_half = np.repeat(res.half, np.diff(off))
     np.testing.assert_allclose(res.values[traj_half == 0], res.maps[1](values[traj_half == 0]))
@@ -101,7 +102,7 @@ def test_negative_slope_falls_back_to_base_rate():
         assert sigmoid(m.a) == pytest.approx(ytrain)
     traj_half = np.repeat(res.half, np.diff(off))
     np.testing.assert_allclose(res.values[traj_half == 0], res.maps[1].ybar_train)
-    assert res.diagnostics()["fallback_triggered"] is True
+    assert res.diagnostics().fallback_triggered is True
 
 
 def test_censored_trajectories_are_calibrated_but_never_fitted_on():

@@ -19,6 +19,11 @@ def run_dir(tmp_path_factory):
     return synthetic_run(tmp_path_factory.mktemp("score") / "run", n=40, censored=6, parse_errors=3)
 
 
+def est(row, metric, score=None):
+    """The estimate of one metric of a JSON result row (metrics are a list named by registry name + score)."""
+    return next(m for m in row["metrics"] if m["metric"] == metric and m["score"] == score)["estimate"]
+
+
 def uqh(capsys, *argv):
     code = main(["score", *map(str, argv)])
     out, err = capsys.readouterr()
@@ -38,18 +43,22 @@ def test_json_output_table2_shape(run_dir, capsys):
     assert res["counts"]["excluded_parse_error"] == 3
     base = rows[-1]
     ybar = base["ybar"]
-    m = base["metrics"]
-    assert m["tps_log"]["value"] == pytest.approx(ybar * math.log(ybar) + (1 - ybar) * math.log(1 - ybar), abs=1e-12)
-    assert m["tps_brier"]["value"] == pytest.approx(-ybar * (1 - ybar), abs=1e-12)
-    assert m["t_ece"]["value"] == pytest.approx(0.0, abs=1e-12) and m["auroc"]["value"] == 0.5
+    assert est(base, "tps", "log")["value"] == pytest.approx(ybar * math.log(ybar) + (1 - ybar) * math.log(1 - ybar),
+                                                             abs=1e-12)
+    assert est(base, "tps", "brier")["value"] == pytest.approx(-ybar * (1 - ybar), abs=1e-12)
+    assert est(base, "t_ece")["value"] == pytest.approx(0.0, abs=1e-12) and est(base, "auroc")["value"] == 0.5
     verbal_platt = rows[1]
     assert verbal_platt["calibration"] == "platt"
-    lo, hi = verbal_platt["metrics"]["tps_log"]["ci"]
-    assert lo <= verbal_platt["metrics"]["tps_log"]["value"] <= hi
-    assert "delta_over_se" in verbal_platt["vs_raw"]["tps_log"]
-    assert res["calibration"]["verbal"]["split_A"]["b"] > 0  # informative synthetic confidences
+    e = est(verbal_platt, "tps", "log")
+    assert e["ci_low"] <= e["value"] <= e["ci_high"] and e["se"] > 0
+    tps_log = next(m for m in verbal_platt["metrics"] if m["metric"] == "tps" and m["score"] == "log")
+    assert tps_log["vs_raw"]["delta"] == pytest.approx(e["value"] - est(rows[0], "tps", "log")["value"], abs=1e-12)
+    assert all(m["vs_raw"] is None for m in rows[0]["metrics"])  # raw rows are the reference
+    cal = {d["predictor"]: d for d in res["calibration"]}
+    assert cal["verbal"]["split_a"]["b"] > 0  # informative synthetic confidences
+    assert "base_rate" not in cal  # not calibratable
     assert {r["aggregator"] for r in res["auq"]} == {"last", "avg", "min"}
-    assert all("tps_log" not in r["metrics"] for r in res["auq"])
+    assert all(m["metric"] != "tps" for r in res["auq"] for m in r["metrics"])
 
 
 def test_json_is_reproducible_with_seed(run_dir, capsys):
@@ -61,7 +70,7 @@ def test_json_is_reproducible_with_seed(run_dir, capsys):
 def test_table_output(run_dir, capsys):
     code, out, _ = uqh(capsys, run_dir, "--bootstrap", "20", "--fixed-rank", "--predictor", "verbal,base_rate")
     assert code == 0
-    for text in ("Verbal confidence (raw)", "Verbal confidence (Platt)", "Base-rate constant", "AUROC↑", "TPS log↑",
+    for text in ("Verbal confidence (raw)", "Verbal confidence (Platt)", "Base-rate constant", "AUROC↑", "TPS_log↑",
                  "Raw → Platt", "Φ_last", "Fixed-rank", "affine 0.4+0.2x", "excluded: max_steps=6, parse_error=3"):
         assert text in out, text
 
@@ -71,7 +80,8 @@ def test_csv_output(run_dir, capsys):
                        "--calibration", "none", "--score", "log", "--no-auq")
     assert code == 0
     recs = list(csv.DictReader(io.StringIO(out)))
-    assert {r["metric"] for r in recs} == {"auroc", "auprc", "aurc", "t_ece", "t_brier", "tps_log"}
+    assert [(r["metric"], r["score"]) for r in recs] == [
+        ("auroc", ""), ("auprc", ""), ("aurc", ""), ("t_ece", ""), ("t_brier", ""), ("tps", "log")]
     assert all(r["calibration"] == "raw" and r["predictor"] == "verbal" and r["ci_low"] == "" for r in recs)
 
 
@@ -80,8 +90,9 @@ def test_censoring_simple_and_exact_eq17(run_dir, capsys, tmp_path):
                        "--censoring", "simple", "--score", "log")
     simple = json.loads(out)["rows"][0]
     assert simple["n_censored"] == 6 and simple["n_complete"] == 40
-    m = simple["metrics"]
-    assert m["delta_practice_log"]["value"] == pytest.approx(m["tps_log"]["value"] - m["tps_log_complete_only"]["value"])
+    simple_tps = est(simple, "tps", "log")["value"]
+    assert est(simple, "delta_practice", "log")["value"] == pytest.approx(
+        simple_tps - est(simple, "tps_complete_only", "log")["value"])
     run = load_run(run_dir)
     cens = [e for e, s in zip(run.episode_ids, run.stop_reason) if s == "max_steps"]
     q = {e: (k + 1) / 10 for k, e in enumerate(cens)}
@@ -90,7 +101,7 @@ def test_censoring_simple_and_exact_eq17(run_dir, capsys, tmp_path):
     code, out, err = uqh(capsys, run_dir, "--json", "--bootstrap", "0", "--predictor", "verbal", "--calibration",
                          "none", "--censoring", "exact", "--q-z", qz, "--score", "log")
     assert code == 0, err
-    exact = json.loads(out)["rows"][0]["metrics"]["tps_log"]["value"]
+    exact = est(json.loads(out)["rows"][0], "tps", "log")["value"]
     # a q_Z file covering only some censored episodes: error by default, or exclude them and count
     partial = tmp_path / "partial.jsonl"
     write_qz_file(partial, [QzRecord(episode_id=cens[0], q_hat_z=0.5, n_valid=10, method="mc")])
@@ -107,7 +118,7 @@ def test_censoring_simple_and_exact_eq17(run_dir, capsys, tmp_path):
             f = np.clip(run.streams["verbal"][a:b], 1e-6, 1 - 1e-6)
             w = trajectory_weights(np.array([0, b - a]), "linear-front")
             corr += q[e] * np.sum(w * np.log(f / (1 - f)))
-    assert exact - m["tps_log"]["value"] == pytest.approx(corr / 46, abs=1e-12)
+    assert exact - simple_tps == pytest.approx(corr / 46, abs=1e-12)
 
 
 def test_multiple_run_dirs_and_pooled(run_dir, capsys, tmp_path):

@@ -26,6 +26,10 @@ def responder(body: dict) -> str:
     return text(f"Finish[{result}]" if kind == 0 else "Finish[-123456789]", "0.9" if kind == 0 else "0.8")
 
 
+def _tps_log(row: dict) -> float:
+    return next(m for m in row["metrics"] if m["metric"] == "tps" and m["score"] == "log")["estimate"]["value"]
+
+
 @pytest.fixture(scope="module")
 def harness_run(tmp_path_factory):
     from fake_openai_server import FakeOpenAIServer
@@ -59,7 +63,7 @@ def test_score_reads_a_harness_run(harness_run, capsys):
         f = [min(max(s.verbal_confidence, 1e-6), 1 - 1e-6) for s in e.steps]
         y = e.outcome if e.stop_reason.value == "clean" else 0
         manual.append(sum(wt * (math.log(p) if y == 1 else math.log(1 - p)) for wt, p in zip(w(len(f)), f)))
-    assert rows[("verbal", "raw")]["metrics"]["tps_log"]["value"] == pytest.approx(np.mean(manual), abs=1e-12)
+    assert _tps_log(rows[("verbal", "raw")]) == pytest.approx(np.mean(manual), abs=1e-12)
 
     # completion-token probability recomputed from the sidecar (accepted attempts)
     side = {(r.episode_id, r.t): r for r in read_sidecar(harness_run) if r.accepted}
@@ -71,7 +75,7 @@ def test_score_reads_a_harness_run(harness_run, capsys):
         y = e.outcome if e.stop_reason.value == "clean" else 0
         manual_tp.append(sum(wt * (math.log(p) if y == 1 else math.log(1 - p))
                              for wt, p in zip(w(len(probs)), np.clip(probs, 1e-6, 1 - 1e-6))))
-    assert rows[("token_prob", "raw")]["metrics"]["tps_log"]["value"] == pytest.approx(np.mean(manual_tp), abs=1e-12)
+    assert _tps_log(rows[("token_prob", "raw")]) == pytest.approx(np.mean(manual_tp), abs=1e-12)
     assert rows[("token_prob", "raw")]["n_skipped_missing"] == 0
 
     base = rows[("base_rate", "raw")]

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from rundir.errors import UserError
-from scoring.streams import build_sample, entropy_confidence, load_run, token_probability
+from scoring.signals import entropy_confidence, token_probability
+from scoring.streams import build_sample, load_run
 from scoring_fixtures import make_episode, make_row, make_tokens, write_run_dir
 
 

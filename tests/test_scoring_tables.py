@@ -8,7 +8,7 @@ from scoring.calibration import sigmoid
 from scoring.fixed_rank import fixed_rank_analysis
 from scoring.rules import parse_score
 from scoring.streams import load_run
-from scoring.tables import ScoreOptions, pool_runs, score_run
+from scoring.pipeline import ScoreOptions, pool_runs, score_run
 from scoring.weights import trajectory_weights
 from scoring_fixtures import synthetic_run
 
@@ -21,18 +21,19 @@ def test_fixed_rank_rows():
     y = (rng.random(200) < sigmoid(z)).astype(float)
     v = sigmoid(np.repeat(z, lengths) + 1.0)
     w = trajectory_weights(off, "linear-front")
-    rows = fixed_rank_analysis(v, off, y, w, [parse_score("log")], platt_values=np.full(v.size, 0.5))
-    assert [r["transform"] for r in rows] == ["identity", "affine 0.4+0.2x", "sqrt", "square", "platt"]
+    rows = fixed_rank_analysis(v, off, y, w, [parse_score("log")], platt_values=np.full(v.size, 0.5), predictor="p")
+    assert [r.transform for r in rows] == ["identity", "affine 0.4+0.2x", "sqrt", "square", "platt"]
+    assert {r.predictor for r in rows} == {"p"}
     for key in ("auroc", "auprc", "aurc"):
-        assert len({r[key] for r in rows}) == 1  # identical by construction
-    aff = rows[1]["tps_log"]
+        assert len({r.value(key) for r in rows}) == 1  # identical by construction
+    aff = rows[1].value("tps", "log")
     manual = np.mean([
         sum(wt * (math.log(0.4 + 0.2 * f) if yy else math.log(0.6 - 0.2 * f)) for wt, f in zip(w[a:b], v[a:b]))
         for a, b, yy in zip(off[:-1], off[1:], y)
     ])
     assert aff == pytest.approx(manual, abs=1e-12)
-    assert rows[4]["tps_log"] == pytest.approx(math.log(0.5), abs=1e-12)
-    assert len({round(r["tps_log"], 6) for r in rows}) == 5  # TPS moves while the rank metrics do not
+    assert rows[4].value("tps", "log") == pytest.approx(math.log(0.5), abs=1e-12)
+    assert len({round(r.value("tps", "log"), 6) for r in rows}) == 5  # TPS moves while the rank metrics do not
 
 
 def test_score_run_and_pooling(tmp_path):
@@ -43,10 +44,8 @@ def test_score_run_and_pooling(tmp_path):
     opts = ScoreOptions(predictors=("verbal", "base_rate"), n_bootstrap=0, auq=False,
                         scores=(parse_score("log"),))
     ra, rb, rp = (score_run(r, opts) for r in (a, b, pooled))
-    va = ra["rows"][0]["metrics"]["tps_log"]["value"]
-    vb = rb["rows"][0]["metrics"]["tps_log"]["value"]
-    vp = rp["rows"][0]["metrics"]["tps_log"]["value"]
+    va, vb, vp = (r.rows[0].value("tps", "log") for r in (ra, rb, rp))
     assert vp == pytest.approx((30 * va + 20 * vb) / 50, abs=1e-12)  # raw TPS is a per-trajectory mean
-    assert [r["calibration"] for r in ra["rows"]] == ["raw", "platt", "raw"]
+    assert [r.calibration for r in ra.rows] == ["raw", "platt", "raw"]
     only_platt = score_run(a, ScoreOptions(predictors=("verbal",), calibrations=("platt",), n_bootstrap=0, auq=False))
-    assert [r["calibration"] for r in only_platt["rows"]] == ["platt"]
+    assert [r.calibration for r in only_platt.rows] == ["platt"]

@@ -1,0 +1,203 @@
+"""The METRICS and PREDICTORS registries: every metric and predictor is one entry, defined once.
+
+The scoring pipeline (:mod:`scoring.tables`), the CLI table and CSV, and the Markdown/HTML reports read names,
+labels, headers and directions from here. Adding a predictor or a scalar diagnostic is one
+:func:`register_predictor` / :func:`register_metric` call; nothing else needs to change.
+
+- A **predictor** computes its per-step value from a :class:`rundir.schema.Step` and the step's accepted sidecar
+  :class:`rundir.schema.LogprobRow` (None when the step has none); NaN means missing. A *constant* predictor has
+  no per-step function: its stream is one number per scored sample, computed from the outcomes Y of the
+  sample's complete trajectories (the base rate ȳ). Only calibratable predictors get Platt rows.
+- A **metric** is either a ``diagnostic`` of the trajectory scalar on complete trajectories (AUROC, ..., or a
+  registered one with its own ``compute``), a ``tps`` metric (one value per score family), or a
+  ``censored_tps`` metric (per score family, only when the sample has censored trajectories, §6.3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import numpy as np
+
+from rundir.errors import UserError
+from rundir.schema import LogprobRow, Step
+from scoring import signals
+
+MetricKind = Literal["diagnostic", "tps", "censored_tps"]
+StepValue = Callable[[Step, "LogprobRow | None"], float]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported quantity. ``short`` may contain ``{score}`` (per-score-family metrics)."""
+
+    name: str
+    label: str  # prose label
+    short: str  # column header without the direction arrow
+    higher_is_better: bool | None  # None: a difference, no direction
+    kind: MetricKind
+    #: for registered diagnostics: (c, y, weights (B, n)) -> (B,) on complete trajectories; the built-in five are
+    #: computed together by :class:`scoring.diagnostics.ScalarDiagnostics` (None)
+    compute: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
+
+    @property
+    def per_score(self) -> bool:
+        return self.kind != "diagnostic"
+
+    def header(self, score: str | None = None) -> str:
+        arrow = "" if self.higher_is_better is None else ("↑" if self.higher_is_better else "↓")
+        text = self.short.format(score=score_label(score)) if self.per_score else self.short
+        return text + arrow
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """One per-step predictor: a per-step function, or a per-sample constant (exactly one of the two)."""
+
+    name: str
+    label: str
+    step_value: StepValue | None = None
+    constant: Callable[[np.ndarray], float] | None = None  # Y of the complete trajectories -> the constant
+    calibratable: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.step_value is None) == (self.constant is None):
+            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value and constant")
+
+    @property
+    def is_constant(self) -> bool:
+        return self.step_value is None
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """A metric of a result row: the registry name, plus the score family for per-score metrics."""
+
+    metric: str
+    score: str | None = None
+
+    @property
+    def header(self) -> str:
+        return get_metric(self.metric).header(self.score)
+
+    @property
+    def higher_is_better(self) -> bool | None:
+        return get_metric(self.metric).higher_is_better
+
+
+def _base_rate(y_complete: np.ndarray) -> float:
+    return float(np.mean(y_complete)) if y_complete.size else float("nan")
+
+
+TPS, TPS_COMPLETE_ONLY, DELTA_PRACTICE = "tps", "tps_complete_only", "delta_practice"
+BASE_RATE = "base_rate"
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("auroc", "AUROC (failure-oriented)", "AUROC", True, "diagnostic"),
+        Metric("auprc", "AUPRC (failure-oriented average precision)", "AUPRC", True, "diagnostic"),
+        Metric("aurc", "area under the risk-coverage curve", "AURC", False, "diagnostic"),
+        Metric("t_ece", "trajectory ECE (10 tie-aware quantile bins)", "T-ECE", False, "diagnostic"),
+        Metric("t_brier", "scalarized trajectory Brier", "T-Brier", False, "diagnostic"),
+        Metric(TPS, "Trajectory Proper Score", "TPS_{score}", True, "tps"),
+        Metric(TPS_COMPLETE_ONLY, "TPS on the complete trajectories only", "TPS_{score} complete-only", True,
+               "censored_tps"),
+        Metric(DELTA_PRACTICE, "Δ_practice = TPS_cen-ext − TPS_complete-only", "Δ_practice {score}", None,
+               "censored_tps"),
+    )
+}
+
+PREDICTORS: dict[str, Predictor] = {
+    p.name: p
+    for p in (
+        Predictor("verbal", "Verbal confidence", signals.verbal_value),
+        Predictor("token_prob", "Completion token probability", signals.token_prob_value),
+        Predictor("token_entropy", "Completion entropy confidence", signals.token_entropy_value),
+        Predictor("action_prob", "Action-span token probability", signals.action_prob_value),
+        Predictor("action_entropy", "Action-span entropy confidence", signals.action_entropy_value),
+        Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),
+    )
+}
+
+CALIBRATION_LABELS = {"raw": "raw", "platt": "Platt"}
+
+
+# ------------------------------------------------------------------------------------------ access
+
+
+def get_predictor(name: str) -> Predictor:
+    if name not in PREDICTORS:
+        raise UserError(f"unknown predictor {name!r}; use one of {', '.join(PREDICTORS)}")
+    return PREDICTORS[name]
+
+
+def get_metric(name: str) -> Metric:
+    if name not in METRICS:
+        raise KeyError(f"unknown metric {name!r}; registered: {', '.join(METRICS)}")
+    return METRICS[name]
+
+
+def step_predictors() -> list[str]:
+    """Names of the registered predictors with a per-step function (registry order)."""
+    return [p.name for p in PREDICTORS.values() if not p.is_constant]
+
+
+def diagnostic_metrics() -> list[Metric]:
+    return [m for m in METRICS.values() if m.kind == "diagnostic"]
+
+
+def score_label(score: str | None) -> str:
+    """Display form of a score-family name: ``log``, ``Brier``, ``β(2,4)``."""
+    if score is None:
+        return ""
+    if score == "brier":
+        return "Brier"
+    return "β" + score[len("beta"):] if score.startswith("beta") else score
+
+
+def row_label(predictor: str, calibration: str) -> str:
+    """``Verbal confidence (raw)``; uncalibratable predictors (the base rate) have one row and no suffix."""
+    p = PREDICTORS.get(predictor)
+    label = p.label if p else predictor
+    if p is not None and not p.calibratable:
+        return label
+    return f"{label} ({CALIBRATION_LABELS.get(calibration, calibration)})"
+
+
+def aggregator_label(aggregator: str) -> str:
+    """``Φ_last`` etc. (the AUQ scalar aggregators of :data:`scoring.diagnostics.AGGREGATORS`)."""
+    return f"Φ_{aggregator}"
+
+
+def predictor_label(predictor: str) -> str:
+    p = PREDICTORS.get(predictor)
+    return p.label if p else predictor
+
+
+# ------------------------------------------------------------------------------------------ registration
+
+
+def register_predictor(p: Predictor) -> Predictor:
+    if p.name in PREDICTORS:
+        raise ValueError(f"predictor {p.name!r} is already registered")
+    PREDICTORS[p.name] = p
+    return p
+
+
+def unregister_predictor(name: str) -> None:
+    PREDICTORS.pop(name)
+
+
+def register_metric(m: Metric) -> Metric:
+    """Add a metric. A new diagnostic needs its ``compute`` (the built-in five are computed together)."""
+    if m.name in METRICS:
+        raise ValueError(f"metric {m.name!r} is already registered")
+    if m.kind != "diagnostic" or m.compute is None:
+        raise ValueError("only diagnostics with a compute function can be registered (TPS metrics are built in)")
+    METRICS[m.name] = m
+    return m
+
+
+def unregister_metric(name: str) -> None:
+    METRICS.pop(name)
