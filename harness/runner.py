@@ -464,7 +464,10 @@ def _run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write,
 
 
 #: Imported once by the fork server, so each worker starts as a fork of a process that already has them.
-_WORKER_PRELOAD = ["harness", "harness.runner", "harness.store", "harness.model_client", "domains", "aiohttp", "tenacity"]
+_WORKER_PRELOAD = [
+    "harness", "harness.runner", "harness.store", "harness.model_client", "harness.transports", "domains", "aiohttp",
+    "tenacity",
+]
 
 
 def _worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[str]:
