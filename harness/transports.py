@@ -183,7 +183,8 @@ class AiohttpTransport:
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        kw = request_params(endpoint.model, endpoint.api_base, endpoint.decoding, action_grammar=endpoint.action_grammar)
+        kw = request_params(endpoint.model, endpoint.api_base, endpoint.decoding,
+                            action_grammar=endpoint.action_grammar)
         extra = kw.pop("extra_body", None) or {}
         self._name = _served_name(endpoint.model)
         self._params = {**kw, **extra}  # the body has no extra_body: its keys are top-level fields

@@ -340,7 +340,8 @@ def test_transport_choice():
     assert make_model_client("openai/x", api_base=url, decoding=dec, direct=False).transport.name == "litellm"
     assert make_model_client("openai/x", api_base=url, decoding=dec, transport="openai").transport.name == "openai"
     assert make_model_client("openai/x", api_base=None, decoding=dec).transport.name == "litellm"
-    assert make_model_client("openrouter/google/gemma-4-31b-it", api_base=None, decoding=dec).transport.name == "litellm"
+    openrouter = make_model_client("openrouter/google/gemma-4-31b-it", api_base=None, decoding=dec)
+    assert openrouter.transport.name == "litellm"
     with pytest.raises(ValueError, match="resolve_model"):
         make_model_client("local:smollm2", api_base=None, decoding=dec)
     with pytest.raises(ValueError, match="direct path"):
