@@ -115,8 +115,9 @@ def branch_seed(run_seed: int, source_episode_id: str, branch_index: int) -> int
 
 
 def branch_specs(config: RunConfig, prefixes: Sequence[Episode], branches: int) -> list:
-    """One :class:`harness.loop.EpisodeSpec` per (prefix, branch), prefix steps copied from the source."""
-    from harness.loop import EpisodeSpec, branch_episode_id
+    """One :class:`harness.loop.EpisodeSpec` per (prefix, branch): a :class:`harness.loop.Branch` of the source
+    episode (its steps copied), step budget ``Z + K``."""
+    from harness.loop import Branch, EpisodeSpec, branch_episode_id
 
     specs = []
     for ep in prefixes:
@@ -127,11 +128,8 @@ def branch_specs(config: RunConfig, prefixes: Sequence[Episode], branches: int) 
                     task_id=ep.task_id,
                     sample_index=ep.sample_index,
                     seed=branch_seed(config.decoding.seed, ep.episode_id, k),
-                    prefix=ep,
-                    prefix_steps=len(ep.steps),
-                    source_episode_id=ep.episode_id,
-                    branch_index=k,
                     step_budget=len(ep.steps) + config.continuation["extra_steps"],
+                    start=Branch(ep, index=k),
                 )
             )
     return specs
@@ -165,33 +163,36 @@ def env_seed_for(config: RunConfig, episode: Episode) -> int:
 
 
 async def check_replay(domain, config: RunConfig, episode: Episode) -> str | None:
-    """Replay ``episode``'s recorded actions into a fresh environment; the mismatch reason, or None if faithful."""
-    from domains.base import Environment, ReplayMismatch
-    from harness.loop import start_env
+    """Replay ``episode``'s recorded actions into a fresh environment; the mismatch reason, or None if faithful.
+
+    The environment is opened as a branch's is (:func:`harness.loop.open_episode`, with the source episode's
+    own seed); this only turns its outcome into a reason.
+    """
+    from domains.base import ReplayMismatch
+    from harness.loop import Branch, EpisodeSpec, open_episode
 
     if not type(domain).supports_replay:
         return f"domain {config.domain} does not support replay"
     if len(episode.steps) != config.step_budget:
         return f"prefix has {len(episode.steps)} steps but the source step budget is {config.step_budget}"
-    env = domain.make_env(episode.task_id, episode_seed=env_seed_for(config, episode))
+    spec = EpisodeSpec(
+        episode_id=episode.episode_id,
+        task_id=episode.task_id,
+        sample_index=episode.sample_index,
+        seed=env_seed_for(config, episode),
+        start=Branch(episode),
+    )
     try:
-        try:
-            task_prompt = await start_env(env, episode)
-        except ReplayMismatch as exc:
-            return f"replay mismatch: {exc}"
-        except UserError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - e.g. a recorded action the environment now rejects
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            return f"replay failed: {type(exc).__name__}: {first}"
-        # With the default replay (re-execute and compare) the reset must reproduce the recorded task prompt; a
-        # domain that restores state from the record (Tau2, whose opening user turn is sampled) validates the
-        # recorded conversation itself, and the runner continues the recorded conversation.
-        if task_prompt != episode.task_prompt and type(env).replay is Environment.replay:
-            return "replay mismatch: the reset environment's task prompt differs from the recorded one"
-        return None
-    finally:
-        env.close()
+        env, _, _ = await open_episode(domain, spec)
+    except ReplayMismatch as exc:
+        return f"replay mismatch: {exc}"
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. a recorded action the environment now rejects
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return f"replay failed: {type(exc).__name__}: {first}"
+    env.close()
+    return None
 
 
 async def check_replays(domain, config: RunConfig, prefixes: Sequence[Episode]) -> list[SkippedPrefix]:

@@ -1,5 +1,9 @@
 """Run one episode: the ReAct loop. Knows nothing about files, processes or concurrency.
 
+An :class:`EpisodeSpec` says what to run and how it starts (:class:`Fresh`, :class:`Resume` from its own
+checkpoint, :class:`Branch` of a recorded episode); :func:`open_episode` makes, resets and replays its
+environment (the one place that does), and :func:`run_episode` runs the steps.
+
 Each step sends the conversation to the model, parses the four tags and applies the action to the
 environment. A malformed output or an action the environment rejects (``InvalidAction``) triggers a
 repair attempt (the model is told what was wrong and asked again), at most ``MAX_REPAIRS`` per step; then the
@@ -7,12 +11,15 @@ episode ends ``parse_error``. Every model call becomes one sidecar :class:`Logpr
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, ClassVar
 
-from domains.base import Environment, InvalidAction, RecordedStep
+from domains.base import Domain, Environment, InvalidAction, RecordedStep, ReplayMismatch
 from harness.model_types import ModelClient
 from harness.parsing import (
     ParseError,
@@ -22,6 +29,8 @@ from harness.parsing import (
     repair_message,
 )
 from rundir.schema import Attempt, Episode, LogprobRow, PartialEpisode, Step, StopReason
+
+log = logging.getLogger(__name__)
 
 MAX_REPAIRS = 2
 OBSERVATION_PREFIX = "Observation: "
@@ -73,28 +82,109 @@ def recorded_steps(steps: list[Step]) -> list[RecordedStep]:
     return [RecordedStep(action=s.action, observation=s.observation, info=dict(s.info)) for s in steps]
 
 
-@dataclass
+# --------------------------------------------------------------------------------------- what to run
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """A new episode: the environment is reset and nothing is replayed."""
+
+    steps: ClassVar[tuple[Step, ...]] = ()
+    task_prompt: ClassVar[str | None] = None
+    copied_steps: ClassVar[int] = 0
+    sidecar: ClassVar[tuple[LogprobRow, ...]] = ()
+    started_at: ClassVar[str | None] = None
+    source_episode_id: ClassVar[str | None] = None
+    branch_index: ClassVar[int | None] = None
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A continuation branch of a recorded (censored) episode: its steps are replayed and copied verbatim (they
+    count as ``prefix_steps``, and their model calls are not this episode's)."""
+
+    prefix: Episode
+    index: int = 0
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.prefix.steps
+
+    @property
+    def task_prompt(self) -> str:
+        return self.prefix.task_prompt
+
+    @property
+    def copied_steps(self) -> int:
+        return len(self.prefix.steps)
+
+    sidecar: ClassVar[tuple[LogprobRow, ...]] = ()
+    started_at: ClassVar[str | None] = None
+
+    @property
+    def source_episode_id(self) -> str:
+        return self.prefix.episode_id
+
+    @property
+    def branch_index(self) -> int:
+        return self.index
+
+
+@dataclass(frozen=True)
+class Resume:
+    """This episode again from its own checkpoint (after a crash): its steps, sidecar rows and start time carry
+    on. When the checkpoint cannot be replayed the episode is opened as ``restart`` instead (what it was planned
+    as: :class:`Fresh`, or the :class:`Branch` whose checkpoint this is)."""
+
+    partial: PartialEpisode
+    restart: "Fresh | Branch" = Fresh()
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.partial.steps
+
+    @property
+    def task_prompt(self) -> str:
+        return self.partial.task_prompt
+
+    @property
+    def copied_steps(self) -> int:
+        return self.partial.prefix_steps
+
+    @property
+    def sidecar(self) -> list[LogprobRow]:
+        return self.partial.sidecar
+
+    @property
+    def started_at(self) -> str | None:
+        return self.partial.started_at
+
+    @property
+    def source_episode_id(self) -> str | None:
+        return self.partial.source_episode_id
+
+    @property
+    def branch_index(self) -> int | None:
+        return self.partial.branch_index
+
+
+#: How an episode starts. Each mode answers the same questions: which recorded ``steps`` to replay and continue,
+#: their ``task_prompt``, how many of them are ``copied_steps`` of a source episode, the ``sidecar`` rows of this
+#: episode's own earlier calls, ``started_at``, and the ``source_episode_id``/``branch_index`` to record.
+Start = Fresh | Resume | Branch
+
+
+@dataclass(frozen=True)
 class EpisodeSpec:
-    """What to run: identity, seed and (optionally) a prefix already replayed into the environment."""
+    """What to run: identity, decoding seed (also the environment's seed), an optional step-budget override
+    (continuation branches: ``Z + K``) and how the episode starts."""
 
     episode_id: str
     task_id: str
     sample_index: int = 0
     seed: int | None = None
-    # Steps to continue from. The environment must already be reset and replayed to them (see start_env).
-    prefix: Episode | PartialEpisode | None = None
-    # How many of the prefix steps are copied from a source episode (default: all of them, i.e. a continuation).
-    # A checkpoint resume passes the checkpoint's own prefix_steps.
-    prefix_steps: int | None = None
-    # Sidecar rows already produced by this episode's own prefix calls (checkpoint resume); emitted with the result.
-    prefix_sidecar: list[LogprobRow] = field(default_factory=list)
-    source_episode_id: str | None = None
-    branch_index: int | None = None
-    # When set, the environment was already reset and this is its first message (otherwise run_episode resets it).
-    task_prompt: str | None = None
-    started_at: str | None = None
-    # Overrides the batch's step budget for this episode (continuation branches).
     step_budget: int | None = None
+    start: Start = Fresh()
 
 
 @dataclass
@@ -105,12 +195,42 @@ class EpisodeResult:
     sidecar_json_prefix: list[str] = field(default_factory=list)
 
 
-async def start_env(env: Environment, prefix: Episode | PartialEpisode | None) -> str:
-    """Reset the environment and replay ``prefix`` into it; return the task prompt (first user message)."""
-    task_prompt = await env.reset()
-    if prefix is not None and prefix.steps:
-        await env.replay(recorded_steps(prefix.steps))
-    return task_prompt
+async def open_episode(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, EpisodeSpec]:
+    """Make the episode's environment, reset it and replay ``spec.start``'s recorded steps into it.
+
+    Returns the environment (the caller closes it), the task prompt to continue with (the recorded one when steps
+    were replayed: a reset whose opening is sampled, as Tau2's simulated user's, may differ from it, and the
+    replayed state already holds the recorded conversation) and the spec actually opened. A :class:`Resume` whose
+    checkpoint does not replay (``ReplayMismatch``) is opened as its ``restart`` instead; every other failure
+    closes the environment and propagates (a :class:`Branch` that does not replay raises ``ReplayMismatch``).
+    """
+    try:
+        return await _open(domain, spec)
+    except ReplayMismatch as exc:
+        if not isinstance(spec.start, Resume):
+            raise
+        log.warning("%s: checkpoint replay failed (%s); restarting the episode", spec.episode_id, exc)
+        spec = dataclasses.replace(spec, start=spec.start.restart)
+        return await _open(domain, spec)
+
+
+async def _open(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, EpisodeSpec]:
+    env = domain.make_env(spec.task_id, episode_seed=spec.seed)
+    try:
+        task_prompt = await env.reset()
+        start = spec.start
+        if start.steps:
+            await env.replay(recorded_steps(start.steps))
+            # The default replay re-executes the actions, so the reset must be the recorded one too; a domain that
+            # restores state from the record (Tau2) validates the recorded conversation itself.
+            if task_prompt != start.task_prompt and type(env).replay is Environment.replay:
+                raise ReplayMismatch("the reset environment's task prompt differs from the recorded one")
+            task_prompt = start.task_prompt
+    except BaseException:
+        with contextlib.suppress(Exception):
+            env.close()
+        raise
+    return env, task_prompt, spec
 
 
 OnStep = Callable[[PartialEpisode], Any | Awaitable[Any]]
@@ -123,24 +243,24 @@ async def run_episode(
     spec: EpisodeSpec,
     system_prompt: str,
     step_budget: int,
+    task_prompt: str | None = None,
     on_step: OnStep | None = None,
 ) -> EpisodeResult:
     """Run (or continue) one episode to its end. ``ModelCallFailed`` propagates: the episode is then not finished.
 
-    ``step_budget`` is the largest step index ``t`` allowed, prefix steps included.
+    ``step_budget`` is the largest step index ``t`` allowed, prefix steps included. ``task_prompt``: the
+    environment is already open (:func:`open_episode`) and this is the first user message; without it a
+    :class:`Fresh` episode resets ``env`` here, and a started one assumes ``env`` already holds its replayed steps.
     """
-    started_at = spec.started_at or now_iso()
-    prefix_steps_list: list[Step] = list(spec.prefix.steps) if spec.prefix is not None else []
-    if spec.task_prompt is not None:
-        task_prompt = spec.task_prompt
-    elif spec.prefix is not None:
-        task_prompt = spec.prefix.task_prompt
-    else:
-        task_prompt = await env.reset()
-    prefix_steps = spec.prefix_steps if spec.prefix_steps is not None else len(prefix_steps_list)
+    start = spec.start
+    started_at = start.started_at or now_iso()
+    if task_prompt is None:
+        task_prompt = start.task_prompt if start.task_prompt is not None else await env.reset()
+    prefix_steps = start.copied_steps
+    source_episode_id, branch_index = start.source_episode_id, start.branch_index
 
-    steps: list[Step] = prefix_steps_list
-    sidecar: list[LogprobRow] = list(spec.prefix_sidecar)
+    steps: list[Step] = list(start.steps)
+    sidecar: list[LogprobRow] = list(start.sidecar)
     messages = build_messages(system_prompt, task_prompt, steps)
 
     stop_reason = StopReason.max_steps
@@ -232,8 +352,8 @@ async def run_episode(
                     steps=steps,
                     sidecar=sidecar,
                     prefix_steps=prefix_steps,
-                    source_episode_id=spec.source_episode_id,
-                    branch_index=spec.branch_index,
+                    source_episode_id=source_episode_id,
+                    branch_index=branch_index,
                     started_at=started_at,
                 )
             )
@@ -254,8 +374,8 @@ async def run_episode(
         task_prompt=task_prompt,
         steps=steps,
         failed_step=failed_step,
-        source_episode_id=spec.source_episode_id,
-        branch_index=spec.branch_index,
+        source_episode_id=source_episode_id,
+        branch_index=branch_index,
         prefix_steps=prefix_steps,
         started_at=started_at,
         finished_at=now_iso(),

@@ -1,16 +1,18 @@
 """The model client: one async chat-completion call with token logprobs, retries and accounting.
 
-Every model call of the harness goes through :func:`make_model_client`. Its transports send the same request
-body and produce identical :class:`~harness.model_types.Completion` records:
+Every model call of the harness goes through :func:`make_model_client`. The client owns what is the same for every
+transport -- retries, response checks, logprob conversion, text rebuilding, accounting -- and sends through one
+:class:`harness.transports.Transport` chosen when it is made:
 
-- the **litellm** path (``litellm.acompletion``) for every provider litellm knows;
+- the **litellm** transport (``litellm.acompletion``) for every provider litellm knows;
 - the **direct** path for OpenAI-compatible endpoints given by URL (``model="openai/NAME", api_base=URL``:
   llama.cpp, vLLM, Ollama, the test server): one JSON POST over a pooled ``aiohttp`` session, parsed with
   ``json.loads``. It skips litellm's per-call bookkeeping and the ``openai`` SDK's request transformation and
   response models, and costs a fraction of their CPU per call (``benchmarks/harness_throughput.py``).
   ``direct=None`` picks it automatically for such endpoints, ``direct=True/False`` forces either path.
   ``transport="openai"`` selects an ``openai.AsyncOpenAI`` transport instead (same records; kept for
-  comparison and for endpoints that need the SDK's behaviour).
+  comparison and for endpoints that need the SDK's behaviour); any object implementing the
+  :class:`~harness.transports.Transport` protocol can be passed as ``transport`` too.
 
 What every transport guarantees:
 
@@ -48,31 +50,23 @@ from pathlib import Path
 from typing import Any
 
 from harness.model_types import Completion, ModelCallFailed
+from harness.transports import (  # noqa: F401 - HTTPStatusFailure and grammar_text are part of this module's API
+    TRANSPORTS,
+    Endpoint,
+    HTTPStatusFailure,
+    Transport,
+    grammar_text,
+)
 from rundir.schema import CallRecord, DecodingConfig, TokenLogprob, TopLogprob, Usage
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 log = logging.getLogger(__name__)
 
-GRAMMAR_PATH = Path(__file__).resolve().parent.parent / "prompts" / "four_tags.gbnf"
-
 #: HTTP statuses that are worth retrying.
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 #: HTTP statuses that never get better by retrying.
 FATAL_STATUS = frozenset({400, 401, 402, 403, 404, 405, 413, 415, 422})
-
-
-@lru_cache(maxsize=16)
-def grammar_text(action_rule: str | None = None) -> str:
-    """The llama.cpp GBNF grammar forcing the four-tag shape (``prompts/four_tags.gbnf``).
-
-    ``action_rule`` (a domain's ``action_gbnf``) replaces the generic free-text ``action`` rule.
-    """
-    text = GRAMMAR_PATH.read_text()
-    if action_rule is None:
-        return text
-    lines = [f"action      ::= {action_rule}" if line.startswith("action ") else line for line in text.splitlines()]
-    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------------- error classes
@@ -111,15 +105,6 @@ def is_transient(exc: BaseException) -> bool:
     # truncated body.
     text = str(exc)
     return any(s in text for s in ("Expecting value", "Unterminated string", "JSONDecodeError", "Connection error"))
-
-
-class HTTPStatusFailure(Exception):
-    """A non-2xx answer on the direct path (status and Retry-After kept for the retry policy)."""
-
-    def __init__(self, status_code: int, message: str, retry_after: float | None = None) -> None:
-        super().__init__(f"HTTP {status_code}: {message}")
-        self.status_code = status_code
-        self.retry_after = retry_after
 
 
 class MalformedResponse(ValueError):
@@ -331,9 +316,6 @@ def cost_usd(model: str, usage: Usage) -> float | None:
 # ------------------------------------------------------------------------------------- client
 
 
-TRANSPORTS = ("litellm", "aiohttp", "openai")
-
-
 def is_openai_compatible_url(model: str, api_base: str | None) -> bool:
     """Whether ``model``/``api_base`` name an OpenAI-compatible server by URL: such runs take the direct path by
     default and never import litellm."""
@@ -341,12 +323,15 @@ def is_openai_compatible_url(model: str, api_base: str | None) -> bool:
 
 
 class ModelClientImpl:
-    """The model client (litellm, or a direct transport for OpenAI-compatible URLs). Build it with
-    :func:`make_model_client`."""
+    """The model client: retries, checks and records around one :class:`~harness.transports.Transport`.
 
-    @property
-    def direct(self) -> bool:
-        return self.transport != "litellm"
+    ``transport``: a built-in transport's name (``"litellm"``, ``"aiohttp"`` = the direct path, ``"openai"`` =
+    the openai SDK), or any object implementing the protocol (then ``api_key`` only serves redaction); ``None``
+    picks by ``direct``: ``None`` takes the direct path for OpenAI-compatible URLs, ``True``/``False`` forces it
+    on/off. ``backoff_initial_s``/``backoff_max_s`` shape the exponential backoff (jitter up to
+    ``backoff_initial_s``). ``action_grammar``: a domain's GBNF rule for the <action> field
+    (``Domain.action_gbnf``), used with ``decoding.grammar``.
+    """
 
     def __init__(
         self,
@@ -360,13 +345,12 @@ class ModelClientImpl:
         api_key: str | None = None,
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 60.0,
-        transport: str | None = None,
+        transport: str | Transport | None = None,
         action_grammar: str | None = None,
     ) -> None:
         self.model = model
         self.api_base = api_base
         self.decoding = decoding
-        self.action_grammar = action_grammar  # a domain's GBNF action rule, used when decoding.grammar is set
         self.timeout_s = timeout_s
         self.max_retries = max(0, int(max_retries))
         self.backoff_initial_s = backoff_initial_s
@@ -374,117 +358,19 @@ class ModelClientImpl:
         if transport is None:
             use_direct = is_openai_compatible_url(model, api_base) if direct is None else bool(direct)
             transport = "aiohttp" if use_direct else "litellm"
-        if transport not in TRANSPORTS:
-            raise ValueError(f"unknown transport {transport!r}; known: {', '.join(TRANSPORTS)}")
-        if transport != "litellm" and not model.startswith("openai/"):
-            raise ValueError(f"the direct path needs an OpenAI-compatible model string 'openai/NAME', got {model!r}")
-        self.transport = transport
-        # Servers given by URL often need no key, but litellm and openai insist on one being set: use
-        # OPENAI_API_KEY when present, else a placeholder. Without a URL the provider's own env var is used.
-        if api_key is None and (api_base is not None or transport != "litellm"):
-            api_key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
+        if isinstance(transport, str):
+            kind = TRANSPORTS.get(transport)
+            if kind is None:
+                raise ValueError(f"unknown transport {transport!r}; known: {', '.join(TRANSPORTS)}")
+            # Servers given by URL often need no key, but litellm and openai insist on one being set: use
+            # OPENAI_API_KEY when present, else a placeholder. Without a URL the provider's own env var is used.
+            if api_key is None and (api_base is not None or kind.openai_compatible):
+                api_key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
+            endpoint = Endpoint(model, api_base, api_key, timeout_s, decoding, action_grammar)
+            transport = kind(endpoint)
+        self.transport: Transport = transport
         self._api_key = api_key
-        self._endpoint = (api_base or "https://api.openai.com/v1").rstrip("/") + "/chat/completions"
         self._warned_no_logprobs = False
-        # HTTP clients are bound to the event loop they were first used on: one per loop.
-        self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
-        self._base_kwargs = self._request_kwargs()
-
-    # ---------------------------------------------------------------- request
-
-    def _request_kwargs(self) -> dict[str, Any]:
-        d = self.decoding
-        kw: dict[str, Any] = {"temperature": d.temperature, "top_p": d.top_p}
-        if d.max_tokens is not None:
-            kw["max_tokens"] = d.max_tokens
-        if d.logprobs:
-            kw["logprobs"] = True
-            kw["top_logprobs"] = d.top_logprobs
-        extra_body: dict[str, Any] = {}
-        if d.grammar:
-            extra_body["grammar"] = grammar_text(self.action_grammar)
-        if d.reasoning:
-            if self.model.startswith("openrouter/") or self.api_base is not None:
-                extra_body["reasoning"] = {"enabled": True}
-            elif not self.direct:
-                kw["reasoning_effort"] = "medium"
-        if extra_body:
-            kw["extra_body"] = extra_body
-        return kw
-
-    # ---------------------------------------------------------------- transports
-
-    async def _call_litellm(self, messages: list[dict], seed: int | None) -> Any:
-        import litellm
-
-        kw = dict(self._base_kwargs)
-        if seed is not None:
-            kw["seed"] = seed
-        if self.api_base is not None:
-            kw["api_base"] = self.api_base
-        if self._api_key is not None:
-            kw["api_key"] = self._api_key
-        return await litellm.acompletion(
-            model=self.model, messages=messages, timeout=self.timeout_s, num_retries=0, max_retries=0, **kw
-        )
-
-    def _loop_client(self, make) -> Any:
-        loop = asyncio.get_running_loop()
-        entry = self._sessions.get(id(loop))
-        if entry is None or entry[0] is not loop:
-            entry = (loop, make())
-            self._sessions[id(loop)] = entry
-        return entry[1]
-
-    def _make_openai(self) -> Any:
-        import openai
-
-        return openai.AsyncOpenAI(base_url=self.api_base, api_key=self._api_key, max_retries=0, timeout=self.timeout_s)
-
-    def _make_aiohttp(self) -> Any:
-        import aiohttp
-
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-            headers={"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json"},
-            json_serialize=json.dumps,
-        )
-
-    def _direct_body(self, messages: list[dict], seed: int | None) -> dict[str, Any]:
-        kw = dict(self._base_kwargs)
-        extra = kw.pop("extra_body", None) or {}
-        body: dict[str, Any] = {"model": self.model.split("/", 1)[1], "messages": messages, **kw, **extra}
-        if seed is not None:
-            body["seed"] = seed
-        return body
-
-    async def _call_openai(self, messages: list[dict], seed: int | None) -> Any:
-        kw = dict(self._base_kwargs)
-        if seed is not None:
-            kw["seed"] = seed
-        name = self.model.split("/", 1)[1]
-        client = self._loop_client(self._make_openai)
-        return await client.chat.completions.create(model=name, messages=messages, **kw)
-
-    async def _call_aiohttp(self, messages: list[dict], seed: int | None) -> Any:
-        session = self._loop_client(self._make_aiohttp)
-        async with session.post(self._endpoint, data=json.dumps(self._direct_body(messages, seed))) as resp:
-            raw = await resp.read()
-            if resp.status >= 400:
-                try:
-                    err = json.loads(raw).get("error") or {}
-                    message = err.get("message") if isinstance(err, dict) else str(err)
-                except (ValueError, AttributeError):
-                    message = None
-                retry_after = resp.headers.get("Retry-After")
-                try:
-                    retry_after_s = float(retry_after) if retry_after is not None else None
-                except ValueError:
-                    retry_after_s = None
-                text = message or raw[:200].decode(errors="replace") or resp.reason or ""
-                raise HTTPStatusFailure(resp.status, text, retry_after_s)
-        return json.loads(raw)  # a truncated body raises JSONDecodeError: transient
 
     # ---------------------------------------------------------------- public
 
@@ -512,7 +398,7 @@ class ModelClientImpl:
         from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt
 
         seed = self.decoding.seed if seed is None else seed
-        call = {"litellm": self._call_litellm, "aiohttp": self._call_aiohttp, "openai": self._call_openai}[self.transport]
+        send = self.transport.send
         t0 = time.perf_counter()
         attempts = 0
 
@@ -538,7 +424,7 @@ class ModelClientImpl:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    resp = await call(messages, seed)
+                    resp = await send(messages, seed)
                     _check_response(resp)
         except RetryError as exc:  # pragma: no cover - reraise=True hands back the last exception instead
             raise ModelCallFailed(f"{self.model}: {attempts} attempts failed") from exc
@@ -587,59 +473,14 @@ class ModelClientImpl:
             )
 
     async def aclose(self) -> None:
-        """Close the HTTP clients; those bound to another (finished) event loop are dropped."""
-        sessions, self._sessions = self._sessions, {}
-        try:
-            current = asyncio.get_running_loop()
-        except RuntimeError:
-            current = None
-        for loop, client in sessions.values():
-            if loop is not current:
-                continue
-            try:
-                await client.close()
-            except Exception:  # noqa: BLE001
-                pass
+        """Close the transport's HTTP clients (those bound to another, finished, event loop are dropped)."""
+        await self.transport.aclose()
 
 
-def make_model_client(
-    model: str,
-    *,
-    api_base: str | None,
-    decoding: DecodingConfig,
-    timeout_s: float = 600,
-    max_retries: int = 6,
-    direct: bool | None = None,
-    api_key: str | None = None,
-    backoff_initial_s: float = 1.0,
-    backoff_max_s: float = 60.0,
-    transport: str | None = None,
-    action_grammar: str | None = None,
-) -> ModelClientImpl:
-    """Build the client for a litellm model string (``openai/NAME`` + ``api_base`` for any OpenAI-compatible URL).
-
-    ``direct``: ``None`` takes the direct path for OpenAI-compatible URLs, ``True``/``False`` forces it on/off.
-    ``transport`` (``"litellm"``, ``"aiohttp"`` = the direct path, ``"openai"`` = the openai SDK) overrides both.
-    ``backoff_initial_s``/``backoff_max_s`` shape the exponential backoff (jitter up to ``backoff_initial_s``).
-    ``action_grammar``: a domain's GBNF rule for the <action> field (``Domain.action_gbnf``), used with --grammar.
-    """
+def make_model_client(model: str, **options: Any) -> ModelClientImpl:
+    """Build the client for a litellm model string (``openai/NAME`` + ``api_base`` for any OpenAI-compatible URL);
+    ``options`` are :class:`ModelClientImpl`'s (``api_base`` and ``decoding`` required). A ``local:`` model must
+    be resolved (started) first."""
     if model.startswith("local:"):
         raise ValueError(f"{model!r} must be resolved first: use harness.local_model.resolve_model()")
-    client = ModelClientImpl(
-        model,
-        api_base=api_base,
-        decoding=decoding,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        direct=direct,
-        api_key=api_key,
-        backoff_initial_s=backoff_initial_s,
-        backoff_max_s=backoff_max_s,
-        transport=transport,
-        action_grammar=action_grammar,
-    )
-    if client.transport == "litellm":
-        import litellm  # imported only when used: the direct path does without it (a multi-second import)
-
-        litellm.suppress_debug_info = True
-    return client
+    return ModelClientImpl(model, **options)

@@ -2,13 +2,16 @@
 
 Layers (as in tau2-bench): :func:`harness.loop.run_episode` runs one episode; :func:`run_specs` runs many on one
 event loop under a semaphore; :func:`run_batch` owns the run directory (:class:`harness.store.RunStore`), the
-model server/client lifetime, progress, resume and the optional worker processes.
+model server/client lifetime, progress, resume and the optional worker processes. What the processes share about
+the run is one :class:`RunContext`, built once by :func:`run_batch`.
 
 Resume: finished episode ids are skipped; an in-flight episode with a checkpoint continues from its last
-checkpointed step (the last completed step, or at most ``CHECKPOINT_INTERVAL_S`` older) when the domain supports replay (``Domain.supports_replay``), otherwise it restarts from scratch (its
-checkpoint is discarded). An episode whose model call failed after retries (``ModelCallFailed``) or that crashed
-on an unexpected error is an *infrastructure error*: it is not written, it is counted, and re-running the same
-command picks it up again.
+checkpointed step (the last completed step, or at most ``CHECKPOINT_INTERVAL_S`` older) as a
+:class:`harness.loop.Resume` when the domain supports replay (``Domain.supports_replay``), otherwise it restarts
+from scratch (its checkpoint is discarded); a checkpoint that no longer replays restarts it as planned
+(:func:`harness.loop.open_episode`). An episode whose model call failed after retries (``ModelCallFailed``) or
+that crashed on an unexpected error is an *infrastructure error*: it is not written, it is counted, and re-running
+the same command picks it up again.
 
 Workers (``workers > 1``): N processes (forked from a fork server that preloaded the harness; spawned where
 there is none), each with its own event loop, model client and its share of the ``concurrency`` slots (the total
@@ -34,9 +37,10 @@ from harness.loop import (
     EpisodeResult,
     EpisodeSpec,
     PartialEpisode,
+    Resume,
     derive_seed,
     episode_id_for,
-    recorded_steps,
+    open_episode,
     run_episode,
 )
 from harness.progress import BatchStats, EpisodeSummary, Progress
@@ -44,7 +48,7 @@ from rundir.schema import RunConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EpisodeSpec", "BatchSummary", "plan_specs", "build_domain", "run_batch", "run_specs"]
+__all__ = ["EpisodeSpec", "BatchSummary", "RunContext", "plan_specs", "build_domain", "run_batch", "run_specs"]
 
 
 #: An in-flight episode is checkpointed after its first step, then after a step only if its last checkpoint is at
@@ -125,31 +129,49 @@ class BatchSummary:
         return self.remaining == 0
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What every process that runs episodes of a batch needs, built once by :func:`run_batch` and handed to the
+    in-process loop or, pickled once, to each worker process."""
+
+    config: RunConfig
+    system_prompt: str
+    #: The agent's litellm model string and endpoint, resolved (a ``local:`` model is already serving).
+    model: str
+    api_base: str | None
+    run_dir: Path
+    #: The simulated user's model and endpoint, resolved (``config.user_model`` set), else None.
+    user_model: str | None = None
+    user_api_base: str | None = None
+    checkpoints: bool = True
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
+    #: Episodes in flight in this process: the whole ``--concurrency``, or one worker's share of it.
+    concurrency: int = 1
+
+    def domain_runtime(self) -> dict[str, Any]:
+        """The run-time facts for :meth:`domains.base.Domain.prepare_runtime`."""
+        runtime: dict[str, Any] = {"run_dir": self.run_dir}
+        if self.config.user_model:
+            runtime.update(
+                user_model=self.user_model, user_api_base=self.user_api_base, user_decoding=self.config.user_decoding
+            )
+        return runtime
+
+
 # --------------------------------------------------------------------------------------- one event loop
 
 
-@dataclass
-class _Job:
-    spec: EpisodeSpec
-    resumed: bool = False  # prefix comes from this episode's own checkpoint
-
-
 async def run_specs(
-    jobs: "list[_Job] | Callable[[], Awaitable[_Job | None]]",
+    ctx: RunContext,
+    specs: "list[EpisodeSpec] | Callable[[], Awaitable[EpisodeSpec | None]]",
     *,
     domain,
     client,
-    system_prompt: str,
-    step_budget: int,
-    concurrency: int,
-    run_dir: Path | None,
-    checkpoints: bool,
     persist: Callable[[EpisodeResult], Any],
     on_done: Callable[[Any], None] | None = None,
     on_error: Callable[[EpisodeSpec, str], None],
-    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
 ) -> None:
-    """Run jobs concurrently (at most ``concurrency`` at a time) on the current event loop.
+    """Run episodes concurrently (at most ``ctx.concurrency`` at a time) on the current event loop.
 
     File I/O never blocks the event loop: checkpoint writes and ``persist(result)`` (which appends the finished
     episode, with its fsyncs) run in one dedicated I/O thread, in submission order -- so an episode's last
@@ -164,8 +186,10 @@ async def run_specs(
 
     loop = asyncio.get_running_loop()
     io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uqh-io")
-    sem = asyncio.Semaphore(max(1, concurrency))
-    use_checkpoints = checkpoints and run_dir is not None and getattr(domain, "supports_replay", False)
+    sem = asyncio.Semaphore(max(1, ctx.concurrency))
+    use_checkpoints = ctx.checkpoints and getattr(domain, "supports_replay", False)
+    interval_s = ctx.checkpoint_interval_s
+    run_dir = ctx.run_dir
 
     encoder = CheckpointEncoder()
 
@@ -174,48 +198,28 @@ async def run_specs(
     def checkpoint(partial: PartialEpisode) -> None:
         now = time.monotonic()
         eid = partial.episode_id
-        if eid in last_write and now - last_write[eid] < checkpoint_interval_s:
+        if eid in last_write and now - last_write[eid] < interval_s:
             return  # wrote one moments ago: with fast models, at most one checkpoint per interval
         last_write[eid] = now
         data = encoder.dumps(partial)  # snapshot now; the thread only writes bytes
         io.submit(write_checkpoint_json, run_dir, partial.episode_id, data).add_done_callback(_log_io_failure)
 
-    async def one(job: _Job) -> None:
+    async def one(spec: EpisodeSpec) -> None:
         async with sem:
-            spec = job.spec
             env = None
             try:
-                env = domain.make_env(spec.task_id, episode_seed=spec.seed)
-                task_prompt = await env.reset()
-                if spec.prefix is not None and spec.prefix.steps:
-                    from domains.base import ReplayMismatch
-
-                    try:
-                        await env.replay(recorded_steps(spec.prefix.steps))
-                        # Continue the recorded conversation: a reset whose opening is sampled (Tau2's simulated
-                        # user) may differ from the recorded one, which the replayed state already holds.
-                        task_prompt = spec.prefix.task_prompt
-                    except ReplayMismatch as exc:
-                        if not job.resumed:
-                            raise
-                        log.warning("%s: checkpoint replay failed (%s); restarting the episode", spec.episode_id, exc)
-                        env.close()
-                        env = domain.make_env(spec.task_id, episode_seed=spec.seed)
-                        task_prompt = await env.reset()
-                        spec = dataclasses.replace(
-                            spec, prefix=None, prefix_steps=None, prefix_sidecar=[], started_at=None
-                        )
-                spec = dataclasses.replace(spec, task_prompt=task_prompt)
+                env, task_prompt, spec = await open_episode(domain, spec)
                 result = await run_episode(
                     env,
                     client,
                     spec=spec,
-                    system_prompt=system_prompt,
-                    step_budget=spec.step_budget or step_budget,
+                    task_prompt=task_prompt,
+                    system_prompt=ctx.system_prompt,
+                    step_budget=spec.step_budget or ctx.config.step_budget,
                     on_step=checkpoint if use_checkpoints else None,
                 )
-                if job.resumed and spec.prefix is not None:  # record that a crash split this episode
-                    result.episode.info["resumed_after_step"] = len(spec.prefix.steps)
+                if isinstance(spec.start, Resume):  # record that a crash split this episode
+                    result.episode.info["resumed_after_step"] = len(spec.start.steps)
                 cached = encoder.cached_rows(spec.episode_id)
                 if len(cached) <= len(result.sidecar):
                     result.sidecar_json_prefix = cached
@@ -237,14 +241,14 @@ async def run_specs(
                 on_done(value)
 
     async def slot(pull) -> None:
-        while (job := await pull()) is not None:
-            await one(job)
+        while (spec := await pull()) is not None:
+            await one(spec)
 
     try:
-        if callable(jobs):  # pull jobs from a shared source (worker processes): ``concurrency`` slots
-            await asyncio.gather(*(slot(jobs) for _ in range(max(1, concurrency))))
+        if callable(specs):  # pull specs from a shared source (worker processes): ``concurrency`` slots
+            await asyncio.gather(*(slot(specs) for _ in range(max(1, ctx.concurrency))))
         else:
-            await asyncio.gather(*(one(j) for j in jobs))
+            await asyncio.gather(*(one(s) for s in specs))
     finally:
         io.shutdown(wait=True)
 
@@ -298,10 +302,10 @@ def run_batch(
 
     with RunStore.open_or_create(run_dir, config, system_prompt=system_prompt, info=domain.manifest_info()) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
-        jobs = _jobs_with_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
+        todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
         stats = BatchStats(total=len(specs), already_done=finished_before)
         summary = BatchSummary(run_dir, len(specs), finished_before, stats, notes=list(store.notes))
-        if not jobs:
+        if not todo:
             return summary
 
         def persist(result: EpisodeResult) -> EpisodeSummary:  # runs in the I/O thread
@@ -323,25 +327,21 @@ def run_batch(
 
         with contextlib.ExitStack() as stack:
             model, api_base = _resolve(stack, config.model, config.api_base)
-            runtime: dict[str, Any] = {"run_dir": run_dir}
+            user_model = user_base = None
             if config.user_model:
                 user_model, user_base = _resolve(stack, config.user_model, config.user_api_base)
-                runtime.update(user_model=user_model, user_api_base=user_base, user_decoding=config.user_decoding)
-            domain.prepare_runtime(runtime)
+            ctx = RunContext(
+                config=config, system_prompt=system_prompt, model=model, api_base=api_base, run_dir=run_dir,
+                user_model=user_model, user_api_base=user_base, checkpoints=checkpoints,
+                checkpoint_interval_s=checkpoint_interval_s, concurrency=concurrency,
+            )
+            domain.prepare_runtime(ctx.domain_runtime())
             bar = stack.enter_context(Progress(stats, enabled=progress))
-            if workers == 1 or len(jobs) == 1:
+            if workers == 1 or len(todo) == 1:
                 stack.enter_context(gc_tuned())
-                asyncio.run(
-                    _run_in_process(
-                        jobs, config, domain, system_prompt, model, api_base, concurrency, run_dir, checkpoints,
-                        persist, counted, error, client_factory, checkpoint_interval_s,
-                    )
-                )
+                asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory))
             else:
-                summary.worker_cpu_s = _run_workers(
-                    jobs, config, system_prompt, model, api_base, runtime, concurrency, workers, run_dir,
-                    checkpoints, write, error, checkpoint_interval_s,
-                )
+                summary.worker_cpu_s = _run_workers(ctx, todo, workers, write, error)
         return summary
 
 
@@ -351,33 +351,25 @@ def _resolve(stack: contextlib.ExitStack, model: str, api_base: str | None) -> t
     return stack.enter_context(resolve_model(model, api_base))
 
 
-def _jobs_with_checkpoints(store, domain, specs: list[EpisodeSpec]) -> list[_Job]:
+def _resume_from_checkpoints(store, domain, specs: list[EpisodeSpec]) -> list[EpisodeSpec]:
+    """``specs`` with every episode that has a checkpoint set to :class:`Resume` from it (or, when the domain
+    cannot replay, the checkpoint deleted and the episode restarted, with a note)."""
     saved = store.load_checkpoints()
-    jobs = []
+    out = []
     for spec in specs:
         partial = saved.pop(spec.episode_id, None)
         if partial is None:
-            jobs.append(_Job(spec))
+            out.append(spec)
         elif not getattr(domain, "supports_replay", False):
             store.delete_checkpoint(spec.episode_id)
             store.notes.append(f"{spec.episode_id}: restarted (the domain cannot replay a checkpoint)")
-            jobs.append(_Job(spec))
+            out.append(spec)
         else:
-            jobs.append(
-                _Job(
-                    dataclasses.replace(
-                        spec,
-                        prefix=partial,
-                        prefix_steps=partial.prefix_steps,
-                        prefix_sidecar=list(partial.sidecar),
-                        started_at=partial.started_at,
-                    ),
-                    resumed=True,
-                )
-            )
+            restart = spec.start.restart if isinstance(spec.start, Resume) else spec.start
+            out.append(dataclasses.replace(spec, start=Resume(partial, restart=restart)))
     for stale in saved:  # checkpoints of episodes this batch does not plan
         log.info("ignoring checkpoint of unplanned episode %s", stale)
-    return jobs
+    return out
 
 
 def _make_client(model: str, api_base: str | None, config: RunConfig, client_factory):
@@ -399,26 +391,10 @@ def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary
     return ep.episode_id, line, rows, EpisodeSummary.of(ep)
 
 
-async def _run_in_process(
-    jobs, config, domain, system_prompt, model, api_base, concurrency, run_dir, checkpoints, persist, counted, error,
-    client_factory, checkpoint_interval_s,
-) -> None:
-    client = _make_client(model, api_base, config, client_factory)
+async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, error, client_factory) -> None:
+    client = _make_client(ctx.model, ctx.api_base, ctx.config, client_factory)
     try:
-        await run_specs(
-            jobs,
-            domain=domain,
-            client=client,
-            system_prompt=system_prompt,
-            step_budget=config.step_budget,
-            concurrency=concurrency,
-            run_dir=run_dir,
-            checkpoints=checkpoints,
-            persist=persist,
-            on_done=counted,
-            on_error=error,
-            checkpoint_interval_s=checkpoint_interval_s,
-        )
+        await run_specs(ctx, specs, domain=domain, client=client, persist=persist, on_done=counted, on_error=error)
     finally:
         with contextlib.suppress(Exception):
             await client.aclose()
@@ -427,29 +403,25 @@ async def _run_in_process(
 # --------------------------------------------------------------------------------------- worker processes
 
 
-def _run_workers(
-    jobs, config, system_prompt, model, api_base, runtime, concurrency, workers, run_dir, checkpoints, write, error,
-    checkpoint_interval_s,
-) -> float:
-    """Run the jobs in worker processes; return the CPU seconds the workers reported."""
-    ctx = _mp_context(_worker_preload(config, model, api_base))
-    queue = ctx.Queue()  # children -> parent: finished episodes, errors, exits
-    job_queue = ctx.Queue()  # parent -> children: jobs pulled as slots free up (dynamic load balance)
+def _run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error) -> float:
+    """Run the episodes in worker processes; return the CPU seconds the workers reported."""
+    mp_ctx = _mp_context(_worker_preload(ctx.config, ctx.model, ctx.api_base))
+    queue = mp_ctx.Queue()  # children -> parent: finished episodes, errors, exits
+    job_queue = mp_ctx.Queue()  # parent -> children: specs pulled as slots free up (dynamic load balance)
     # --concurrency is the total in flight (a provider's rate limit does not grow with --workers): split it.
     # run_batch already capped workers at concurrency.
-    workers = min(workers, len(jobs))
-    shares = [concurrency // workers + (1 if w < concurrency % workers else 0) for w in range(workers)]
-    for job in jobs:
-        job_queue.put(job)
+    workers = min(workers, len(specs))
+    total = ctx.concurrency
+    shares = [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
+    for spec in specs:
+        job_queue.put(spec)
     for _ in range(sum(shares)):  # one end marker per slot
         job_queue.put(None)
     procs = []
-    config_json = config.model_dump_json()
     for w in range(workers):
-        p = ctx.Process(
+        p = mp_ctx.Process(
             target=_worker_main,
-            args=(w, config_json, system_prompt, model, api_base, runtime, shares[w], str(run_dir), checkpoints,
-                  job_queue, queue, os.getpid(), checkpoint_interval_s, dict(os.environ)),
+            args=(w, dataclasses.replace(ctx, concurrency=shares[w]), job_queue, queue, os.getpid(), dict(os.environ)),
             daemon=True,
             name=f"uqh-worker-{w}",
         )
@@ -457,7 +429,7 @@ def _run_workers(
         procs.append(p)
     alive = set(range(workers))
     cpu_s = 0.0
-    pending = {j.spec.episode_id: j.spec for j in jobs}
+    pending = {s.episode_id: s for s in specs}
     try:
         import queue as queue_mod
 
@@ -492,7 +464,10 @@ def _run_workers(
 
 
 #: Imported once by the fork server, so each worker starts as a fork of a process that already has them.
-_WORKER_PRELOAD = ["harness", "harness.runner", "harness.store", "harness.model_client", "domains", "aiohttp", "tenacity"]
+_WORKER_PRELOAD = [
+    "harness", "harness.runner", "harness.store", "harness.model_client", "harness.transports", "domains", "aiohttp",
+    "tenacity",
+]
 
 
 def _worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[str]:
@@ -528,16 +503,14 @@ def _mp_context(preload: list[str]):
     return mp.get_context("spawn")
 
 
-def _worker_main(index, config_json, system_prompt, model, api_base, runtime, concurrency, run_dir, checkpoints,
-                 job_queue, queue, parent_pid, checkpoint_interval_s, environ=None) -> None:
+def _worker_main(index: int, ctx: RunContext, job_queue, queue, parent_pid: int, environ=None) -> None:
     if environ is not None:  # the fork server's environment is from when it started: use the parent's current one
         os.environ.clear()
         os.environ.update(environ)
     import harness  # noqa: F401 - sets LITELLM_LOCAL_MODEL_COST_MAP before litellm is imported
 
-    config = RunConfig.model_validate_json(config_json)
-    domain = build_domain(config)
-    domain.prepare_runtime(runtime)
+    domain = build_domain(ctx.config)
+    domain.prepare_runtime(ctx.domain_runtime())
 
     def done(result: EpisodeResult) -> None:  # runs in the I/O thread, after the episode's checkpoint writes
         eid, line, rows, ep_summary = _serialize(result)
@@ -561,27 +534,15 @@ def _worker_main(index, config_json, system_prompt, model, api_base, runtime, co
         from concurrent.futures import ThreadPoolExecutor
 
         watcher = asyncio.create_task(watch_parent())
-        client = _make_client(model, api_base, config, None)
+        client = _make_client(ctx.model, ctx.api_base, ctx.config, None)
         loop = asyncio.get_running_loop()
-        pullers = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="uqh-pull")
+        pullers = ThreadPoolExecutor(max_workers=max(1, ctx.concurrency), thread_name_prefix="uqh-pull")
 
-        def pull():  # each slot takes the next job from the shared queue; None ends the slot
+        def pull():  # each slot takes the next spec from the shared queue; None ends the slot
             return loop.run_in_executor(pullers, job_queue.get)
 
         try:
-            await run_specs(
-                pull,
-                domain=domain,
-                client=client,
-                system_prompt=system_prompt,
-                step_budget=config.step_budget,
-                concurrency=concurrency,
-                run_dir=Path(run_dir),
-                checkpoints=checkpoints,
-                persist=done,
-                on_error=failed,
-                checkpoint_interval_s=checkpoint_interval_s,
-            )
+            await run_specs(ctx, pull, domain=domain, client=client, persist=done, on_error=failed)
         finally:
             watcher.cancel()
             pullers.shutdown(wait=False)

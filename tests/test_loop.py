@@ -6,19 +6,23 @@ the logprob-capture tests go through the real client and the fake OpenAI-compati
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 
 import pytest
 
-from domains.arithmetic import ArithmeticDomain, make_question
-from domains.base import EnvResponse, Environment
+from domains.arithmetic import ArithmeticDomain, ArithmeticEnv, make_question
+from domains.base import EnvResponse, Environment, ReplayMismatch
 from harness.loop import (
+    Branch,
     EpisodeSpec,
+    Fresh,
+    Resume,
     build_messages,
     derive_seed,
+    open_episode,
     run_episode,
-    start_env,
 )
 from harness.model_types import Completion, ModelCallFailed
 from harness.parsing import repair_message
@@ -211,12 +215,10 @@ def test_continue_from_prefix_without_prefix_calls():
     assert first.stop_reason == StopReason.max_steps
 
     async def go():
-        env = arith_env()
-        task_prompt = await start_env(env, first)
+        spec = EpisodeSpec(episode_id="arith-0000#0@b0", task_id="arith-0000", seed=3, start=Branch(first, index=0))
+        env, task_prompt, spec = await open_episode(ArithmeticDomain(), spec)
         client = ScriptedClient([step_text("Calc[5]"), step_text(f"Finish[{ANSWER}]")])
-        spec = EpisodeSpec(episode_id="arith-0000#0@b0", task_id="arith-0000", seed=3, prefix=first,
-                           source_episode_id="arith-0000#0", branch_index=0, task_prompt=task_prompt)
-        res = await run_episode(env, client, spec=spec, system_prompt=SYSTEM, step_budget=6)
+        res = await run_episode(env, client, spec=spec, task_prompt=task_prompt, system_prompt=SYSTEM, step_budget=6)
         return client, res
 
     client, res = asyncio.run(go())
@@ -285,3 +287,145 @@ def test_no_logprobs_fault_recorded_per_call(fake_server):
     assert res.sidecar[0].tokens is None and res.sidecar[0].action_token_range is None
     assert res.sidecar[1].tokens is not None
     assert [s.attempts[0].call.has_logprobs for s in res.episode.steps] == [False, True]
+
+
+# --------------------------------------------------------------------------------------- open_episode: start modes
+
+
+class _TrackedEnv(ArithmeticEnv):
+    """The arithmetic environment, recording the actions it was stepped with and whether it was closed."""
+
+    def __init__(self, *args, reset_prompt=None):
+        super().__init__(*args)
+        self.actions: list[str] = []
+        self.closed = False
+        self.reset_prompt = reset_prompt
+
+    async def reset(self):
+        prompt = await super().reset()
+        return self.reset_prompt or prompt
+
+    async def step(self, action):
+        self.actions.append(action)
+        return await super().step(action)
+
+    def close(self):
+        self.closed = True
+
+
+class _TrackedDomain(ArithmeticDomain):
+    def __init__(self, reset_prompt=None):
+        super().__init__()
+        self.envs: list[_TrackedEnv] = []
+        self.reset_prompt = reset_prompt
+
+    def make_env(self, task_id, *, episode_seed):
+        env = _TrackedEnv(task_id, self.truncate, reset_prompt=self.reset_prompt)
+        self.envs.append(env)
+        return env
+
+
+def _censored(actions=("Calc[1+2]", "Calc[2+2]")):
+    """A max_steps episode of arith-0000 (source of branches) and the checkpoint taken after its first step."""
+    partials = []
+    res = run(arith_env(), ScriptedClient([step_text(a) for a in actions]), budget=len(actions),
+              on_step=lambda p: partials.append(p.model_copy(deep=True)))
+    assert res.episode.stop_reason == StopReason.max_steps
+    return res.episode, partials[0]
+
+
+def test_open_fresh_resets_and_replays_nothing():
+    domain = _TrackedDomain()
+    spec = EpisodeSpec("arith-0000#0", "arith-0000", seed=7)
+    env, task_prompt, opened = asyncio.run(open_episode(domain, spec))
+    assert opened == spec and env is domain.envs[0] and not env.closed
+    assert task_prompt == f"Question: {make_question('arith-0000')[0]}" and env.actions == []
+
+
+def test_open_resume_replays_the_checkpoint_and_continues_it():
+    _, partial = _censored()
+    partial = partial.model_copy(update={"started_at": "2020-01-01T00:00:00.000+00:00"})
+    domain = _TrackedDomain()
+    spec = EpisodeSpec("arith-0000#0", "arith-0000", seed=7, start=Resume(partial))
+
+    async def go():
+        env, task_prompt, opened = await open_episode(domain, spec)
+        client = ScriptedClient([step_text(f"Finish[{ANSWER}]")])
+        res = await run_episode(env, client, spec=opened, task_prompt=task_prompt, system_prompt=SYSTEM, step_budget=6)
+        return env, opened, client, res
+
+    env, opened, client, res = asyncio.run(go())
+    assert opened.start == Resume(partial) and env.actions == ["Calc[1+2]", f"Finish[{ANSWER}]"]
+    ep = res.episode
+    assert ep.steps[0] == partial.steps[0] and ep.n_steps == 2 and ep.prefix_steps == 0 and ep.outcome == 1
+    assert ep.started_at == "2020-01-01T00:00:00.000+00:00"  # the episode's own start, not the resume's
+    assert client.requests[0] == build_messages(SYSTEM, partial.task_prompt, partial.steps)
+    assert [r.t for r in res.sidecar] == [1, 2] and res.sidecar[0] == partial.sidecar[0]  # its own earlier call kept
+
+
+def test_open_resume_whose_replay_fails_restarts_fresh(caplog):
+    _, partial = _censored()
+    partial.steps[0].observation = "Result: -1"  # not what the environment says
+    domain = _TrackedDomain()
+    spec = EpisodeSpec("arith-0000#0", "arith-0000", seed=7, start=Resume(partial))
+    with caplog.at_level("WARNING", logger="harness.loop"):
+        env, task_prompt, opened = asyncio.run(open_episode(domain, spec))
+    assert opened == EpisodeSpec("arith-0000#0", "arith-0000", seed=7) and isinstance(opened.start, Fresh)
+    assert len(domain.envs) == 2 and domain.envs[0].closed and env is domain.envs[1] and not env.closed
+    assert env.actions == [] and task_prompt.startswith("Question:")
+    assert "checkpoint replay failed" in caplog.text and "arith-0000#0" in caplog.text
+
+
+def test_open_resumed_branch_whose_replay_fails_restarts_as_the_branch():
+    source, _ = _censored()
+    partials = []
+
+    async def branch_then_checkpoint():
+        spec = EpisodeSpec("arith-0000#0@b1", "arith-0000", seed=3, start=Branch(source, index=1))
+        env, prompt, spec = await open_episode(ArithmeticDomain(), spec)
+        await run_episode(env, ScriptedClient([step_text("Calc[7]")]), spec=spec, task_prompt=prompt,
+                          system_prompt=SYSTEM, step_budget=3, on_step=lambda p: partials.append(p))
+        return spec
+
+    branch = asyncio.run(branch_then_checkpoint())
+    partial = partials[0].model_copy(deep=True)
+    assert (partial.prefix_steps, partial.source_episode_id, partial.branch_index) == (2, "arith-0000#0", 1)
+    partial.steps[2].observation = "Result: 8"  # the branch's own step no longer replays
+    domain = _TrackedDomain()
+    resumed = dataclasses.replace(branch, start=Resume(partial, restart=branch.start))
+    env, task_prompt, opened = asyncio.run(open_episode(domain, resumed))
+    assert opened == branch and env.actions == ["Calc[1+2]", "Calc[2+2]"]  # the source prefix replayed again
+    assert task_prompt == source.task_prompt and domain.envs[0].closed
+
+
+def test_open_branch_replays_the_source_and_records_it():
+    source, _ = _censored()
+    domain = _TrackedDomain()
+    spec = EpisodeSpec("arith-0000#0@b0", "arith-0000", seed=3, step_budget=4, start=Branch(source))
+
+    async def go():
+        env, task_prompt, opened = await open_episode(domain, spec)
+        res = await run_episode(env, ScriptedClient([step_text(f"Finish[{ANSWER}]")]), spec=opened,
+                                task_prompt=task_prompt, system_prompt=SYSTEM, step_budget=opened.step_budget)
+        return env, opened, res
+
+    env, opened, res = asyncio.run(go())
+    assert opened == spec and env.actions == ["Calc[1+2]", "Calc[2+2]", f"Finish[{ANSWER}]"]
+    ep = res.episode
+    assert (ep.source_episode_id, ep.branch_index, ep.prefix_steps, ep.step_budget) == ("arith-0000#0", 0, 2, 4)
+    assert ep.steps[:2] == source.steps and [r.t for r in res.sidecar] == [3]  # the source's calls are not its own
+
+
+@pytest.mark.parametrize("tamper", ["observation", "task_prompt"])
+def test_open_branch_that_does_not_replay_raises_and_closes(tamper):
+    source, _ = _censored()
+    reset_prompt = None
+    if tamper == "observation":
+        source.steps[1].observation = "Result: 5"
+    else:
+        reset_prompt = "Question: something else"  # the default replay must reproduce the recorded reset too
+    domain = _TrackedDomain(reset_prompt=reset_prompt)
+    spec = EpisodeSpec("arith-0000#0@b0", "arith-0000", seed=3, start=Branch(source))
+    with pytest.raises(ReplayMismatch, match="step 2" if tamper == "observation" else "task prompt differs"):
+        asyncio.run(open_episode(domain, spec))
+    assert len(domain.envs) == 1 and domain.envs[0].closed

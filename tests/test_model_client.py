@@ -336,11 +336,12 @@ def test_all_transports_give_the_same_completion(fake_server):
 def test_transport_choice():
     dec = DecodingConfig()
     url = "http://127.0.0.1:1/v1"
-    assert make_model_client("openai/x", api_base=url, decoding=dec).transport == "aiohttp"
-    assert make_model_client("openai/x", api_base=url, decoding=dec, direct=False).transport == "litellm"
-    assert make_model_client("openai/x", api_base=url, decoding=dec, transport="openai").direct is True
-    assert make_model_client("openai/x", api_base=None, decoding=dec).transport == "litellm"
-    assert make_model_client("openrouter/google/gemma-4-31b-it", api_base=None, decoding=dec).direct is False
+    assert make_model_client("openai/x", api_base=url, decoding=dec).transport.name == "aiohttp"
+    assert make_model_client("openai/x", api_base=url, decoding=dec, direct=False).transport.name == "litellm"
+    assert make_model_client("openai/x", api_base=url, decoding=dec, transport="openai").transport.name == "openai"
+    assert make_model_client("openai/x", api_base=None, decoding=dec).transport.name == "litellm"
+    openrouter = make_model_client("openrouter/google/gemma-4-31b-it", api_base=None, decoding=dec)
+    assert openrouter.transport.name == "litellm"
     with pytest.raises(ValueError, match="resolve_model"):
         make_model_client("local:smollm2", api_base=None, decoding=dec)
     with pytest.raises(ValueError, match="direct path"):
@@ -512,3 +513,71 @@ def test_provider_reported_cost_is_used(fake_server, transport):
     with fake_server(STEP, usage_cost=0.00078) as srv:
         c = _complete(_client(srv, transport, model="openai/not-a-priced-model-xyz"))
     assert c.call.cost_usd == pytest.approx(0.00078)
+
+
+# ------------------------------------------------------------------------------------- a plugged-in transport
+
+
+class CannedTransport:
+    """A transport written against the protocol only: answers from a list of outcomes (an exception is raised,
+    anything else returned as the response body) and records what it was sent."""
+
+    def __init__(self, outcomes):
+        self.outcomes = list(outcomes)
+        self.sent: list[tuple[list[dict], int | None]] = []
+        self.closed = False
+
+    async def send(self, messages, seed):
+        self.sent.append((messages, seed))
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def aclose(self):
+        self.closed = True
+
+
+def _body(text: str, *, logprobs: bool = True, cost: float | None = None) -> dict:
+    """An OpenAI-shaped chat completion of ``text`` (tokens as the fake server makes them)."""
+    content = None
+    if logprobs:
+        content = [
+            {"token": t, "logprob": top_logprobs_for(t)[0][1],
+             "top_logprobs": [{"token": a, "logprob": lp} for a, lp in top_logprobs_for(t)]}
+            for t in tokenize(text)
+        ]
+    usage = {"prompt_tokens": 11, "completion_tokens": len(tokenize(text)), "total_tokens": 11 + len(tokenize(text))}
+    if cost is not None:
+        usage["cost"] = cost
+    return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop",
+                         "logprobs": {"content": content} if content else None}], "usage": usage}
+
+
+def test_a_new_transport_plugs_in_without_touching_the_client():
+    """Retries, checks, logprob conversion and accounting are the client's, whatever the transport."""
+    from harness.model_client import HTTPStatusFailure
+
+    transport = CannedTransport([ConnectionError("reset"), {"choices": []}, _body(STEP, cost=0.002)])
+    client = make_model_client("my-provider/model", api_base=None, decoding=DecodingConfig(top_logprobs=3),
+                               transport=transport, backoff_initial_s=0.001, backoff_max_s=0.01)
+    c = _complete(client, seed=9)
+    assert client.transport is transport and transport.closed
+    assert transport.sent == [(MESSAGES, 9)] * 3  # two transient failures retried with the same request
+    assert c.text == STEP and c.call.retries == 2 and c.call.seed == 9 and c.call.cost_usd == pytest.approx(0.002)
+    assert c.call.model == "my-provider/model" and c.call.finish_reason == "stop" and c.call.has_logprobs
+    assert [t.token for t in c.tokens] == tokenize(STEP) and all(len(t.top_logprobs) == 3 for t in c.tokens)
+    assert [(a.token, a.logprob) for a in c.tokens[0].top_logprobs] == top_logprobs_for(c.tokens[0].token)[:3]
+    assert c.call.usage.prompt_tokens == 11 and c.call.usage.completion_tokens == len(tokenize(STEP))
+
+    secret = "sk-plugged-in-0123456789"
+    fatal = CannedTransport([HTTPStatusFailure(401, f"bad key {secret}"), _body(STEP)])
+    client = make_model_client("my-provider/model", api_base=None, decoding=DecodingConfig(), transport=fatal,
+                               api_key=secret, backoff_initial_s=5.0)
+    with pytest.raises(ModelCallFailed, match="not retryable") as exc:
+        _complete(client)
+    assert len(fatal.sent) == 1 and secret not in str(exc.value)  # not retried, key redacted
+
+    bare = CannedTransport([_body("no logprobs here", logprobs=False)])
+    c = _complete(make_model_client("my-provider/model", api_base=None, decoding=DecodingConfig(), transport=bare))
+    assert c.tokens is None and c.call.has_logprobs is False and c.call.cost_usd is None
