@@ -10,9 +10,13 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal, TypedDict
 
-from rundir.schema import StopReason
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
+
+from rundir.errors import UserError
+from rundir.schema import DecodingConfig, StopReason
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
@@ -54,6 +58,103 @@ class RecordedStep:
     action: str
     observation: str
     info: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------- domain options
+
+
+def _no_bool(value: Any) -> Any:
+    # pydantic's lax int accepts True as 1; an option given as `true` where a count is expected is a mistake.
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+#: Option types shared by the domains; :func:`option_error` words their errors ("a positive integer").
+PositiveInt = Annotated[int, Field(gt=0), BeforeValidator(_no_bool)]
+NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_no_bool)]
+
+
+def option_field(default: Any = None, *, description: str, flag: str | None = None,
+                 path: Literal["input", "cache"] | None = None) -> Any:
+    """A domain option field. ``flag``: the `uqh run` flag that is an alias of the option (named in its errors);
+    ``path``: the value is a filesystem path, made absolute by the build layer -- ``input`` must exist, ``cache``
+    is a directory created on demand."""
+    extra: dict[str, Any] = {}
+    if flag:
+        extra["flag"] = flag
+    if path:
+        extra["path"] = path
+    return Field(default, description=description, json_schema_extra=extra or None)
+
+
+class DomainOptions(BaseModel):
+    """A domain's options (``RunConfig.domain_options``), validated when the domain is built.
+
+    Subclasses declare every option as a field with a description and a default; unknown keys are refused.
+    ``RunConfig.domain_options`` keeps only the options that were set explicitly (defaults stay out of the config
+    hash, so adding an option with a default does not change the hash of existing run directories).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+    split: str | None = option_field(
+        description="dataset split: a run setting (RunConfig.split), given with --split, not -D", flag="--split")
+
+    @classmethod
+    def path_kinds(cls) -> dict[str, str]:
+        """Option name -> ``input`` / ``cache`` for the options that are filesystem paths."""
+        return {name: (f.json_schema_extra or {})["path"] for name, f in cls.model_fields.items()
+                if isinstance(f.json_schema_extra, dict) and "path" in f.json_schema_extra}
+
+    @classmethod
+    def label(cls, key: str, domain: str) -> str:
+        """How errors name an option: its `uqh run` flag when it has one, else ``<domain> option <key>``."""
+        f = cls.model_fields.get(key)
+        extra = f.json_schema_extra if f is not None and isinstance(f.json_schema_extra, dict) else {}
+        return extra.get("flag") or f"{domain} option {key}"
+
+
+def _expected(options_cls: type[DomainOptions], key: str, error: dict[str, Any]) -> str:
+    """What a valid value of option ``key`` is, in words, read from the options' JSON schema."""
+    if error["type"] == "literal_error":
+        return error["ctx"]["expected"]
+    prop = options_cls.model_json_schema()["properties"].get(key, {})
+    kinds = [k for k in prop.get("anyOf", [prop]) if k.get("type") != "null"]
+    if len(kinds) == 1:
+        kind = kinds[0]
+        if kind.get("type") == "integer":
+            if kind.get("exclusiveMinimum") == 0:
+                return "a positive integer"
+            return f"an integer >= {kind['minimum']}" if "minimum" in kind else "an integer"
+        if kind.get("type") == "boolean":
+            return "true or false"
+    msg = error["msg"]
+    return msg[len("Input should be "):] if msg.startswith("Input should be ") else msg
+
+
+def option_error(domain: str, options_cls: type[DomainOptions], exc: ValidationError, template: str) -> str:
+    """One line for a ValidationError of domain options: the unknown keys and the known ones (``template``), or
+    the first bad value and what it must be."""
+    errors = exc.errors()
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+    if unknown:
+        return template.format(domain=domain, unknown=", ".join(unknown), known=", ".join(options_cls.model_fields))
+    error = errors[0]
+    if error["type"] == "value_error":  # a model validator's own message (e.g. options that need each other)
+        return str(error["ctx"]["error"])
+    key = str(error["loc"][0]) if error["loc"] else ""
+    return f"{options_cls.label(key, domain)} must be {_expected(options_cls, key, error)}, got {error['input']!r}"
+
+
+class Runtime(TypedDict, total=False):
+    """Run-time facts the runner hands to :meth:`Domain.prepare_runtime` (not part of the config hash)."""
+
+    run_dir: Path
+    #: a resolved litellm model string of the simulated user (e.g. a local:smollm2 server on a free port)
+    user_model: str
+    user_api_base: str | None
+    user_decoding: DecodingConfig | None
 
 
 class Environment(abc.ABC):
@@ -102,10 +203,30 @@ class Domain(abc.ABC):
     #: The observation cut `uqh run` records when --observation-chars is not given; None for a domain that shows
     #: observations whole (it ignores ``observation_chars``), so the manifest says what the domain does.
     default_observation_chars: ClassVar[int | None] = 420
+    #: The domain's options: ``domain_options`` are validated against it when the domain is built.
+    Options: ClassVar[type[DomainOptions]] = DomainOptions
+    #: How an unknown option is reported (``{domain}``, ``{unknown}``, ``{known}``).
+    unknown_options_message: ClassVar[str] = "unknown {domain} option(s) {unknown}; known: {known}"
+    #: `uqh run` refuses to start without --user-model (the domain simulates a user with a model).
+    needs_user_model: ClassVar[bool] = False
+    #: The :class:`Runtime` keys the domain reads (from :meth:`prepare_runtime`) besides ``run_dir``.
+    runtime_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
         self.options: dict[str, Any] = dict(options or {})
+        self.settings = self.parse_options(self.options)
         self.observation_chars = observation_chars
+        self.runtime: Runtime = {}
+
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> DomainOptions:
+        """The typed options (defaults filled in) from a ``domain_options`` dict; a None value means unset.
+        Raises UserError (one line) for an unknown key or a bad value."""
+        given = {k: v for k, v in options.items() if v is not None}
+        try:
+            return cls.Options.model_validate(given)
+        except ValidationError as exc:
+            raise UserError(option_error(cls.name, cls.Options, exc, cls.unknown_options_message)) from None
 
     @abc.abstractmethod
     def all_task_ids(self) -> list[str]:
@@ -123,14 +244,10 @@ class Domain(abc.ABC):
     def make_env(self, task_id: str, *, episode_seed: int) -> Environment:
         """A fresh environment for one episode of ``task_id``."""
 
-    def prepare_runtime(self, runtime: dict[str, Any]) -> None:
-        """Receive run-time facts that are not part of the config hash, before any env is made.
-
-        Keys the runner may pass: ``user_model`` / ``user_api_base`` (a resolved litellm model string and
-        endpoint for a simulated user, e.g. when ``local:smollm2`` was started on a free port),
-        ``user_decoding`` (DecodingConfig), ``run_dir`` (Path).
-        """
-        self.runtime = dict(runtime)
+    def prepare_runtime(self, runtime: Runtime) -> None:
+        """Receive run-time facts that are not part of the config hash (:class:`Runtime`), before any env is
+        made; the keys a domain reads are its ``runtime_keys``."""
+        self.runtime = Runtime(**runtime)
 
     def manifest_info(self) -> dict[str, Any]:
         """Extra facts for the manifest (corpus, goals file hash, data source...)."""

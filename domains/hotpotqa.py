@@ -15,8 +15,8 @@ from typing import Any
 from rundir.errors import UserError
 
 from . import register_domain
-from .base import EnvResponse, InvalidAction
-from .qa_common import QADomain, QATask
+from .base import EnvResponse, InvalidAction, PositiveInt, option_field
+from .qa_common import QADomain, QAOptions, QATask
 from .retrieval import Paragraph, dedupe
 
 CONTEXT_CORPUS_LABEL = "hotpotqa-context-union"
@@ -64,13 +64,17 @@ def context_paragraphs(rows: list[dict[str, Any]]) -> list[Paragraph]:
     return dedupe(out)
 
 
+class HotpotQAOptions(QAOptions):
+    top_k: PositiveInt = option_field(5, description="passages a Search returns (Table 16: 5)", flag="--top-k")
+
+
 @register_domain("hotpotqa")
 class HotpotQADomain(QADomain):
     prompt_file = "hotpotqa.txt"
     default_step_budget = 7
     action_gbnf = '("Search[" | "Lookup[" | "Finish[") [^\\]<\\n]{1,120} "]"'
     default_split = "validation"
-    default_top_k = 5
+    Options = HotpotQAOptions
     hub_name = "hotpotqa/hotpot_qa"
     hub_config = "fullwiki"
     data_subdir = "hotpotqa"

@@ -14,11 +14,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
+
+from pydantic import model_validator
 
 from rundir.errors import UserError
 
-from .base import Domain, EnvResponse, Environment, InvalidAction
+from .base import Domain, DomainOptions, EnvResponse, Environment, InvalidAction, PositiveInt, option_field
 from .retrieval import (
     REPO_ROOT,
     Bm25Retriever,
@@ -31,7 +33,6 @@ from .retrieval import (
 
 log = logging.getLogger(__name__)
 
-KNOWN_OPTIONS = ("data", "split", "retrieval", "es_url", "es_index", "top_k", "corpus", "index_dir")
 _warned: set[str] = set()
 
 
@@ -146,17 +147,28 @@ def load_rows(source: DataSource) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------- options
 
 
-def _int_option(options: dict[str, Any], key: str, default: int) -> int:
-    value = options.get(key)
-    if value is None:
-        return default
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise UserError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}") from None
-    if out < 1:
-        raise UserError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}")
-    return out
+class QAOptions(DomainOptions):
+    """Options of the retrieval QA domains (``uqh run`` has a flag for each; ``-D key=value`` works too)."""
+
+    data: str | None = option_field(
+        description="local data: a JSON/JSONL file or a directory holding one; default: $UQH_SHARED_DATA, then "
+        "../shared/data, then the Hugging Face hub", flag="--data", path="input")
+    retrieval: Literal["bm25", "es"] = option_field(
+        "bm25", description="retriever: bm25 (bm25s, in process) or es (Elasticsearch)", flag="--retrieval")
+    es_url: str | None = option_field(description="Elasticsearch URL (with retrieval es)", flag="--es-url")
+    es_index: str | None = option_field(description="Elasticsearch index (with retrieval es)", flag="--es-index")
+    top_k: PositiveInt = option_field(5, description="passages a Search returns", flag="--top-k")
+    corpus: str | None = option_field(
+        description="corpus JSONL {title, text}; default: the domain's own corpus", flag="--corpus", path="input")
+    index_dir: str | None = option_field(
+        description="bm25s index directory, reused or built there (not part of the config hash)",
+        flag="--index-dir", path="cache")
+
+    @model_validator(mode="after")
+    def _es_needs_url_and_index(self) -> "QAOptions":
+        if self.retrieval == "es" and not (self.es_url and self.es_index):
+            raise ValueError("--retrieval es needs --es-url URL and --es-index NAME (build it with `uqh index --backend es`)")
+        return self
 
 
 @dataclass
@@ -170,7 +182,7 @@ class QATask:
 class QADomain(Domain):
     """Shared domain logic. Subclasses define data loading, the default corpus and the Finish rule."""
 
-    default_top_k: ClassVar[int]
+    Options: ClassVar[type[QAOptions]] = QAOptions
     hub_name: ClassVar[str]
     hub_config: ClassVar[str | None] = None
     data_subdir: ClassVar[str]
@@ -179,22 +191,15 @@ class QADomain(Domain):
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
         super().__init__(options, observation_chars=observation_chars)
-        opts = {k: v for k, v in self.options.items() if v is not None}
-        unknown = sorted(set(opts) - set(KNOWN_OPTIONS))
-        if unknown:
-            raise UserError(f"unknown {self.name} option(s) {', '.join(unknown)}; known: {', '.join(KNOWN_OPTIONS)}")
-        self.retrieval = str(opts.get("retrieval", "bm25"))
-        if self.retrieval not in ("bm25", "es"):
-            raise UserError(f"--retrieval must be 'bm25' or 'es', got {self.retrieval!r}")
-        self.top_k = _int_option(opts, "top_k", self.default_top_k)
-        self.es_url = opts.get("es_url")
-        self.es_index = opts.get("es_index")
+        opts: QAOptions = self.settings
+        self.retrieval = opts.retrieval
+        self.top_k = opts.top_k
+        self.es_url = opts.es_url
+        self.es_index = opts.es_index
         if self.retrieval == "es":
-            if not self.es_url or not self.es_index:
-                raise UserError("--retrieval es needs --es-url URL and --es-index NAME (build it with `uqh index --backend es`)")
             check_es_url(str(self.es_url))
-        self.corpus_path = opts.get("corpus")
-        self.index_dir = opts.get("index_dir")
+        self.corpus_path = opts.corpus
+        self.index_dir = opts.index_dir
         self._source: DataSource | None = None
         self._tasks: dict[str, QATask] | None = None
         self._retriever: Retriever | None = None
@@ -206,12 +211,12 @@ class QADomain(Domain):
     def source(self) -> DataSource:
         if self._source is None:
             self._source = resolve_data_source(
-                self.options.get("data"),
+                self.settings.data,
                 subdir=self.data_subdir,
                 preferred=self.preferred_files,
                 hub=self.hub_name,
                 config=self.hub_config,
-                split=str(self.options.get("split") or self.default_split or "train"),
+                split=str(self.settings.split or self.default_split or "train"),
             )
         return self._source
 

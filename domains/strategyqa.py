@@ -10,8 +10,8 @@ from typing import Any
 from rundir.errors import UserError
 
 from . import register_domain
-from .base import EnvResponse, InvalidAction
-from .qa_common import QADomain, QATask, warn_once
+from .base import EnvResponse, InvalidAction, PositiveInt, option_field
+from .qa_common import QADomain, QAOptions, QATask, warn_once
 from .retrieval import Paragraph, dedupe
 
 FALLBACK_CORPUS_LABEL = "fallback-facts"
@@ -42,13 +42,17 @@ def parse_yes_no(answer: str) -> bool:
     raise InvalidAction(f"the StrategyQA answer must be exactly yes or no, got {answer[:60]!r}; use Finish[yes] or Finish[no]")
 
 
+class StrategyQAOptions(QAOptions):
+    top_k: PositiveInt = option_field(3, description="passages a Search returns (Table 16: 3)", flag="--top-k")
+
+
 @register_domain("strategyqa")
 class StrategyQADomain(QADomain):
     prompt_file = "strategyqa.txt"
     default_step_budget = 16
     action_gbnf = '("Search[" | "Lookup[") [^\\]<\\n]{1,120} "]" | "Finish[yes]" | "Finish[no]"'
     default_split = "test"
-    default_top_k = 3
+    Options = StrategyQAOptions
     hub_name = "wics/strategy-qa"
     hub_config = None
     data_subdir = "strategyqa"

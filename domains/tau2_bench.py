@@ -57,12 +57,15 @@ from rundir.schema import DecodingConfig, StopReason
 from . import register_domain
 from .base import (
     Domain,
+    DomainOptions,
     Environment,
     EnvironmentUnavailable,
     EnvResponse,
     InvalidAction,
+    PositiveInt,
     RecordedStep,
     ReplayMismatch,
+    option_field,
 )
 
 GREETING = "Hi! How can I help you today?"  # tau2.orchestrator.orchestrator.DEFAULT_FIRST_AGENT_MESSAGE
@@ -70,7 +73,6 @@ STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE#
 
 DEFAULT_MAX_HOPS = 120  # the paper's environment cap (Appendix K, Table 16), tau2's ``max_steps``
 DEFAULT_MAX_ERRORS = 10  # tau2.config.DEFAULT_MAX_ERRORS
-KNOWN_OPTIONS = {"split", "max_hops", "max_errors", "native_user_stops", "user_api_base"}
 
 _TOOL_RE = re.compile(r"\ATool\[\s*(?P<name>[^,\[\]\s]+)\s*,\s*(?P<args>.*)\]\Z", re.DOTALL)
 _TOOL_NOARGS_RE = re.compile(r"\ATool\[\s*(?P<name>[^,\[\]\s]+)\s*\]\Z", re.DOTALL)
@@ -547,6 +549,19 @@ def count_hops_and_errors(messages: list[Any]) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------- domains
 
 
+class Tau2Options(DomainOptions):
+    """Tau2's options; ``split`` is one of tau2's task splits (``base`` by default), checked when tasks load."""
+
+    max_hops: PositiveInt = option_field(
+        DEFAULT_MAX_HOPS, description="environment cap on orchestrator hops (tau2's max_steps; Table 16: 120)")
+    max_errors: PositiveInt = option_field(
+        DEFAULT_MAX_ERRORS, description="tool errors that end the episode (tau2's max_errors)")
+    native_user_stops: bool = option_field(
+        False, description="treat ###TRANSFER### / ###OUT-OF-SCOPE### as tau2 does (a clean, evaluated user stop)")
+    user_api_base: str | None = option_field(
+        description="older way to give the user simulator's endpoint; prefer --user-api-base (RunConfig.user_api_base)")
+
+
 class _Tau2Domain(Domain):
     tau2_domain: ClassVar[str]
     prompt_file = "tau2.txt"
@@ -557,41 +572,21 @@ class _Tau2Domain(Domain):
         '"Tool[" [a-z_]{1,40} ", {" [^<\\n]{0,200} "}]" | "Respond[\\"" [^"<\\n]{1,200} "\\"]"'
     )
     needs_user_model: ClassVar[bool] = True  # `uqh run` refuses to start without --user-model
+    runtime_keys: ClassVar[frozenset[str]] = frozenset({"user_model", "user_api_base", "user_decoding"})
+    Options = Tau2Options
+    unknown_options_message: ClassVar[str] = "unknown option(s) for {domain}: {unknown}; known: {known}"
     default_observation_chars: ClassVar[int | None] = None  # observations are never cut (see __init__)
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = None):
         # Tau2 observations (tool JSON, user replies) are never truncated: the policy depends on every field.
         super().__init__(options, observation_chars=None)
-        unknown = set(self.options) - KNOWN_OPTIONS
-        if unknown:
-            raise UserError(
-                f"unknown option(s) for {self.name}: {', '.join(sorted(unknown))}; known: {', '.join(sorted(KNOWN_OPTIONS))}"
-            )
-        self.split = str(self.options.get("split") or self.default_split)
-        self.max_hops = self._positive_int("max_hops", DEFAULT_MAX_HOPS)
-        self.max_errors = self._positive_int("max_errors", DEFAULT_MAX_ERRORS)
-        nus = self.options.get("native_user_stops", False)
-        if not isinstance(nus, bool):
-            if str(nus).lower() in ("true", "1", "yes"):
-                nus = True
-            elif str(nus).lower() in ("false", "0", "no"):
-                nus = False
-            else:
-                raise UserError(f"option native_user_stops must be true or false, got {nus!r}")
-        self.native_user_stops = nus
-        self.runtime: dict[str, Any] = {}
+        opts: Tau2Options = self.settings
+        self.split = str(opts.split or self.default_split)
+        self.max_hops = opts.max_hops
+        self.max_errors = opts.max_errors
+        self.native_user_stops = opts.native_user_stops
         self._tasks: dict[str, Any] | None = None
         self._policy_tools: tuple[str, list[Any]] | None = None
-
-    def _positive_int(self, key: str, default: int) -> int:
-        v = self.options.get(key, default)
-        try:
-            iv = int(v)
-        except (TypeError, ValueError):
-            raise UserError(f"option {key} must be a positive integer, got {v!r}") from None
-        if iv <= 0 or str(iv) != str(v).strip():
-            raise UserError(f"option {key} must be a positive integer, got {v!r}")
-        return iv
 
     # ------------------------------------------------------------------ tasks and prompt
 
@@ -634,7 +629,7 @@ class _Tau2Domain(Domain):
 
     @property
     def user_model(self) -> str:
-        model = (getattr(self, "runtime", None) or {}).get("user_model")
+        model = self.runtime.get("user_model")
         if not model:
             raise UserError(f"{self.name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
         return model
@@ -644,7 +639,7 @@ class _Tau2Domain(Domain):
 
         No logprobs are requested: user-side tokens are not the agent's and never reach the agent sidecar.
         """
-        rt = getattr(self, "runtime", None) or {}
+        rt = self.runtime
         dec = rt.get("user_decoding")
         if isinstance(dec, dict):
             dec = DecodingConfig.model_validate(dec)
@@ -664,7 +659,7 @@ class _Tau2Domain(Domain):
         # --user-api-base URL`) for an API user model served elsewhere (e.g. vLLM with Qwen 2.5 7B Instruct, as in
         # the paper). The older domain option user_api_base is the fallback; without either, litellm reads the
         # environment (OPENAI_API_BASE).
-        api_base = rt.get("user_api_base") or self.options.get("user_api_base")
+        api_base = rt.get("user_api_base") or self.settings.user_api_base
         if api_base:
             args["api_base"] = api_base
             import os

@@ -92,19 +92,20 @@ def continuation_config(
     if extra_steps < 1:
         raise UserError("--extra-steps must be at least 1")
     cfg = source.config
-    data = cfg.model_dump()
-    data["task_ids"] = list(dict.fromkeys(ep.task_id for ep in prefixes))
-    data["step_budget"] = cfg.step_budget + extra_steps
-    if api_base is not None:
-        data["api_base"] = api_base
-    data["continuation"] = {
-        "source_run_dir": str(Path(source_run_dir).resolve()),
-        "source_config_hash": source.config_hash,
-        "branches": branches,
-        "extra_steps": extra_steps,
-        "prefix_ids": [ep.episode_id for ep in prefixes],
+    update: dict[str, Any] = {
+        "task_ids": list(dict.fromkeys(ep.task_id for ep in prefixes)),
+        "step_budget": cfg.step_budget + extra_steps,
+        "continuation": {
+            "source_run_dir": str(Path(source_run_dir).resolve()),
+            "source_config_hash": source.config_hash,
+            "branches": branches,
+            "extra_steps": extra_steps,
+            "prefix_ids": [ep.episode_id for ep in prefixes],
+        },
     }
-    return RunConfig.model_validate(data)
+    if api_base is not None:
+        update["api_base"] = api_base
+    return cfg.model_copy(update=update, deep=True)
 
 
 def branch_seed(run_seed: int, source_episode_id: str, branch_index: int) -> int:

@@ -1,8 +1,10 @@
 """The paper's run configurations as data (Appendix K, Tables 15-16), and the dry-run plan for each.
 
-``uqh run --preset NAME`` takes its run options from :func:`get_preset`; ``--dry-run`` prints
-:func:`plan` and calls no model. Every preset value can be overridden on the command line (the model
-especially: ``--model``).
+A :class:`Preset` is a typed partial :class:`rundir.schema.RunConfig` (same field names) plus metadata (name,
+description, the paper's task count, the run directory). ``uqh run --preset NAME`` resolves it with the command
+line's overrides through :func:`harness.build.resolve_config`; ``--dry-run`` prints :func:`plan` (the same
+:func:`harness.build.draft`, then the domain asked offline for its tasks) and calls no model. Every preset value
+can be overridden on the command line (the model especially: ``--model``).
 
 Shared decoding (Table 15): temperature 0.2, top_p 1.0, top_logprobs 5, max completion tokens 64,000,
 reasoning enabled, seed 42. Per dataset (Table 16 and Appendix G): StrategyQA full split, budget 16,
@@ -15,15 +17,19 @@ This module imports nothing heavy: listing and planning must work offline and fa
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from rundir.errors import UserError
+from rundir.schema import DecodingConfig, RunConfig
+
+if TYPE_CHECKING:
+    from harness.build import RunOverrides
 
 PAPER_MODEL = "openrouter/google/gemma-4-31b-it"
 PAPER_USER_MODEL = "openrouter/qwen/qwen-2.5-7b-instruct"
@@ -54,7 +60,32 @@ PAPER_USER_DECODING: dict[str, Any] = {
 }
 
 
+class Preset(BaseModel):
+    """A paper run configuration: the RunConfig fields it sets (same names and types) and its metadata."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str
+    expected_tasks: int = Field(description="the paper's task count, used when the domain cannot list tasks offline")
+    out: str = Field(description="run directory (relative to the working directory)")
+    domain: str
+    split: str | None = None
+    n_tasks: int | None = Field(description="the first/sampled N tasks; None: every task of the split")
+    samples_per_task: int = 1
+    model: str = PAPER_MODEL
+    api_base: str | None = None
+    decoding: DecodingConfig = Field(description="only the fields set here override the defaults")
+    step_budget: int
+    observation_chars: int | None = OBSERVATION_CHARS
+    domain_options: dict[str, Any] = {}
+    user_model: str | None = None
+    user_decoding: DecodingConfig | None = None
+    user_api_base: str | None = None
+
+
 def _preset(
+    name: str,
     *,
     domain: str,
     n_tasks: int | None,
@@ -64,30 +95,27 @@ def _preset(
     domain_options: dict[str, Any] | None = None,
     user_model: str | None = None,
     expected_tasks: int,
-) -> dict[str, Any]:
-    return {
-        "domain": domain,
-        "split": split,
-        "n_tasks": n_tasks,  # None = every task of the split
-        "samples_per_task": 1,
-        "model": PAPER_MODEL,
-        "api_base": None,
-        "decoding": dict(PAPER_DECODING),
-        "step_budget": step_budget,
-        "observation_chars": OBSERVATION_CHARS,
-        "domain_options": dict(domain_options or {}),
-        "user_model": user_model,
-        "user_decoding": dict(PAPER_USER_DECODING) if user_model else None,
-        "seed": PAPER_SEED,
-        "out": f"runs/paper-{domain}",
-        "expected_tasks": expected_tasks,  # the paper's count, used when the domain cannot list tasks offline
-        "description": description,
-    }
+) -> Preset:
+    return Preset(
+        name=name,
+        description=description,
+        expected_tasks=expected_tasks,
+        out=f"runs/paper-{domain}",
+        domain=domain,
+        split=split,
+        n_tasks=n_tasks,
+        decoding=DecodingConfig(**PAPER_DECODING),
+        step_budget=step_budget,
+        domain_options=dict(domain_options or {}),
+        user_model=user_model,
+        user_decoding=DecodingConfig(**PAPER_USER_DECODING) if user_model else None,
+    )
 
 
-#: Preset name -> run options. ``uqh run --preset`` maps these onto RunConfig / run_batch arguments.
-PRESETS: dict[str, dict[str, Any]] = {
+#: Preset name -> preset. ``uqh run --preset`` resolves one with the command line's overrides (harness.build).
+PRESETS: dict[str, Preset] = {
     "paper-strategyqa": _preset(
+        "paper-strategyqa",
         domain="strategyqa",
         n_tasks=None,
         step_budget=16,
@@ -96,6 +124,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         description="StrategyQA, full wics/strategy-qa test split (2,290 questions), budget 16, top-k 3",
     ),
     "paper-hotpotqa": _preset(
+        "paper-hotpotqa",
         domain="hotpotqa",
         n_tasks=2_000,
         step_budget=7,
@@ -105,6 +134,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     **{
         f"paper-tau2-{d}": _preset(
+            f"paper-tau2-{d}",
             domain=f"tau2-{d}",
             split="base",
             n_tasks=None,
@@ -117,6 +147,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         for d, n in (("airline", 50), ("retail", 114), ("telecom", 114))
     },
     "paper-webshop": _preset(
+        "paper-webshop",
         domain="webshop",
         n_tasks=500,
         step_budget=30,
@@ -150,10 +181,10 @@ def preset_names() -> list[str]:
     return sorted(PRESETS) + sorted(PRESET_GROUPS)
 
 
-def get_preset(name: str) -> dict[str, Any]:
-    """A deep copy of the preset's run options (safe to modify)."""
+def get_preset(name: str) -> Preset:
+    """The preset (a deep copy: its option dicts are safe to modify)."""
     try:
-        return copy.deepcopy(PRESETS[name])
+        return PRESETS[name].model_copy(deep=True)
     except KeyError:
         hint = f" (a group: run each of {', '.join(PRESET_GROUPS[name])})" if name in PRESET_GROUPS else ""
         raise UserError(f"unknown preset {name!r}{hint}; choose one of: {', '.join(sorted(PRESETS))}") from None
@@ -200,44 +231,29 @@ def _offline_datasets():
 _INSPECTED: dict[str, tuple[int, str, int | None]] = {}
 
 
-def _observation_chars(opts: dict[str, Any]) -> int | None:
-    """The preset's cut, or None when the domain does not cut observations (``Domain.default_observation_chars``)."""
-    from domains import get_domain_class
-
-    try:
-        cls = get_domain_class(opts["domain"])
-    except Exception:  # noqa: BLE001 - an unknown domain is reported by the plan itself
-        return opts["observation_chars"]
-    return None if cls.default_observation_chars is None else opts["observation_chars"]
-
-
-def _inspect_domain(opts: dict[str, Any]) -> tuple[int, str, int | None]:
+def _inspect_domain(config: RunConfig, n_tasks: int | None, expected_tasks: int) -> tuple[int, str, int | None]:
     """(tasks, where the count comes from, system prompt chars or None).
 
-    Tasks and prompt are asked of the domain when it can list them offline, else the paper's count is used.
-    Cached per process (a group plan lists every domain once).
+    Tasks and prompt are asked of the domain (built by :func:`harness.build.build_domain`) when it can list them
+    offline, else the configured count (or the paper's) is used. Cached per process (a group plan lists every
+    domain once).
     """
-    key = json.dumps([opts["domain"], opts.get("split"), opts["domain_options"], opts["n_tasks"], opts["seed"],
-                      opts["observation_chars"], opts["expected_tasks"]], sort_keys=True, default=str)
+    key = f"{config.model_dump_json()}|{n_tasks}|{expected_tasks}"
     if key not in _INSPECTED:
-        _INSPECTED[key] = _inspect_domain_uncached(opts)
+        _INSPECTED[key] = _inspect_domain_uncached(config, n_tasks, expected_tasks)
     return _INSPECTED[key]
 
 
-def _inspect_domain_uncached(opts: dict[str, Any]) -> tuple[int, str, int | None]:
-    try:
-        from domains import get_domain_class
+def _inspect_domain_uncached(config: RunConfig, n_tasks: int | None, expected_tasks: int) -> tuple[int, str, int | None]:
+    from harness.build import build_domain
 
-        cls = get_domain_class(opts["domain"])
+    try:
         with _offline_datasets():
-            options = dict(opts["domain_options"])
-            if opts.get("split") is not None:  # as harness.runner.build_domain does
-                options.setdefault("split", opts["split"])
-            dom = cls(options, observation_chars=opts["observation_chars"])
-            ids = dom.select_task_ids(opts["n_tasks"], opts["seed"])
+            dom = build_domain(config)
+            ids = dom.select_task_ids(n_tasks, config.decoding.seed)
     except Exception as exc:  # a domain that is not built yet or needs data that is not local
         msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        count = opts["n_tasks"] if opts["n_tasks"] is not None else opts["expected_tasks"]
+        count = n_tasks if n_tasks is not None else expected_tasks
         return count, f"as configured; the domain could not list tasks offline: {msg}", None
     try:
         prompt_chars: int | None = len(dom.system_prompt())
@@ -246,17 +262,17 @@ def _inspect_domain_uncached(opts: dict[str, Any]) -> tuple[int, str, int | None
     return len(ids), "listed by the domain", prompt_chars
 
 
-def estimate(opts: dict[str, Any], n_tasks: int, prompt_chars: int | None) -> dict[str, Any]:
-    """Upper bounds of calls and prompt/completion tokens for a run with these options.
+def estimate(config: RunConfig, n_tasks: int, prompt_chars: int | None) -> dict[str, Any]:
+    """Upper bounds of calls and prompt/completion tokens for a run of ``config`` over ``n_tasks`` tasks.
 
     Calls: every episode uses at most ``step_budget`` steps, each step at most ``1 + MAX_REPAIRS`` calls.
     Prompt tokens of step t (no repairs): system + task + (t - 1) * (step output + observation); summed
     over t = 1..B that is B * (system + task) + B(B - 1)/2 * (step + observation).
     """
-    episodes = n_tasks * int(opts.get("samples_per_task", 1))
-    budget = int(opts["step_budget"])
+    episodes = n_tasks * config.samples_per_task
+    budget = config.step_budget
     sys_tokens = math.ceil((prompt_chars or 0) / CHARS_PER_TOKEN)
-    obs_tokens = math.ceil((opts.get("observation_chars") or 2_000) / CHARS_PER_TOKEN)
+    obs_tokens = math.ceil((config.observation_chars or 2_000) / CHARS_PER_TOKEN)
     per_episode_prompt = budget * (sys_tokens + TASK_PROMPT_TOKENS) + budget * (budget - 1) // 2 * (
         STEP_OUTPUT_TOKENS + obs_tokens
     )
@@ -267,50 +283,56 @@ def estimate(opts: dict[str, Any], n_tasks: int, prompt_chars: int | None) -> di
         "system_prompt_tokens": sys_tokens,
         "prompt_tokens": episodes * per_episode_prompt,
         "completion_tokens": episodes * budget * STEP_OUTPUT_TOKENS,
-        "completion_tokens_cap": episodes * budget * int(opts["decoding"].get("max_tokens") or 0),
+        "completion_tokens_cap": episodes * budget * (config.decoding.max_tokens or 0),
     }
 
 
-def plan(preset_name: str, *, overrides: dict[str, Any] | None = None) -> str:
-    """The exact plan of a preset (or preset group) as text. Calls no model and opens no connection."""
+def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
+    """The exact plan of a preset (or preset group) as text, with the command line's overrides applied as
+    ``uqh run`` applies them (:func:`harness.build.draft`). Calls no model and opens no connection."""
+    from harness.build import RunOverrides, draft
+
+    overrides = overrides or RunOverrides()
     blocks = []
     totals = {"episodes": 0, "calls_max": 0, "prompt_tokens": 0, "completion_tokens": 0}
     for name in expand(preset_name):
-        opts = get_preset(name)
-        opts.update(overrides or {})
-        if "observation_chars" not in (overrides or {}):  # as `uqh run` records it (WebShop, Tau2: not cut)
-            opts["observation_chars"] = _observation_chars(opts)
-        n_tasks, source, dom_prompt_chars = _inspect_domain(opts)
-        prompt_chars, prompt_src = _prompt_chars(opts["domain"])
+        preset = get_preset(name)
+        d = draft(preset, overrides)
+        cfg = d.config
+        wanted = len(d.task_ids) if d.task_ids is not None else d.n_tasks
+        n_tasks, source, dom_prompt_chars = _inspect_domain(cfg, wanted, preset.expected_tasks)
+        prompt_chars, prompt_src = _prompt_chars(cfg.domain)
         if dom_prompt_chars is not None:
             prompt_chars, prompt_src = dom_prompt_chars, "the domain's filled-in system prompt"
-        est = estimate(opts, n_tasks, prompt_chars)
+        est = estimate(cfg, n_tasks, prompt_chars)
         for k in totals:
             totals[k] += est[k]
-        dec = opts["decoding"]
+        dec = cfg.decoding
+        asked = wanted if wanted is not None else preset.expected_tasks
         lines = [
-            f"preset {name}: {opts['description']}",
-            f"  domain          {opts['domain']}" + (f" (split {opts['split']})" if opts.get("split") else ""),
-            f"  tasks           {n_tasks:,} ({source}) x {opts['samples_per_task']} sample(s) = {est['episodes']:,} episodes",
+            f"preset {name}: {preset.description}",
+            f"  domain          {cfg.domain}" + (f" (split {cfg.split})" if cfg.split else ""),
+            f"  tasks           {n_tasks:,} ({source}) x {cfg.samples_per_task} sample(s) = {est['episodes']:,} episodes",
             *(
-                [f"  NOTE            {opts['n_tasks'] or opts['expected_tasks']:,} tasks asked for; the local data holds "
+                [f"  NOTE            {wanted or preset.expected_tasks:,} tasks asked for; the local data holds "
                  f"{n_tasks:,} (give the domain the full data through its `data` option)"]
-                if n_tasks < (opts["n_tasks"] if opts["n_tasks"] is not None else opts["expected_tasks"])
+                if n_tasks < asked
                 else []
             ),
-            f"  model           {opts['model']}" + (f" via {opts['api_base']}" if opts.get("api_base") else ""),
+            f"  model           {cfg.model}" + (f" via {cfg.api_base}" if cfg.api_base else ""),
             "  decoding        "
-            + ", ".join(f"{k}={dec[k]}" for k in ("temperature", "top_p", "top_logprobs", "max_tokens", "reasoning", "seed")),
-            f"  step budget     {opts['step_budget']}; "
-            + (f"observations cut to {opts['observation_chars']} chars" if opts["observation_chars"] is not None
+            + ", ".join(f"{k}={getattr(dec, k)}" for k in ("temperature", "top_p", "top_logprobs", "max_tokens",
+                                                           "reasoning", "seed")),
+            f"  step budget     {cfg.step_budget}; "
+            + (f"observations cut to {cfg.observation_chars} chars" if cfg.observation_chars is not None
                else "observations not cut"),
         ]
-        if opts["domain_options"]:
-            lines.append("  domain options  " + ", ".join(f"{k}={v}" for k, v in opts["domain_options"].items()))
-        if opts.get("user_model"):
-            lines.append(f"  user simulator  {opts['user_model']} (environment, not scored; calls not counted below)")
+        if cfg.domain_options:
+            lines.append("  domain options  " + ", ".join(f"{k}={v}" for k, v in cfg.domain_options.items()))
+        if cfg.user_model:
+            lines.append(f"  user simulator  {cfg.user_model} (environment, not scored; calls not counted below)")
         lines += [
-            f"  run directory   {opts['out']} (resumable: finished episodes are skipped)",
+            f"  run directory   {d.out} (resumable: finished episodes are skipped)",
             f"  model calls     <= {est['calls_max']:,} (tasks x samples x budget); "
             f"<= {est['calls_max_with_repairs']:,} with {MAX_REPAIRS} repairs per step",
             f"  prompt tokens   ~{est['prompt_tokens']:,} upper bound (system prompt {prompt_src}: "
@@ -336,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("names", nargs="*", default=["paper-all"], help=f"presets or groups: {', '.join(preset_names())}")
     p.add_argument("--model", default=None, help="override the agent model (litellm string)")
     args = p.parse_args(argv)
-    overrides = {"model": args.model} if args.model else None
+    from harness.build import RunOverrides
+
+    overrides = RunOverrides(model=args.model)
     try:
         for name in args.names:
             print(plan(name, overrides=overrides), end="")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from rundir.errors import UserError
+from harness.build import build_client, build_domain
 from harness.loop import (
     EpisodeResult,
     EpisodeSpec,
@@ -85,17 +86,6 @@ def default_concurrency(model: str) -> int:
 
 def prompt_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def build_domain(config: RunConfig):
-    """The configured domain instance (options = domain_options, plus ``split`` when the config sets one)."""
-    from domains import get_domain_class
-
-    cls = get_domain_class(config.domain)
-    options = dict(config.domain_options)
-    if config.split is not None:
-        options.setdefault("split", config.split)
-    return cls(options, observation_chars=config.observation_chars)
 
 
 def plan_specs(config: RunConfig) -> list[EpisodeSpec]:
@@ -373,13 +363,7 @@ def _resume_from_checkpoints(store, domain, specs: list[EpisodeSpec]) -> list[Ep
 
 
 def _make_client(model: str, api_base: str | None, config: RunConfig, client_factory):
-    if client_factory is not None:
-        return client_factory(model, api_base)
-    from domains import get_domain_class
-    from harness.model_client import make_model_client
-
-    action_grammar = get_domain_class(config.domain).action_gbnf if config.decoding.grammar else None
-    return make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar)
+    return build_client(config, model, api_base, client_factory)
 
 
 def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]:

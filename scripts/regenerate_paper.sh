@@ -4,7 +4,8 @@
 #   scripts/regenerate_paper.sh [--dry-run] [PRESET...] [-- extra `uqh run` options, e.g. --model X]
 #
 # PRESET defaults to every paper preset (paper-strategyqa paper-hotpotqa paper-tau2-{airline,retail,telecom}
-# paper-webshop). --dry-run prints the exact plan (tasks, calls, rough token budget) and calls no model.
+# paper-webshop). --dry-run prints the exact plan (tasks, calls, rough token budget) with the same extra options
+# (e.g. -D max_hops=60) and calls no model.
 # Re-running resumes: episodes already in runs/paper-*/episodes.jsonl are skipped.
 # API keys (OPENROUTER_API_KEY) come from the environment or .env; they are never written to a run directory.
 set -euo pipefail
@@ -40,11 +41,11 @@ except UserError as e:
 mapfile -t names <<<"$expanded"
 
 if [ "$dry_run" = 1 ]; then
-  model_args=()
-  for ((i = 0; i < ${#extra[@]}; i++)); do
-    if [ "${extra[$i]}" = "--model" ] && [ $((i + 1)) -lt ${#extra[@]} ]; then model_args=(--model "${extra[$((i + 1))]}"); fi
+  # the plan with exactly the flags the runs get (a group, e.g. paper-all, is planned in one process with a total)
+  for name in "${presets[@]}"; do
+    "$PY" -m harness.cli run --preset "$name" --dry-run "${extra[@]}"
   done
-  exec "$PY" -m harness.presets "${names[@]}" "${model_args[@]}"
+  exit 0
 fi
 
 for name in "${names[@]}"; do

@@ -70,3 +70,10 @@ def test_cli_help_and_one_line_errors(kind, argv, fragment, created, tmp_path):
     if created:
         assert not (tmp_path / created).exists()  # nothing written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_run_help_lists_the_domain_option_flag_and_how_to_list_options(tmp_path):
+    rc, out, err, heavy = _uqh(["run", "--help"], tmp_path)
+    assert rc == 0 and heavy == [] and err == ""
+    assert "-D KEY=VALUE, --domain-option KEY=VALUE" in out and "--list-options" in out
+    assert "uqh run --domain NAME --list-options" in out  # the epilog says how to see a domain's options

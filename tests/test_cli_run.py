@@ -201,9 +201,13 @@ def test_local_model_default_max_tokens(tmp_path, capsys):
 
 def test_domain_options_only_when_set_and_grammar_forwarded(fake_server, tmp_path, capsys):
     out = tmp_path / "run"
-    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://x/v1",
+    assert uqh("--domain", "hotpotqa", "--tasks", "1", "--model", "openai/x", "--api-base", "http://x/v1",
                "--top-k", "3", "--retrieval", "bm25", "--out", str(out), "--dry-run") == 0
     assert "options       retrieval=bm25, top_k=3" in capsys.readouterr().out
+    # a domain refuses options it does not have (arithmetic has none but the split), naming the ones it has
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://x/v1",
+               "--top-k", "3", "--out", str(out), "--dry-run") == 2
+    assert capsys.readouterr().err == "uqh run: error: unknown arithmetic option(s) top_k; known: split\n"
     with fake_server(solver) as srv:
         assert uqh("--domain", "arithmetic", "--task-ids", "arith-0007", "--model", "openai/fake", "--api-base",
                    srv.base_url, "--grammar", "--seed", "7", "--top-logprobs", "3", "--out", str(out),

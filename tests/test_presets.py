@@ -4,14 +4,13 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness import presets
+from harness.build import RunOverrides, draft
 from rundir.errors import UserError
-from rundir.schema import DecodingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,12 +20,18 @@ def test_table15_decoding_shared_by_every_preset():
         "paper-strategyqa", "paper-hotpotqa", "paper-tau2-airline", "paper-tau2-retail", "paper-tau2-telecom", "paper-webshop"}
     for name in presets.PRESETS:
         p = presets.get_preset(name)
-        dec = DecodingConfig(**p["decoding"])  # the keys are real DecodingConfig fields
+        assert p.name == name
+        dec = p.decoding
         assert (dec.temperature, dec.top_p, dec.top_logprobs, dec.max_tokens, dec.reasoning, dec.seed) == (
             0.2, 1.0, 5, 64_000, True, 42)
         assert dec.logprobs is True
-        assert p["model"] == "openrouter/google/gemma-4-31b-it"
-        assert p["observation_chars"] == 420 and p["seed"] == 42
+        assert p.model == "openrouter/google/gemma-4-31b-it"
+        assert p.observation_chars == 420
+        # a preset is a typed partial RunConfig: every field but its metadata is a RunConfig field
+        from rundir.schema import RunConfig
+
+        assert set(type(p).model_fields) - {"name", "description", "expected_tasks", "out", "n_tasks"} <= set(
+            RunConfig.model_fields)
 
 
 @pytest.mark.parametrize(
@@ -40,19 +45,19 @@ def test_table15_decoding_shared_by_every_preset():
 )
 def test_table16_per_dataset(name, budget, n_tasks, options):
     p = presets.get_preset(name)
-    assert p["step_budget"] == budget and p["n_tasks"] == n_tasks and p["domain_options"] == options
+    assert p.step_budget == budget and p.n_tasks == n_tasks and p.domain_options == options
 
 
 def test_tau2_user_simulator_and_base_split_total_278():
     tau = [presets.get_preset(n) for n in presets.expand("paper-tau2")]
-    assert all(p["user_model"] == "openrouter/qwen/qwen-2.5-7b-instruct" and p["split"] == "base" for p in tau)
-    assert sum(p["expected_tasks"] for p in tau) == 278  # Table 6: Tau2-Bench total 278
+    assert all(p.user_model == "openrouter/qwen/qwen-2.5-7b-instruct" and p.split == "base" for p in tau)
+    assert sum(p.expected_tasks for p in tau) == 278  # Table 6: Tau2-Bench total 278
 
 
 def test_get_preset_returns_a_copy_and_unknown_names_are_user_errors():
     p = presets.get_preset("paper-hotpotqa")
-    p["decoding"]["temperature"] = 1.5
-    assert presets.get_preset("paper-hotpotqa")["decoding"]["temperature"] == 0.2
+    p.domain_options["top_k"] = 9
+    assert presets.get_preset("paper-hotpotqa").domain_options == {"top_k": 5}
     with pytest.raises(UserError, match="unknown preset 'paper-nope'"):
         presets.get_preset("paper-nope")
     with pytest.raises(UserError, match="a group"):
@@ -60,8 +65,8 @@ def test_get_preset_returns_a_copy_and_unknown_names_are_user_errors():
 
 
 def test_estimate_closed_form():
-    opts = presets.get_preset("paper-hotpotqa")
-    est = presets.estimate(opts, n_tasks=10, prompt_chars=400)
+    config = draft(presets.get_preset("paper-hotpotqa"), RunOverrides()).config
+    est = presets.estimate(config, n_tasks=10, prompt_chars=400)
     # B=7, sys=100 tokens, task=150, obs=105, step=200: 7*(100+150) + 21*(200+105) = 1750 + 6405
     assert est["prompt_tokens"] == 10 * 8155
     assert est["calls_max"] == 70 and est["calls_max_with_repairs"] == 210
@@ -87,7 +92,7 @@ def test_plan_is_offline_and_states_tasks_calls_tokens(monkeypatch):
 
 
 def test_plan_overrides_model():
-    assert "model           openai/my-model" in presets.plan("paper-webshop", overrides={"model": "openai/my-model"})
+    assert "model           openai/my-model" in presets.plan("paper-webshop", overrides=RunOverrides(model="openai/my-model"))
 
 
 def test_regenerate_script_dry_run_exits_zero_without_network():
@@ -116,22 +121,22 @@ def test_python_m_presets_cli(capsys):
 
 
 def test_note_only_when_the_local_data_holds_fewer_tasks_than_asked():
-    assert "NOTE" not in presets.plan("paper-strategyqa", overrides={"n_tasks": 2})
-    text = presets.plan("paper-hotpotqa", overrides={"n_tasks": 10**6})
+    assert "NOTE" not in presets.plan("paper-strategyqa", overrides=RunOverrides(tasks=2))
+    text = presets.plan("paper-hotpotqa", overrides=RunOverrides(tasks=10**6))
     assert "NOTE            1,000,000 tasks asked for; the local data holds" in text
 
 
 def test_plan_falls_back_to_the_configured_count_when_the_domain_cannot_list(monkeypatch):
-    import domains
+    from domains.webshop import WebShopDomain
 
-    def broken(name):
-        raise UserError(f"cannot load {name}: data missing")
+    def broken(self, n, seed):
+        raise UserError("cannot load webshop: data missing")
 
-    monkeypatch.setattr(domains, "get_domain_class", broken)
+    monkeypatch.setattr(WebShopDomain, "select_task_ids", broken)
     presets._INSPECTED.clear()
     try:
         text = presets.plan("paper-webshop")
         assert "tasks           500 (as configured; the domain could not list tasks offline: cannot load webshop" in text
-        assert "tasks           7 (as configured" in presets.plan("paper-webshop", overrides={"n_tasks": 7})
+        assert "tasks           7 (as configured" in presets.plan("paper-webshop", overrides=RunOverrides(tasks=7))
     finally:
         presets._INSPECTED.clear()

@@ -3,7 +3,8 @@
 Paper settings (Appendix K, Table 16): the 500-task fixed evaluation subset (split ``test`` = goals 0..499),
 the 1,000-product catalog, step budget 30, actions ``Search[query]`` / ``Click[target]``.
 
-Domain options (RunConfig ``domain_options``; ``uqh run --data DIR`` sets ``data``, ``--split`` sets ``split``):
+Domain options (:class:`WebShopOptions`, RunConfig ``domain_options``; ``uqh run -D key=value`` sets any of them,
+``--data DIR`` sets ``data``, ``--split`` sets ``split``):
 
 - ``data``: directory with ``items_shuffle_1000.json`` (or ``items_shuffle_1000_prefix.json``) and
   ``items_ins_v2_1000.json``; default ``$UQH_SHARED_DATA/webshop`` or ``../shared/data/webshop``.
@@ -23,28 +24,30 @@ from typing import Any, ClassVar
 from rundir.errors import UserError
 
 from .. import register_domain
-from ..base import Domain, Environment
+from ..base import Domain, DomainOptions, Environment, NonNegativeInt, option_field
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GOAL_SEED = 42
 TASK_PREFIX = "ws-"
-KNOWN_OPTIONS = ("data", "n_products", "goal_seed", "goals_file", "split", "page_chars")
 
 _RESOURCE_CACHE: dict[tuple, Any] = {}
 
 
-def _int_option(options: dict[str, Any], key: str, default: int | None) -> int | None:
-    value = options.get(key, default)
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
-        return None
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise UserError(f"webshop option {key} must be an integer, got {value!r}") from None
-    if out < 0:
-        raise UserError(f"webshop option {key} must be >= 0, got {out}")
-    return out
+class WebShopOptions(DomainOptions):
+    """WebShop's options (module docstring); ``split`` is one of ``goals.SPLITS``, checked when the domain is built."""
+
+    data: str | None = option_field(
+        description="directory with items_shuffle_1000.json (or items_shuffle_1000_prefix.json) and "
+        "items_ins_v2_1000.json; default $UQH_SHARED_DATA/webshop, then ../shared/data/webshop",
+        flag="--data", path="input")
+    n_products: NonNegativeInt | None = option_field(
+        description="use only the first N catalog records (the original's num_products); default all")
+    goal_seed: NonNegativeInt = option_field(DEFAULT_GOAL_SEED, description="seed of the frozen price draws")
+    goals_file: str | None = option_field(
+        description="a frozen goals JSON to use instead of building one from goal_seed", path="input")
+    page_chars: NonNegativeInt | None = option_field(
+        description="cut the page text to N characters (the clickables list is never cut); default no cut")
 
 
 def load_resources(data: str | None, n_products: int | None, goal_seed: int, goals_file: str | None):
@@ -93,22 +96,21 @@ class WebShopDomain(Domain):
     #: WebShop pages are not cut by the generic observation limit (Table 16 gives 420 chars for the retrieval QA
     #: sets only; WebShop is "Text env."). Use the ``page_chars`` option for an explicit cut.
     default_observation_chars: ClassVar[int | None] = None
+    Options = WebShopOptions
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
         super().__init__(options, observation_chars=observation_chars)
-        unknown = sorted(set(self.options) - set(KNOWN_OPTIONS))
-        if unknown:
-            raise UserError(f"unknown webshop option(s) {', '.join(unknown)}; known: {', '.join(KNOWN_OPTIONS)}")
         from .goals import SPLITS
 
-        self.split = str(self.options.get("split") or self.default_split)
+        opts: WebShopOptions = self.settings
+        self.split = str(opts.split or self.default_split)
         if self.split not in SPLITS:
             raise UserError(f"unknown WebShop split {self.split!r}; choose one of: {', '.join(SPLITS)}")
-        self.data = self.options.get("data")
-        self.n_products = _int_option(self.options, "n_products", None)
-        self.goal_seed = _int_option(self.options, "goal_seed", DEFAULT_GOAL_SEED)
-        self.goals_file = self.options.get("goals_file")
-        self.page_chars = _int_option(self.options, "page_chars", None)
+        self.data = opts.data
+        self.n_products = opts.n_products
+        self.goal_seed = opts.goal_seed
+        self.goals_file = opts.goals_file
+        self.page_chars = opts.page_chars
         self._res = None
 
     @property

@@ -1,0 +1,302 @@
+"""The build layer: a preset plus command-line overrides -> a :class:`RunConfig`; a RunConfig -> the domain
+instance and the model client it runs with.
+
+``uqh run`` (and its ``--dry-run``), the preset plan (:func:`harness.presets.plan`) and the batch runner all go
+through here, so a flag means the same thing everywhere. Nothing here writes: :func:`resolve_config` reads the
+domain's data, the environment (API keys) and an existing run directory's manifest (the resume check), and raises
+:class:`rundir.errors.UserError` with one line for anything the user can fix.
+
+Two steps: :func:`draft` merges preset and overrides and checks everything that needs no I/O (the preset plan
+stops there and asks the domain for its tasks offline); :func:`resolve_config` then checks the run directory, the
+model strings and keys, builds the domain, selects the tasks and fingerprints the system prompt.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rundir.errors import UserError
+from rundir.schema import DecodingConfig, RunConfig
+
+if TYPE_CHECKING:
+    from domains.base import Domain
+    from harness.presets import Preset
+
+#: Default max_tokens for local: models (CPU-bound, ~13 tokens/s with logprobs; a 135M model's output past a few
+#: sentences is noise). API models keep the schema default (512) unless --max-tokens is given.
+LOCAL_MAX_TOKENS = 160
+#: With --grammar the four capped fields plus tags need up to ~210 tokens; a smaller cap would cut every step.
+LOCAL_GRAMMAR_MAX_TOKENS = 256
+
+
+class DecodingOverrides(BaseModel):
+    """The :class:`DecodingConfig` fields given on the command line (None: not given)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    top_logprobs: int | None = None
+    logprobs: bool | None = None
+    grammar: bool | None = None
+    reasoning: bool | None = None
+
+
+class RunOverrides(BaseModel):
+    """What the command line sets on top of a preset (None / empty: not given). Built by the CLI from its flags."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    domain: str | None = None
+    split: str | None = None
+    tasks: int | None = Field(None, description="the domain's first (or sampled) N tasks")
+    task_ids: list[str] | None = Field(None, description="exactly these task ids, in this order")
+    samples: int | None = None
+    step_budget: int | None = None
+    observation_chars: int | None = None
+    model: str | None = None
+    api_base: str | None = None
+    user_model: str | None = None
+    user_api_base: str | None = None
+    decoding: DecodingOverrides = DecodingOverrides()
+    domain_options: dict[str, Any] = Field(
+        default_factory=dict, description="-D key=value and the QA alias flags (--data, --top-k, ...), as given")
+    out: Path | None = None
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A run before its domain is built: the config without tasks and prompt hash, and how tasks are chosen."""
+
+    config: RunConfig  # task_ids == [] and prompt_sha256 == "" until resolve_config fills them in
+    task_ids: list[str] | None  # explicit ids (--task-ids), else None
+    n_tasks: int | None  # otherwise the first/sampled N (None: every task of the split)
+    out: Path
+
+
+# --------------------------------------------------------------------------------------- checks
+
+
+def check_positive(name: str, value: int | None, minimum: int = 1) -> None:
+    """UserError ``NAME must be >= minimum`` unless ``value`` is None."""
+    if value is not None and value < minimum:
+        raise UserError(f"{name} must be >= {minimum}, got {value}")
+
+
+def validate_model_string(model: str, api_base: str | None, *, flag: str = "--api-base") -> None:
+    """Raise UserError for a model string litellm cannot route (no network), or ``flag`` given with a local model."""
+    from harness.local_model import check_model_string
+
+    check_model_string(model)
+    if model.startswith("local:") and api_base is not None:
+        raise UserError(f"{flag} cannot be combined with {model}; the local server picks its own address")
+
+
+def observation_chars_for(cls: type[Domain], flag: int | None, preset_value: int | None) -> int | None:
+    """The observation cut to record: --observation-chars; else, for a domain that cuts, the preset's value or the
+    domain's default (420); None for a domain whose ``default_observation_chars`` is None (it shows observations
+    whole, e.g. WebShop pages, Tau2 tool JSON), so the manifest says what the domain does."""
+    if flag is not None:
+        return flag
+    if cls.default_observation_chars is None:
+        return None
+    return preset_value or cls.default_observation_chars
+
+
+# --------------------------------------------------------------------------------------- domain options
+
+
+def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """``RunConfig.domain_options``: the preset's options updated by the command line's, validated by the domain's
+    ``Options`` and normalised (``"3"`` for an integer option is recorded as 3, so a flag and ``-D`` with the same
+    value make the same run). Only explicitly set options are recorded: defaults stay out of the config hash.
+    Path options are made absolute; input paths must exist, a cache directory must be a directory if it exists."""
+    if "split" in given:
+        raise UserError("the split is a run setting: use --split NAME, not a domain option")
+    options = {**preset_options, **given}
+    if given.get("retrieval") == "es" and not options.get("es_url"):
+        raise UserError("--retrieval es needs --es-url URL (and usually --es-index NAME)")
+    settings = cls.parse_options(options).model_dump(mode="json")
+    recorded = {key: (settings[key] if options[key] is not None else None) for key in options}
+    paths = cls.Options.path_kinds()
+    for key in paths.keys() & given.keys():  # relative to where the command was given
+        if recorded[key] is not None:
+            recorded[key] = str(Path(recorded[key]).resolve())
+    for key, kind in paths.items():
+        value = recorded.get(key)
+        if value is None:
+            continue
+        label = cls.Options.label(key, cls.name)
+        if kind == "input" and not Path(value).exists():
+            raise UserError(f"{label} {value} does not exist")
+        if kind == "cache" and Path(value).exists() and not Path(value).is_dir():
+            raise UserError(f"{label} {value} is not a directory; pass a directory for the index")
+    return recorded
+
+
+# --------------------------------------------------------------------------------------- presets + overrides
+
+
+def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
+    """Merge ``preset`` and ``overrides`` (flags win) and check what needs no I/O. Raises UserError."""
+    from domains import get_domain_class
+    from harness import __version__
+    from harness.local_model import default_model
+
+    domain_name = overrides.domain or (preset.domain if preset else None)
+    if not domain_name:
+        raise UserError("give --domain NAME (or --preset NAME)")
+    if preset and overrides.domain and overrides.domain != preset.domain:
+        raise UserError(f"--domain {overrides.domain} contradicts --preset {preset.name} (domain {preset.domain})")
+    cls = get_domain_class(domain_name)
+    dec = overrides.decoding
+    for name, value in (("--tasks", overrides.tasks), ("--samples", overrides.samples),
+                        ("--step-budget", overrides.step_budget), ("--max-tokens", dec.max_tokens)):
+        check_positive(name, value)
+    check_positive("--top-logprobs", dec.top_logprobs, 0)
+    check_positive("--observation-chars", overrides.observation_chars, 1)
+    out = run_dir_of(preset, overrides)
+
+    model = overrides.model or (preset.model if preset else None) or default_model()
+    api_base = overrides.api_base if overrides.api_base is not None else (preset.api_base if preset else None)
+    user_model = overrides.user_model or (preset.user_model if preset else None)
+    user_api_base = overrides.user_api_base if overrides.user_api_base is not None else (
+        preset.user_api_base if preset else None)
+    if user_api_base is not None and not user_model:
+        raise UserError("--user-api-base needs --user-model (the user-simulator model served there)")
+    if not user_model and cls.needs_user_model:
+        raise UserError(f"{domain_name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
+
+    decoding: dict[str, Any] = preset.decoding.model_dump(exclude_unset=True) if preset else {}
+    decoding.update(dec.model_dump(exclude_none=True))
+    if model.startswith("local:") and "max_tokens" not in decoding:
+        decoding["max_tokens"] = LOCAL_GRAMMAR_MAX_TOKENS if decoding.get("grammar") else LOCAL_MAX_TOKENS
+    if dec.temperature is not None and dec.temperature < 0:
+        raise UserError(f"--temperature must be >= 0, got {dec.temperature}")
+    if dec.top_p is not None and not 0 < dec.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1], got {dec.top_p}")
+    decoding_cfg = DecodingConfig(**decoding)
+
+    domain_options = domain_options_for(cls, preset.domain_options if preset else {}, overrides.domain_options)
+
+    if overrides.task_ids is not None:
+        task_ids, n_tasks = list(overrides.task_ids), None
+    elif overrides.tasks is not None:
+        task_ids, n_tasks = None, overrides.tasks
+    elif preset:
+        task_ids, n_tasks = None, preset.n_tasks
+    else:
+        raise UserError("choose the tasks: --tasks N or --task-ids A,B")
+
+    user_decoding = preset.user_decoding if preset and user_model else None
+    config = RunConfig(
+        domain=domain_name,
+        split=overrides.split or (preset.split if preset else None),
+        task_ids=[],
+        samples_per_task=overrides.samples or (preset.samples_per_task if preset else None) or 1,
+        model=model,
+        api_base=api_base,
+        decoding=decoding_cfg,
+        step_budget=overrides.step_budget or (preset.step_budget if preset else None) or cls.default_step_budget,
+        observation_chars=observation_chars_for(cls, overrides.observation_chars,
+                                                preset.observation_chars if preset else None),
+        domain_options=domain_options,
+        user_model=user_model,
+        user_decoding=user_decoding,
+        user_api_base=user_api_base,
+        prompt_sha256="",
+        package_version=__version__,
+    )
+    return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
+
+
+def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
+    """The RunConfig of ``uqh run`` for a preset (or None) and the command line's overrides.
+
+    Checks, in order, everything :func:`draft` checks, the run directory (``--out``: new, empty, or a run), the
+    model strings and API keys, the domain (it is built, its tasks listed) and, when the run directory holds a run,
+    that its config is this one (resume). Raises UserError; writes nothing.
+    """
+    from harness.local_model import check_credentials
+    from harness.runner import prompt_sha256
+    from harness.store import check_out_dir, check_resumable
+
+    d = draft(preset, overrides)
+    check_out_dir(d.out)
+    config = d.config
+    validate_model_string(config.model, config.api_base)
+    check_credentials(config.model, config.api_base)
+    if config.user_model:
+        validate_model_string(config.user_model, config.user_api_base, flag="--user-api-base")
+        check_credentials(config.user_model, config.user_api_base)
+    try:
+        domain = build_domain(config)
+        task_ids = select_tasks(domain, d)
+        system_prompt = domain.system_prompt()
+    except UserError:
+        raise
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise UserError(f"cannot load the {config.domain} domain: {first}") from None
+    if not task_ids:
+        raise UserError(f"no tasks selected for {config.domain}")
+    config = config.model_copy(update={"task_ids": task_ids, "prompt_sha256": prompt_sha256(system_prompt)})
+    if (d.out / "manifest.json").exists():
+        check_resumable(d.out, config)
+    return config
+
+
+def run_dir_of(preset: Preset | None, overrides: RunOverrides) -> Path:
+    """The run directory of ``uqh run``: --out, else the preset's."""
+    out = overrides.out or (Path(preset.out) if preset else None)
+    if not out:
+        raise UserError("give --out DIR (the run directory to create or resume)")
+    return Path(out)
+
+
+def select_tasks(domain: Domain, d: Draft) -> list[str]:
+    """The task ids of a draft: the explicit ids (each must be one of the domain's, none twice), else the domain's
+    selection of ``n_tasks`` under the run seed."""
+    if d.task_ids is None:
+        return list(domain.select_task_ids(d.n_tasks, d.config.decoding.seed))
+    known = set(domain.all_task_ids())
+    unknown = [t for t in d.task_ids if t not in known]
+    if unknown:
+        raise UserError(f"unknown task ids for {d.config.domain}: {', '.join(unknown[:5])}")
+    if len(set(d.task_ids)) != len(d.task_ids):
+        raise UserError("--task-ids lists a task twice; use --samples K for repeated episodes")
+    return list(d.task_ids)
+
+
+# --------------------------------------------------------------------------------------- config -> objects
+
+
+def build_domain(config: RunConfig) -> Domain:
+    """The configured domain instance (options = domain_options, plus ``split`` when the config sets one); its
+    ``Options`` validate the options (UserError for an unknown key or a bad value)."""
+    from domains import get_domain_class
+
+    cls = get_domain_class(config.domain)
+    options = dict(config.domain_options)
+    if config.split is not None:
+        options.setdefault("split", config.split)
+    return cls(options, observation_chars=config.observation_chars)
+
+
+def build_client(config: RunConfig, model: str, api_base: str | None,
+                 client_factory: Callable[[str, str | None], Any] | None = None):
+    """The model client for the run's agent: ``model`` / ``api_base`` as resolved (a local: model's server), the
+    run's decoding and, with ``--grammar``, the domain's action grammar. ``client_factory(model, api_base)``
+    replaces :func:`harness.model_client.make_model_client` (tests)."""
+    if client_factory is not None:
+        return client_factory(model, api_base)
+    from domains import get_domain_class
+    from harness.model_client import make_model_client
+
+    action_grammar = get_domain_class(config.domain).action_gbnf if config.decoding.grammar else None
+    return make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar)
