@@ -140,11 +140,11 @@ def branch_specs(config: RunConfig, prefixes: Sequence[Episode], branches: int) 
 
 
 def make_domain(config: RunConfig, *, system_prompt: str | None = None):
-    """The domain built exactly as the run of ``config`` built it (``harness.runner.build_domain``: its domain,
+    """The domain built exactly as the run of ``config`` built it (``harness.build.build_domain``: its domain,
     split, domain_options and observation_chars). With ``system_prompt`` (the source manifest's), a domain whose
     prompt text differs (prompt file, data or options changed since) is a UserError: branches must continue the
     conversation the prefixes were recorded in."""
-    from harness.runner import build_domain
+    from harness.build import build_domain
 
     domain = build_domain(config)
     if system_prompt is not None and domain.system_prompt() != system_prompt:

@@ -49,7 +49,7 @@ from rundir.schema import RunConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EpisodeSpec", "BatchSummary", "RunContext", "plan_specs", "build_domain", "run_batch", "run_specs"]
+__all__ = ["EpisodeSpec", "BatchSummary", "RunContext", "plan_specs", "run_batch", "run_specs"]
 
 
 #: An in-flight episode is checkpointed after its first step, then after a step only if its last checkpoint is at
@@ -362,10 +362,6 @@ def _resume_from_checkpoints(store, domain, specs: list[EpisodeSpec]) -> list[Ep
     return out
 
 
-def _make_client(model: str, api_base: str | None, config: RunConfig, client_factory):
-    return build_client(config, model, api_base, client_factory)
-
-
 def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]:
     ep = result.episode
     line = ep.model_dump_json().encode() + b"\n"
@@ -376,7 +372,7 @@ def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary
 
 
 async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, error, client_factory) -> None:
-    client = _make_client(ctx.model, ctx.api_base, ctx.config, client_factory)
+    client = build_client(ctx.config, ctx.model, ctx.api_base, client_factory)
     try:
         await run_specs(ctx, specs, domain=domain, client=client, persist=persist, on_done=counted, on_error=error)
     finally:
@@ -518,7 +514,7 @@ def _worker_main(index: int, ctx: RunContext, job_queue, queue, parent_pid: int,
         from concurrent.futures import ThreadPoolExecutor
 
         watcher = asyncio.create_task(watch_parent())
-        client = _make_client(ctx.model, ctx.api_base, ctx.config, None)
+        client = build_client(ctx.config, ctx.model, ctx.api_base, None)
         loop = asyncio.get_running_loop()
         pullers = ThreadPoolExecutor(max_workers=max(1, ctx.concurrency), thread_name_prefix="uqh-pull")
 

@@ -221,8 +221,8 @@ def test_build_client_uses_the_factory_and_the_domain_grammar_only_with_grammar(
     plain = build_client(cfg, "openai/x", "http://127.0.0.1:9/v1")
     grammar_cfg = cfg.model_copy(update={"decoding": cfg.decoding.model_copy(update={"grammar": True})})
     constrained = build_client(grammar_cfg, "openai/x", "http://127.0.0.1:9/v1")
-    assert plain.action_grammar is None
-    assert constrained.action_grammar == get_domain_class("arithmetic").action_gbnf
+    assert plain.transport.endpoint.action_grammar is None
+    assert constrained.transport.endpoint.action_grammar == get_domain_class("arithmetic").action_gbnf
 
 
 def test_plan_and_run_resolve_the_same_config(tmp_path, monkeypatch):

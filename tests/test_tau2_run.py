@@ -5,7 +5,8 @@ from test_runner import fast_client_factory
 from test_tau2 import ORDER, RETAIL_TASK, SOLVED_AGENT, USER_LINES, USER_OPEN, Script
 
 from rundir.schema import PartialEpisode
-from harness.runner import build_domain, prompt_sha256, run_batch
+from harness.build import build_domain
+from harness.runner import prompt_sha256, run_batch
 from rundir.schema import DecodingConfig, RunConfig, StopReason
 from run_files import read_episodes, read_manifest, read_sidecar
 from harness.store import checkpoint_path
