@@ -174,23 +174,36 @@ def test_offline_noun_tagger():
 
 
 def test_reward_in_unit_interval_for_every_goal(tmp_path, monkeypatch):
-    """Property: for every goal of the shared catalog and random purchases (any product, any subset of its option
-    values, prices below and above the limit) the reward is in [0, 1]; a perfect-type buy can reach 1."""
+    """Property: for every goal of the shared catalog (synthetic, and human from the sample instructions file) and
+    random purchases (any product, any subset of its option values, prices below and above the limit) the reward
+    is in [0, 1], and perfect buys reach 1."""
+    import shutil
+    from pathlib import Path
+
     import domains.webshop.goals as G
+    from domains.webshop import catalog as C
     from domains.webshop import load_resources
-    from domains.webshop.catalog import default_data_dir
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
-    res = load_resources(str(default_data_dir()), None, 42, None, "synthetic")
-    products = res.catalog.products
+    shared = C.default_data_dir()
+    human_dir = tmp_path / "human"
+    human_dir.mkdir()
+    for name in (C.CATALOG_PREFIX_FILE, C.ATTRIBUTES_FILE):
+        (human_dir / name).symlink_to(shared / name)
+    sample = Path(__file__).resolve().parent / "data" / "webshop" / "items_human_ins_sample.json"
+    shutil.copy(sample, human_dir / C.HUMAN_INSTRUCTIONS_FILE)
     rng = random.Random(0)
-    seen_one = 0
-    for goal in res.goals:
-        for product in (res.catalog.by_asin[goal["asin"]], rng.choice(products), rng.choice(products)):
-            options = {k: rng.choice(v) for k, v in product["options"].items() if v and rng.random() < 0.8}
-            price = rng.choice([res.prices[product["asin"]], goal["price_upper"] + 1.0])
-            reward, info = R.get_reward(product, goal, price=price, options=options)
-            assert 0.0 <= reward <= 1.0, (goal["asin"], product["asin"], options)
-            assert info["num_option_matches"] <= len(goal["goal_options"])
-            seen_one += reward == 1.0
-    assert len(res.goals) == 1316 and seen_one > 0
+    for data, source, n_goals in ((shared, "synthetic", 1316), (human_dir, "human", 41)):
+        res = load_resources(str(data), None, 42, None, source)
+        assert res.goals_doc.get("source", "synthetic") == source and len(res.goals) == n_goals
+        products = res.catalog.products
+        seen_one = 0
+        for goal in res.goals:
+            for product in (res.catalog.by_asin[goal["asin"]], rng.choice(products), rng.choice(products)):
+                options = {k: rng.choice(v) for k, v in product["options"].items() if v and rng.random() < 0.8}
+                price = rng.choice([res.prices[product["asin"]], goal["price_upper"] + 1.0])
+                reward, info = R.get_reward(product, goal, price=price, options=options)
+                assert 0.0 <= reward <= 1.0, (goal["asin"], product["asin"], options)
+                assert info["num_option_matches"] <= len(goal["goal_options"])
+                seen_one += reward == 1.0
+        assert seen_one > 0

@@ -149,7 +149,7 @@ class WebShopEnv(Environment):
     def _describe_choices(self) -> str:
         page = self._page
         bits = []
-        if page.has_search_bar or self.unexecutable_actions == NOOP:
+        if page.has_search_bar:
             bits.append("Search[query]")
         if page.clickables:
             bits.append("Click[x] for x in " + ", ".join(f"[{c.text}]" for c in page.clickables))
