@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/webshop_env.py [--data DIR] [--queries 300] [--clicks 3000]
 
-- search steps: ``Search[q]`` on the search page (a BM25 query over the catalog + rendering results page 1) followed
-  by ``Click[Back to Search]``; queries are distinct (the first words of distinct goal instructions), so the
-  per-env query cache never hits. Baseline: the same queries scored by a naive pure-Python linear-scan BM25 over
-  the tokenised catalog (what a dependency-free implementation would cost).
+- search steps: ``Search[q]`` on the search page (a Lucene-BM25 query over the catalog + rendering results page 1)
+  followed by ``Click[Back to Search]``; queries are distinct (the first words of distinct goal instructions), so
+  the per-env query cache never hits. Baseline: the same queries (analysed the same way) scored by a naive
+  pure-Python linear-scan BM25 over the analysed catalog (what a dependency-free implementation would cost).
 - click steps: on an item page, ``Click`` through options, Description / Features / Reviews and ``< Prev``.
   Baseline: one JSON round trip (dumps + loads) of the product record shown on the page.
 
@@ -42,11 +42,9 @@ def naive_bm25(query_terms, docs, avgdl, df, n, k1=0.9, b=0.4):
 
 
 async def bench(args) -> str:
-    import bm25s
-    import Stemmer
-
     import harness  # noqa: F401  (environment defaults)
     from domains import get_domain_class
+    from domains.webshop.lucene_analysis import analyze
     from domains.webshop.search import product_search_text
 
     opts = {"split": "all"}
@@ -77,13 +75,10 @@ async def bench(args) -> str:
     t_search = time.perf_counter() - t0
 
     # -- naive baseline over the same queries
-    stemmer = Stemmer.Stemmer("porter")
-    docs = bm25s.tokenize([product_search_text(p) for p in products], stopwords="en", stemmer=stemmer,
-                          return_ids=False, show_progress=False)
+    docs = [analyze(product_search_text(p)) for p in products]
     df = Counter(t for d in docs for t in set(d))
     avgdl = sum(len(d) for d in docs) / len(docs)
-    qtoks = [bm25s.tokenize([q], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)[0]
-             for q in queries]
+    qtoks = [analyze(q) for q in queries]
     t0 = time.perf_counter()
     for qt in qtoks:
         naive_bm25(qt, docs, avgdl, df, len(docs))

@@ -151,9 +151,10 @@ PRESETS: dict[str, Preset] = {
         domain="webshop",
         n_tasks=500,
         step_budget=30,
-        domain_options={"n_products": 1_000},
+        domain_options={"n_products": 1_000, "goal_source": "human"},
         expected_tasks=500,
-        description="WebShop, 500-task evaluation subset over the 1,000-product catalog, budget 30",
+        description="WebShop, the original's test split (first 500 shuffled human goals) over the 1,000-product "
+        "catalog, budget 30",
     ),
 }
 

@@ -40,7 +40,7 @@ def test_table15_decoding_shared_by_every_preset():
         ("paper-strategyqa", 16, None, {"top_k": 3}),
         ("paper-hotpotqa", 7, 2000, {"top_k": 5}),
         ("paper-tau2-airline", 50, None, {"max_hops": 120}),
-        ("paper-webshop", 30, 500, {"n_products": 1000}),
+        ("paper-webshop", 30, 500, {"n_products": 1000, "goal_source": "human"}),
     ],
 )
 def test_table16_per_dataset(name, budget, n_tasks, options):

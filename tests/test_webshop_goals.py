@@ -110,7 +110,7 @@ def test_shared_prefix_catalog_counts_and_splits(tmp_path, monkeypatch):
     from domains.webshop import kept_goals_message, load_resources
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
-    res = load_resources(str(SHARED), None, 42, None)
+    res = load_resources(str(SHARED), None, 42, None, "synthetic")
     c = res.goals_doc["counts"]
     assert res.catalog.is_prefix and c["products"] == 214
     assert c["instructed_products_in_catalog"] == 95 and c["instructed_products_in_attributes_file"] == 415
@@ -119,7 +119,7 @@ def test_shared_prefix_catalog_counts_and_splits(tmp_path, monkeypatch):
     assert G.split_goals(res.goals_doc, "eval") == list(range(500, 1316))
     assert G.split_goals(res.goals_doc, "train") == []
     msg = kept_goals_message(res)
-    assert "1316 goals from 95 of 415 instructed products (214 products loaded" in msg and "prefix catalog" in msg
+    assert "1316 synthetic goals from 95 of 415 instructed products (214 products loaded" in msg and "prefix catalog" in msg
     # every goal's product is in the catalog and its frozen price is there
     assert all(g["asin"] in res.catalog.by_asin for g in res.goals)
     assert set(res.prices) == set(res.catalog.by_asin)
@@ -147,3 +147,95 @@ def test_goals_file_option(tmp_path, monkeypatch):
         get_domain_class("webshop")({"goals_file": str(f), "goal_seed": 9}).all_task_ids()
     with pytest.raises(UserError, match="does not exist"):
         get_domain_class("webshop")({"goals_file": str(tmp_path / "nope.json")}).all_task_ids()
+
+
+def human_dir(tmp_path, products, attrs, human) -> Path:
+    d = tmp_path / "hdata"
+    d.mkdir(exist_ok=True)
+    (d / "items_shuffle_1000.json").write_text(json.dumps(products))
+    (d / "items_ins_v2_1000.json").write_text(json.dumps(attrs))
+    if human is not None:
+        (d / "items_human_ins.json").write_text(json.dumps(human))
+    return d
+
+
+def ins(text, attrs, options):
+    return {"instruction": text, "instruction_attributes": attrs, "instruction_options": options,
+            "asin": "x", "worker_id": "w"}
+
+
+def test_human_goal_construction_closed_form(tmp_path):
+    products = [rec("A1", "$25.00"), rec("A2", "$10.00$20.00"), rec("A3", "$985.00"), rec("A1", "$1")]
+    human = {
+        "A1": [ins("i need a thing.", ["soft"], ["red", "large"]), ins("no attributes", [], ["red"])],
+        "A2": [ins("a range thing..", ["cheap", "small"], [])],
+        "A3": [ins("a pricey thing", ["gold"], ["gold"])],
+        "ZZ": [ins("outside the catalog", ["x"], [])],
+    }
+    cat = C.load_catalog(human_dir(tmp_path, products, {}, human))
+    assert cat.human_instructions_path is not None
+    doc = G.build_human_goals(cat, cat.human_instructions_path, seed=7)
+    goals = doc["goals"]
+    assert doc["source"] == "human" and len(goals) == 3
+    assert doc["counts"] == {"products": 3, "human_instructions": 5, "human_instructions_in_catalog": 4,
+                             "human_instructions_skipped_no_attributes": 1, "goals": 3}
+    by = {g["asin"]: g for g in goals}
+    # the draws: product prices first (A2's range), then one price limit per kept instruction, in catalog order
+    rng = random.Random(7)
+    price_a2 = rng.uniform(10.0, 20.0)
+    up_a1 = sorted(rng.sample([30.0, 40.0, 50.0, 60.0], 2))[1]
+    up_a2 = sorted(rng.sample([s for s in G.PRICE_STEPS if s > price_a2][:4], 2))[1]
+    assert doc["product_prices"]["A2"] == price_a2
+    assert by["A1"]["price_upper"] == up_a1 and by["A2"]["price_upper"] == up_a2
+    # trailing dots stripped, then the price text; options are the instruction's value list
+    assert by["A1"]["instruction_text"] == f"i need a thing, and price lower than {up_a1:.2f} dollars"
+    assert by["A2"]["instruction_text"].startswith("a range thing, and price lower than ")
+    assert by["A3"]["instruction_text"] == "a pricey thing" and by["A3"]["price_upper"] == 1000000.0
+    assert by["A1"]["goal_options"] == ["red", "large"] and by["A1"]["attributes"] == ["soft"]
+    assert by["A1"]["name"] == "Thing A1" and by["A1"]["query"] == "things"
+    pre = ["A1", "A2", "A3"]
+    random.Random(233).shuffle(pre)
+    assert [g["asin"] for g in goals] == pre
+
+
+def test_goal_source_auto_human_synthetic(tmp_path, monkeypatch, caplog):
+    from domains import get_domain_class
+
+    monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
+    products = [rec("A1", "$25.00")]
+    attrs = {"A1": {"attributes": ["x"], "instruction": "synthetic thing", "instruction_attributes": ["x"]}}
+    human = {"A1": [ins("human thing", ["x"], [])]}
+    with_file = human_dir(tmp_path, products, attrs, human)
+    cls = get_domain_class("webshop")
+    auto = cls({"data": str(with_file), "split": "all"})
+    assert auto.resources.goals[0]["instruction_text"].startswith("human thing")
+    info = auto.manifest_info()["webshop"]
+    assert info["goal_source"] == "human" and info["human_instructions_file"].endswith("items_human_ins.json")
+    forced = cls({"data": str(with_file), "split": "all", "goal_source": "synthetic"})
+    assert forced.resources.goals[0]["instruction_text"].startswith("synthetic thing")
+    assert forced.manifest_info()["webshop"]["goal_source"] == "synthetic"
+
+    without = tmp_path / "nofile"
+    without.mkdir()
+    for name in ("items_shuffle_1000.json", "items_ins_v2_1000.json"):
+        (without / name).write_text((with_file / name).read_text())
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="domains.webshop"):
+        fallback = cls({"data": str(without), "split": "all"})
+        assert fallback.resources.goals[0]["instruction_text"].startswith("synthetic thing")
+    notices = [r.getMessage() for r in caplog.records if "no items_human_ins.json" in r.getMessage()]
+    assert len(notices) == 1 and "\n" not in notices[0] and "using synthetic goals" in notices[0]
+    assert fallback.manifest_info()["webshop"]["goal_source"] == "synthetic"
+    with pytest.raises(UserError, match="goal_source=human needs items_human_ins.json.*setup.sh"):
+        cls({"data": str(without), "split": "all", "goal_source": "human"}).all_task_ids()
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '{"A1": [{"instruction": "x"}]}', "{not json", '{"A1": {}}'])
+def test_bad_human_instructions_file_is_a_user_error(tmp_path, monkeypatch, content):
+    from domains import get_domain_class
+
+    monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
+    d = human_dir(tmp_path, [rec("A1", "$5")], {}, None)
+    (d / "items_human_ins.json").write_text(content)
+    with pytest.raises(UserError, match="items_human_ins.json"):
+        get_domain_class("webshop")({"data": str(d)}).all_task_ids()

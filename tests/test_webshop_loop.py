@@ -17,14 +17,18 @@ def step_text(action: str, conf: str = "0.5") -> str:
 
 
 def shopper(wrong_option: bool):
-    """Buys the goal product; first emits an invalid click (repaired); optionally picks one wrong option value."""
+    """Buys the goal product; first emits a malformed action (repaired), then a click on a target that is not on the
+    page (the original's no-op: the step is consumed); optionally picks one wrong option value."""
 
     def respond(body: dict) -> str:
         msgs = body["messages"]
         instr = re.search(r"Instruction: \[SEP\] (.*?) \[SEP\]", msgs[1]["content"]).group(1)
         goal = next(g for g in GOALS if g["instruction_text"] == instr)
-        if not any(m["role"] == "assistant" for m in msgs):
-            return step_text("Click[Checkout]")  # not a clickable: InvalidAction -> repair
+        n_assistant = sum(1 for m in msgs if m["role"] == "assistant")
+        if n_assistant == 0:
+            return step_text("Checkout now")  # malformed: InvalidAction -> repair
+        if n_assistant == 1:
+            return step_text("Click[Checkout]")  # well formed, not on the page: a no-op step
         obs = next(m["content"] for m in reversed(msgs) if m["role"] == "user" and "Clickables:" in m["content"])
         if "Search bar: available" in obs:
             return step_text(f"Search[{goal['name']}]")
@@ -73,9 +77,12 @@ def test_perfect_shopper_succeeds_and_wrong_option_fails(fake_server, tmp_path):
         e = eps[tid]
         goal = GOALS[int(tid[3:])]
         assert e.stop_reason == StopReason.clean and e.outcome == 1 and e.reward == 1.0
-        assert e.steps[0].repair_attempts == 1 and "not a clickable target" in e.steps[0].attempts[0].error
-        assert e.n_steps == 3 + len(goal["goal_options"])  # search, asin, options..., buy
+        assert e.steps[0].repair_attempts == 1 and "Search[query] or Click[target]" in e.steps[0].attempts[0].error
+        assert e.steps[0].action == "Click[Checkout]" and e.steps[0].info["noop"] is True
+        assert e.steps[0].observation == e.task_prompt.removeprefix("Observation: ")  # the page stayed
+        assert e.n_steps == 4 + len(goal["goal_options"])  # no-op, search, asin, options..., buy
         assert e.steps[-1].info["state"]["options"] == goal["goal_options"]
+        assert e.steps[-1].info["noop_steps"] == e.reward_info["noop_steps"] == 1
         assert e.reward_info["purchased_asin"] == goal["asin"]
     info = read_manifest(tmp_path / "good").info["webshop"]
     assert info["goals_sha256"] == DOMAIN.resources.goals_sha256 and info["split"] == "test"

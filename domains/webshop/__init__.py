@@ -1,7 +1,8 @@
 """WebShop (Yao et al., 2022) in its text mode: a faithful Python re-implementation of the original environment.
 
-Paper settings (Appendix K, Table 16): the 500-task fixed evaluation subset (split ``test`` = goals 0..499),
-the 1,000-product catalog, step budget 30, actions ``Search[query]`` / ``Click[target]``.
+Paper settings (Appendix K, Table 16): the 500-task fixed evaluation subset (split ``test`` = goals 0..499 of
+the shuffled human goals, as the original's test split), the 1,000-product catalog, step budget 30, actions
+``Search[query]`` / ``Click[target]``.
 
 Domain options (:class:`WebShopOptions`, RunConfig ``domain_options``; ``uqh run -D key=value`` sets any of them,
 ``--data DIR`` sets ``data``, ``--split`` sets ``split``):
@@ -13,13 +14,19 @@ Domain options (:class:`WebShopOptions`, RunConfig ``domain_options``; ``uqh run
 - ``goals_file``: a frozen goals JSON to use instead of building one from ``goal_seed``.
 - ``split``: ``test`` (default; goals 0..499), ``eval`` (500..1499), ``train`` (1500..), ``all``.
 - ``page_chars``: cut the page text to N characters (the clickables list is never cut); default no cut.
+- ``goal_source``: ``auto`` (default: human goals when ``items_human_ins.json`` is in the data directory, else
+  synthetic goals with a one-line notice), ``human`` (require the file) or ``synthetic``. Ignored with
+  ``goals_file``. The manifest records the source (``info.webshop.goal_source``).
+- ``unexecutable_actions``: ``noop`` (default, the original's semantics: a well-formed action the page cannot
+  execute consumes the step and leaves the page) or ``repair`` (uqh's earlier strict rules: it is rejected and the
+  model asked for a repair).
 
-Heavy imports (bm25s, rapidfuzz, textblob) stay inside functions: registering the domain is cheap.
+Heavy imports (numpy, textblob) stay inside functions: registering the domain is cheap.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rundir.errors import UserError
 
@@ -48,15 +55,23 @@ class WebShopOptions(DomainOptions):
         description="a frozen goals JSON to use instead of building one from goal_seed", path="input")
     page_chars: NonNegativeInt | None = option_field(
         description="cut the page text to N characters (the clickables list is never cut); default no cut")
+    goal_source: Literal["auto", "human", "synthetic"] = option_field(
+        "auto", description="auto: human goals when items_human_ins.json is in the data directory, else synthetic "
+        "goals (with a notice); human: require the file; synthetic: the original's synthetic goals")
+    unexecutable_actions: Literal["noop", "repair"] = option_field(
+        "noop", description="noop: the original's semantics (a well-formed action the page cannot execute uses "
+        "the step and leaves the page); repair: reject it and ask the model for a repair (uqh's earlier rule)")
 
 
-def load_resources(data: str | None, n_products: int | None, goal_seed: int, goals_file: str | None):
+def load_resources(
+    data: str | None, n_products: int | None, goal_seed: int, goals_file: str | None, goal_source: str = "auto"
+):
     """Catalog, frozen goals and search index, cached per process (they are read-only)."""
-    key = (data, n_products, goal_seed, goals_file)
+    key = (data, n_products, goal_seed, goals_file, goal_source)
     hit = _RESOURCE_CACHE.get(key)
     if hit is not None:
         return hit
-    from .catalog import load_catalog
+    from .catalog import HOW_TO_GET_HUMAN_GOALS, load_catalog
     from .env import Resources
     from .goals import freeze_goals, load_goals_file
     from .search import ProductSearch
@@ -66,7 +81,17 @@ def load_resources(data: str | None, n_products: int | None, goal_seed: int, goa
         doc, sha = load_goals_file(goals_file, catalog)
         path = goals_file
     else:
-        doc, gpath, sha = freeze_goals(catalog, goal_seed)
+        human = catalog.human_instructions_path if goal_source in ("auto", "human") else None
+        if goal_source == "human" and human is None:
+            raise UserError(
+                f"goal_source=human needs items_human_ins.json in the WebShop data directory; {HOW_TO_GET_HUMAN_GOALS}"
+            )
+        if goal_source == "auto" and human is None:
+            log.warning(
+                "webshop: no items_human_ins.json in %s: using synthetic goals (the original's test split uses "
+                "human goals; see docs/webshop.md)", catalog.catalog_path.parent,
+            )
+        doc, gpath, sha = freeze_goals(catalog, goal_seed, human_path=human)
         path = str(gpath)
     res = Resources(catalog=catalog, goals_doc=doc, goals_sha256=sha, goals_path=path, search=ProductSearch(catalog.products))
     _RESOURCE_CACHE[key] = res
@@ -74,14 +99,26 @@ def load_resources(data: str | None, n_products: int | None, goal_seed: int, goa
     return res
 
 
+def goal_source_of(doc: dict[str, Any]) -> str:
+    """``human`` or ``synthetic`` (frozen synthetic goal files predate the ``source`` field)."""
+    return str(doc.get("source", "synthetic"))
+
+
 def kept_goals_message(res) -> str:
     """One line saying how many goals the loaded catalog supports (and why fewer than the full set)."""
     c = res.goals_doc["counts"]
-    msg = (
-        f"webshop: {c['goals']} goals from {c['instructed_products_in_catalog']} of "
-        f"{c['instructed_products_in_attributes_file']} instructed products ({c['products']} products loaded, "
-        f"goals sha256 {res.goals_sha256[:12]})"
-    )
+    if goal_source_of(res.goals_doc) == "human":
+        msg = (
+            f"webshop: {c['goals']} human goals from {c['human_instructions_in_catalog']} of "
+            f"{c['human_instructions']} human instructions ({c['human_instructions_skipped_no_attributes']} without "
+            f"attributes skipped; {c['products']} products loaded, goals sha256 {res.goals_sha256[:12]})"
+        )
+    else:
+        msg = (
+            f"webshop: {c['goals']} synthetic goals from {c['instructed_products_in_catalog']} of "
+            f"{c['instructed_products_in_attributes_file']} instructed products ({c['products']} products loaded, "
+            f"goals sha256 {res.goals_sha256[:12]})"
+        )
     if res.catalog.is_prefix:
         msg += "; prefix catalog: goals of products outside it are not available, and task ids differ from a full-catalog run"
     return msg
@@ -111,13 +148,16 @@ class WebShopDomain(Domain):
         self.goal_seed = opts.goal_seed
         self.goals_file = opts.goals_file
         self.page_chars = opts.page_chars
+        self.goal_source = opts.goal_source
+        self.unexecutable_actions = opts.unexecutable_actions
         self._res = None
 
     @property
     def resources(self):
         if self._res is None:
             self._res = load_resources(
-                str(self.data) if self.data else None, self.n_products, self.goal_seed, self.goals_file
+                str(self.data) if self.data else None, self.n_products, self.goal_seed, self.goals_file,
+                self.goal_source,
             )
         return self._res
 
@@ -147,7 +187,10 @@ class WebShopDomain(Domain):
     def make_env(self, task_id: str, *, episode_seed: int) -> Environment:
         from .env import WebShopEnv
 
-        return WebShopEnv(self.resources, self.goal_index(task_id), page_chars=self.page_chars)
+        return WebShopEnv(
+            self.resources, self.goal_index(task_id), page_chars=self.page_chars,
+            unexecutable_actions=self.unexecutable_actions,
+        )
 
     def manifest_info(self) -> dict[str, Any]:
         from .search import B, K1, SEARCH_RETURN_N
@@ -160,12 +203,15 @@ class WebShopDomain(Domain):
                 "n_products_option": self.n_products,
                 "goals_file": res.goals_path,
                 "goals_sha256": res.goals_sha256,
+                "goal_source": goal_source_of(res.goals_doc),
                 "goal_seed": res.goals_doc.get("seed"),
                 "goal_counts": res.goals_doc.get("counts"),
                 "split": self.split,
                 "split_goals": n_split,
-                "search": {"engine": "bm25s", "method": "lucene", "k1": K1, "b": B, "stemmer": "porter",
-                           "stopwords": "lucene-en-33", "return_n": SEARCH_RETURN_N},
+                "search": {"engine": "lucene-bm25 (Anserini 0.14.3 semantics, numpy)", "k1": K1, "b": B,
+                           "analyzer": "anserini-default-english", "norms": "lucene-lossy-byte",
+                           "ties": "asin", "return_n": SEARCH_RETURN_N},
+                "unexecutable_actions": self.unexecutable_actions,
                 "noun_tagger": "textblob PatternTagger (Penn NN*), instead of spaCy en_core_web_*",
                 "page_chars": self.page_chars,
                 "observation_chars_applied": False,

@@ -6,8 +6,11 @@ Inputs, from one data directory:
   ``items_shuffle_1000_prefix.json`` (its opening records, unchanged; shipped with the shared data);
 - ``items_ins_v2_1000.json`` (per-ASIN ``attributes`` and, for some products, a synthetic ``instruction`` with
   its ``instruction_attributes``);
-- optionally ``reviews.json`` (``[{asin, reviews, average_rating}]``); without it every product shows
-  ``Rating: N.A.`` and no reviews, as the original does for ASINs missing from its review file.
+- optionally ``items_human_ins.json`` (crowd-written instructions, the source of the original's human goals;
+  see goals.py): only its path is recorded here.
+
+Reviews: the original's loader has its review file reading commented out, so every product shows
+``Rating: N.A.`` and an empty Reviews page; so does this one (a ``reviews.json`` is ignored).
 
 Cleaning follows the original: records with ASIN ``nan`` or longer than 10 characters and repeated ASINs are
 dropped; the price string ``"$a$b"`` becomes ``pricing=[a, b]`` with the tag ``"$a to $b"`` (no price -> 100.0);
@@ -30,7 +33,7 @@ from rundir.errors import UserError
 CATALOG_FILE = "items_shuffle_1000.json"
 CATALOG_PREFIX_FILE = "items_shuffle_1000_prefix.json"
 ATTRIBUTES_FILE = "items_ins_v2_1000.json"
-REVIEWS_FILE = "reviews.json"
+HUMAN_INSTRUCTIONS_FILE = "items_human_ins.json"
 DEFAULT_PRICE = 100.0
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +42,10 @@ HOW_TO_GET_DATA = (
     "get the official files from the WebShop setup download (princeton-nlp/WebShop, setup.sh -d small: "
     "items_shuffle_1000.json and items_ins_v2_1000.json) into one directory and pass it with "
     "--data DIR (domain option data)"
+)
+HOW_TO_GET_HUMAN_GOALS = (
+    "items_human_ins.json (the human instructions of the original's test split) is downloaded by the same "
+    "setup.sh of princeton-nlp/WebShop into its data/ folder; put it next to the catalog and pass --data DIR"
 )
 
 
@@ -100,7 +107,7 @@ class Catalog:
     is_prefix: bool
     n_records: int
     n_instructed_in_attributes_file: int
-    reviews_path: Path | None = None
+    human_instructions_path: Path | None = None
     by_asin: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -118,7 +125,7 @@ class Catalog:
             "catalog_is_prefix": self.is_prefix,
             "attributes_file": str(self.attributes_path),
             "attributes_sha256": self.attributes_sha256,
-            "reviews_file": str(self.reviews_path) if self.reviews_path else None,
+            "human_instructions_file": str(self.human_instructions_path) if self.human_instructions_path else None,
             "products": len(self.products),
             "instructed_products_in_catalog": self.n_instructed,
             "instructed_products_in_attributes_file": self.n_instructed_in_attributes_file,
@@ -148,13 +155,8 @@ def _read_json(path: Path) -> Any:
         raise UserError(f"{str(path)!r} is not valid JSON ({exc}); re-download it: {HOW_TO_GET_DATA}") from None
 
 
-def clean_products(
-    raw_products: list[dict[str, Any]],
-    attributes: dict[str, dict[str, Any]],
-    reviews: dict[str, tuple[list[dict[str, Any]], Any]] | None = None,
-) -> list[dict[str, Any]]:
+def clean_products(raw_products: list[dict[str, Any]], attributes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Clean raw catalog records into the product dicts the pages, search and reward read."""
-    reviews = reviews or {}
     products: list[dict[str, Any]] = []
     seen: set[str] = set()
     for raw in raw_products:
@@ -167,7 +169,6 @@ def clean_products(
         if not bullets:
             bullets = [""]
         pricing, price_tag = parse_pricing(raw.get("pricing"))
-        rev, rating = reviews.get(asin, ([], "N.A."))
         attr_rec = attributes.get(asin)
         if attr_rec is not None and "attributes" in attr_rec:
             attrs = list(attr_rec["attributes"])
@@ -185,8 +186,8 @@ def clean_products(
                 "Price": price_tag,
                 "options": clean_options(raw.get("customization_options")),
                 "Attributes": attrs,
-                "Reviews": rev,
-                "Rating": rating,
+                "Reviews": [],
+                "Rating": "N.A.",
                 "category": raw.get("category") or "",
                 "product_category": raw.get("product_category") or "",
                 "query": str(raw.get("query") or "").lower().strip(),
@@ -195,22 +196,6 @@ def clean_products(
             }
         )
     return products
-
-
-def _load_reviews(path: Path) -> dict[str, tuple[list[dict[str, Any]], Any]]:
-    out: dict[str, tuple[list[dict[str, Any]], Any]] = {}
-    for r in _read_json(path):
-        revs = []
-        for rv in r.get("reviews") or []:
-            revs.append(
-                {
-                    "title": rv.get("title", ""),
-                    "score": rv.get("score", rv.get("stars", "")),
-                    "body": rv.get("review", rv.get("body", "")),
-                }
-            )
-        out[r["asin"]] = (revs, r.get("average_rating", "N.A."))
-    return out
 
 
 def load_catalog(data_dir: str | Path | None = None, *, n_products: int | None = None) -> Catalog:
@@ -225,9 +210,8 @@ def load_catalog(data_dir: str | Path | None = None, *, n_products: int | None =
     n_records = len(raw)
     if n_products is not None:
         raw = raw[:n_products]
-    reviews_path = catalog_path.parent / REVIEWS_FILE
-    reviews = _load_reviews(reviews_path) if reviews_path.is_file() else None
-    products = clean_products(raw, attributes, reviews)
+    products = clean_products(raw, attributes)
+    human_path = catalog_path.parent / HUMAN_INSTRUCTIONS_FILE
     return Catalog(
         products=products,
         catalog_path=catalog_path,
@@ -237,5 +221,5 @@ def load_catalog(data_dir: str | Path | None = None, *, n_products: int | None =
         is_prefix=is_prefix,
         n_records=n_records,
         n_instructed_in_attributes_file=sum(1 for v in attributes.values() if v.get("instruction")),
-        reviews_path=reviews_path if reviews else None,
+        human_instructions_path=human_path if human_path.is_file() else None,
     )

@@ -1,17 +1,32 @@
 """One WebShop episode: a page state machine over the shared catalog, search index and frozen goals.
 
-Actions (the content of the ``<action>`` tag): ``Search[query]`` (only where the search bar is, i.e. on the search
-page) and ``Click[target]`` where ``target`` equals, case-insensitively, one of the current page's clickables.
-Anything else raises :class:`InvalidAction` with the page left unchanged. ``Click[Buy Now]`` ends the episode
-with the original reward; ``outcome = 1`` iff the reward is exactly 1.0.
+Actions (the content of the ``<action>`` tag) follow the original text environment (``WebAgentTextEnv.step``):
 
-Transitions follow the original's server: a search goes to results page 1 and clears the selected options;
-``Next >`` / ``< Prev`` move between results pages; an ASIN opens its item page; an option value selects it
-(one per option name); ``Description`` / ``Features`` / ``Reviews`` open a sub-page whose ``< Prev`` returns to the
-item page with the selection kept; ``< Prev`` on an item page returns to the results page it came from (options
-cleared, as the original re-runs the search); ``Back to Search`` returns to the search page.
+- An action is well formed when it reads ``name[argument]`` (the original's pattern ``(.+)\\[(.+)\\]``: the
+  name is everything before the last ``[`` that has a ``]`` after it, the argument runs to the last ``]``, text
+  after that is ignored) and the name is ``search`` or ``click``. The name is matched case-insensitively, so the
+  paper prompt's ``Search[...]`` / ``Click[...]`` mean the original's ``search[...]`` / ``click[...]``; the
+  argument is lower-cased and not stripped, as the original does. Anything else is malformed: it raises
+  :class:`InvalidAction` and the harness asks for a repair.
+- ``search[keywords]`` runs on any page (the original does not check for a search bar): results page 1 of the
+  keywords, selected options cleared.
+- ``click[target]`` runs when the lower-cased target is one of the page's clickables (other than the search
+  button, which only ``search[...]`` presses). What it does is decided by its text, as the original's server:
+  ``buy now`` purchases, ``back to search`` returns to the search page, ``next >`` / ``< prev`` page through
+  results, ``< prev`` on an item page returns to its results page (options cleared) and on a sub-page to the item
+  page (options kept), ``description`` / ``features`` / ``reviews`` open a sub-page; otherwise a product link opens
+  its item page and an option value selects it (one value per option name).
+- A well-formed action the page cannot execute (a click target that is not on the page) is the original's
+  *no-op*: the page stays, the step is consumed, and ``step.info`` records ``noop: true`` with the reason and the
+  episode's running count ``noop_steps`` (also in ``reward_info`` at the purchase).
 
-The agent sees the page text and, after it, whether the search bar is available and the list of clickable
+Domain option ``unexecutable_actions=repair`` restores uqh's earlier, stricter rules instead: ``Search`` only on
+the search page, non-empty queries, click targets on the page, and an :class:`InvalidAction` (a repair request;
+three in a row end the episode ``parse_error``) for anything else.
+
+``Click[Buy Now]`` ends the episode with the original reward; ``outcome = 1`` iff the reward is exactly 1.0.
+
+The agent sees the page text and, after it, whether the search bar is on the page and the list of clickable
 targets (the prompt asks for "a target that exactly matches one of the provided clickable targets"); on an item
 page the currently selected options are listed too (the original shows them as checked radio buttons).
 """
@@ -21,11 +36,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import EnvResponse, Environment, InvalidAction, RecordedStep, ReplayMismatch
+from ..base import Environment, EnvResponse, InvalidAction, RecordedStep, ReplayMismatch
 from . import pages
 from .pages import Page, PageState
 
-_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
+_ORIGINAL_ACTION = re.compile(r"(.+)\[(.+)\]")
+_STRICT_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
+NOOP = "noop"
+REPAIR = "repair"
+UNEXECUTABLE_ACTION_MODES = (NOOP, REPAIR)
 
 
 @dataclass
@@ -48,40 +67,59 @@ class Resources:
 
 
 def parse_action(action: str) -> tuple[str, str]:
-    m = _ACTION.match(action or "")
+    """(``search`` | ``click``, lower-cased argument) as the original parses it; InvalidAction if malformed."""
+    m = _ORIGINAL_ACTION.match(action or "")
+    if m is None or m.group(1).lower() not in ("search", "click"):
+        raise InvalidAction(
+            f"the action must be Search[query] or Click[target], got {(action or '').strip()[:80]!r}"
+        )
+    return m.group(1).lower(), m.group(2).lower()
+
+
+def parse_action_strict(action: str) -> tuple[str, str]:
+    """uqh's earlier parse (surrounding blanks allowed, argument stripped, original case kept)."""
+    m = _STRICT_ACTION.match(action or "")
     if not m:
         raise InvalidAction(
-            f"the action must be Search[query] or Click[target], got {action.strip()[:80]!r}"
+            f"the action must be Search[query] or Click[target], got {(action or '').strip()[:80]!r}"
         )
     return m.group(1).lower(), m.group(2).strip()
 
 
 class WebShopEnv(Environment):
-    def __init__(self, resources: Resources, goal_index: int, *, page_chars: int | None = None):
+    def __init__(
+        self,
+        resources: Resources,
+        goal_index: int,
+        *,
+        page_chars: int | None = None,
+        unexecutable_actions: str = NOOP,
+    ):
+        if unexecutable_actions not in UNEXECUTABLE_ACTION_MODES:
+            raise ValueError(f"unexecutable_actions must be one of {UNEXECUTABLE_ACTION_MODES}")
         self.res = resources
         self.goal_index = goal_index
         self.goal = resources.goals[goal_index]
         self.instruction = self.goal["instruction_text"]
         self.page_chars = page_chars
+        self.unexecutable_actions = unexecutable_actions
         self.state = PageState()
         self.done = False
         self.reward: float | None = None
         self.reward_info: dict[str, Any] = {}
+        self.noop_steps = 0
         self._page: Page = pages.search_page(self.instruction)
 
     # ------------------------------------------------------------------------------ rendering
-
-    def _results(self, keywords: str) -> list[str]:
-        return self.res.search.search(keywords)
 
     def render(self, state: PageState) -> Page:
         by_asin = self.res.catalog.by_asin
         if state.kind == "search":
             return pages.search_page(self.instruction)
         if state.kind == "results":
-            hits = self._results(state.keywords or "")
+            hits = self.res.search.search(state.keywords or "")
             lo = (state.page - 1) * pages.PRODUCT_WINDOW
-            shown = [by_asin[a] for a in hits[lo : lo + pages.PRODUCT_WINDOW]]
+            shown = [by_asin[a] for a in hits[lo : lo + pages.PRODUCT_WINDOW]] if lo >= 0 else []
             return pages.results_page(self.instruction, state.page, len(hits), shown)
         if state.kind == "item":
             return pages.item_page(self.instruction, by_asin[state.asin])
@@ -124,15 +162,52 @@ class WebShopEnv(Environment):
         self.done = False
         self.reward = None
         self.reward_info = {}
+        self.noop_steps = 0
         self._page = self.render(self.state)
         return "Observation: " + self.observation()
 
-    def transition(self, action: str) -> PageState:
-        """The next state for ``action`` (raises InvalidAction; does not change anything)."""
+    def transition(self, action: str) -> tuple[PageState, str | None]:
+        """(next state, no-op reason or None) for ``action``; raises InvalidAction; changes nothing."""
         if self.done:
             raise InvalidAction("the episode is over (the purchase was made); no further actions are possible")
+        if self.unexecutable_actions == REPAIR:
+            return self._transition_strict(action), None
         kind, arg = parse_action(action)
         st = self.state
+        if kind == "search":
+            return PageState("results", arg, 1), None
+        click = self._page.lookup().get(arg)
+        if click is None or arg == "search":
+            return st, f"{arg[:80]!r} is not a clickable target on this page"
+        return self._click(arg, click), None
+
+    def _click(self, name: str, click: pages.Clickable) -> PageState:
+        """The original server's dispatch: by the clicked text first, then by what the clickable is."""
+        st = self.state
+        if name == pages.BUY_NOW.lower():
+            return PageState("done", st.keywords, st.page, st.asin, st.options)
+        if name == pages.BACK_TO_SEARCH.lower():
+            return PageState()
+        if name == pages.NEXT_PAGE.lower() and st.kind == "results":
+            return PageState("results", st.keywords, st.page + 1)
+        if name == pages.PREV_PAGE.lower() and st.kind == "results":
+            return PageState("results", st.keywords, st.page - 1)
+        if name == pages.PREV_PAGE.lower() and st.kind == "sub":
+            return PageState("item", st.keywords, st.page, st.asin, st.options)
+        if name == pages.PREV_PAGE.lower() and st.kind == "item":
+            return PageState("results", st.keywords, st.page)
+        for sub in pages.SUB_PAGES:
+            if name == sub.lower():
+                return PageState("sub", st.keywords, st.page, st.asin, st.options, sub)
+        if click.kind == "product":
+            return PageState("item", st.keywords, st.page, click.arg, st.options)
+        if click.kind == "option":
+            opt_name, value = click.arg
+            return st.with_option(opt_name, value)
+        return PageState("item", st.keywords, st.page, st.asin, st.options)
+
+    def _transition_strict(self, action: str) -> PageState:
+        kind, arg = parse_action_strict(action)
         page = self._page
         if kind == "search":
             if not page.has_search_bar:
@@ -151,26 +226,7 @@ class WebShopEnv(Environment):
             raise InvalidAction(
                 f"{arg[:80]!r} is not a clickable target on this page. Allowed now: {self._describe_choices()}"
             )
-        if click.kind == "back":
-            return PageState()
-        if click.kind == "next":
-            return PageState("results", st.keywords, st.page + 1)
-        if click.kind == "prev":
-            if st.kind == "results":
-                return PageState("results", st.keywords, st.page - 1)
-            if st.kind == "item":
-                return PageState("results", st.keywords, st.page)
-            return PageState("item", st.keywords, st.page, st.asin, st.options)
-        if click.kind == "product":
-            return PageState("item", st.keywords, st.page, click.arg, st.options)
-        if click.kind == "option":
-            name, value = click.arg
-            return st.with_option(name, value)
-        if click.kind == "sub":
-            return PageState("sub", st.keywords, st.page, st.asin, st.options, click.arg)
-        if click.kind == "buy":
-            return PageState("done", st.keywords, st.page, st.asin, st.options)
-        raise AssertionError(f"unknown clickable kind {click.kind!r}")
+        return self._click(target, click)
 
     def _buy(self, st: PageState) -> None:
         from .reward import get_reward
@@ -188,18 +244,24 @@ class WebShopEnv(Environment):
                 "goal_options": self.goal["goal_options"],
                 "goal_attributes": self.goal["attributes"],
                 "price_upper": self.goal["price_upper"],
+                "noop_steps": self.noop_steps,
             }
         )
         self.reward, self.reward_info = reward, info
 
     async def step(self, action: str) -> EnvResponse:
-        new = self.transition(action)
+        new, noop_reason = self.transition(action)
+        if noop_reason is not None:
+            self.noop_steps += 1
+            info = {"state": self.state.as_dict(), "noop": True, "noop_reason": noop_reason,
+                    "noop_steps": self.noop_steps}
+            return EnvResponse(observation=self.observation(), info=info)
         if new.kind == "done":
             self._buy(new)
             self.done = True
         self.state = new
         self._page = self.render(new)
-        info = {"state": new.as_dict()}
+        info = {"state": new.as_dict(), "noop": False, "noop_steps": self.noop_steps}
         if self.done:
             return EnvResponse(
                 observation=self.observation(),

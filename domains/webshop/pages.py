@@ -1,21 +1,29 @@
 """The WebShop pages in the original's text mode: the visible text nodes of each page, joined with `` [SEP] ``.
 
-Pages (the original's templates, in the layout its text environment was published with):
+The original renders HTML templates and turns them into text with BeautifulSoup: every visible text node,
+stripped, except nodes that are only a newline. BeautifulSoup collapses a text node made only of ASCII whitespace
+to ``"\\n"`` if it contains a newline (then dropped) and to ``" "`` otherwise (then kept as an *empty* segment);
+an empty value renders no node at all. :func:`_node` applies exactly that rule to every value a template shows.
 
-- search:   ``WebShop | Instruction: | <instruction> | Search``            (the search bar is only here)
-- results:  ``Instruction: | <instruction> | Back to Search | Page P (Total results: N) | [< Prev] | [Next >] |``
-            then per product ``ASIN | Title | Price`` (10 per page)
-- item:     ``Instruction: | <instruction> | Back to Search | < Prev |`` per option group ``name | value | value ...``
-            then ``Title | Price: $.. | Rating: .. | Description | Features | Reviews | Buy Now``
-- sub-pages (Description / Features / Reviews): ``Instruction: | <instruction> | Back to Search | < Prev |`` content
-- done:     ``Thank you for shopping with us! | Your score (min 0.0, max 1.0) | <reward>``
+Pages (node by node; ``<x>`` is a value):
 
-``< Prev`` appears on results pages after the first; ``Next >`` only while more results follow (the original's
-later template; its first one showed ``Next >`` even on the last page, leading to an empty page).
+- search:   ``WebShop | Instruction: | <instruction> | Search``
+- results:  ``Instruction: | <instruction> | Back to Search | Page P (Total results: N) | [< Prev] | Next >``
+            then per product ``<ASIN> | <title> | <price>`` (10 per page). ``< Prev`` appears after page 1;
+            ``Next >`` always (paging past the end shows a page without products, as the original).
+- item:     ``Instruction: | <instruction> | Back to Search | < Prev |`` per option group ``<name> | <value> ...``
+            then ``<title> | Price: <price> | Rating: N.A. | Description | Features | Reviews | Buy Now``
+- sub-pages: ``Instruction: | <instruction> | Back to Search | < Prev |`` then the description; or one node
+            `` <bullet>`` per bullet point (an empty bullet gives an empty segment); or nothing for Reviews (the
+            original's loader never loads reviews: every product has none and ``Rating: N.A.``).
+- done:     ``Thank you for shopping with us! | Your score (min 0.0, max 1.0) | <reward>`` -- shorter than the
+            original's done page (which also prints a hidden debugging block); the agent never sees it, since the
+            episode ends with the purchase.
 
-Clickables are the original's: button texts, product ASINs (product links) and option values (radio inputs);
-a click target matches case-insensitively. When an option value equals another clickable's text, the option wins
-(the original's dict overwrote buttons with options).
+Clickables are the original's: buttons and product links (keyed by their lower-cased text) and option values
+(radio inputs; an option value overrides a button of the same text in the lookup table, and a value present in
+two option groups belongs to the later group, as in the original's dict). What a click *does* is decided by its
+text first (see ``env.WebShopEnv.transition``), as the original's server does.
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ PREV_PAGE = "< Prev"
 NEXT_PAGE = "Next >"
 BUY_NOW = "Buy Now"
 SUB_PAGES = ("Description", "Features", "Reviews")
+_ASCII_SPACE = " \n\t\f\r"
 
 
 @dataclass(frozen=True)
@@ -80,55 +89,67 @@ class Page:
         return SEP.join(self.nodes)
 
     def lookup(self) -> dict[str, Clickable]:
-        """Lower-cased target -> clickable (buttons and product links first, then options, as the original)."""
+        """Lower-cased target -> clickable: buttons and product links first, then options (which override)."""
         table: dict[str, Clickable] = {}
         for c in self.clickables:
             if c.kind != "option":
                 table[c.text.lower()] = c
         for c in self.clickables:
             if c.kind == "option":
-                table[c.text.lower()] = c
+                table[c.text] = c
         return table
 
 
-def _nodes(*texts: Any) -> list[str]:
-    """Visible text nodes: stripped, empty ones dropped."""
-    out = []
-    for t in texts:
-        s = str(t).strip()
-        if s:
-            out.append(s)
-    return out
+def _node(value: Any, nodes: list[str]) -> None:
+    """Append the segment a template text node holding ``value`` yields in the original's text mode (if any)."""
+    s = str(value)
+    if not s:
+        return
+    if not s.strip(_ASCII_SPACE):
+        if "\n" in s:
+            return
+        nodes.append("")
+        return
+    nodes.append(s.strip())
+
+
+def _header(instruction: str) -> list[str]:
+    nodes = ["Instruction:"]
+    _node(instruction, nodes)
+    return nodes
 
 
 def search_page(instruction: str) -> Page:
-    return Page(_nodes("WebShop", "Instruction:", instruction, "Search"), [], has_search_bar=True)
+    nodes = ["WebShop"] + _header(instruction) + ["Search"]
+    return Page(nodes, [], has_search_bar=True)
 
 
 def results_page(instruction: str, page: int, total: int, products: list[dict[str, Any]]) -> Page:
-    nodes = _nodes("Instruction:", instruction, BACK_TO_SEARCH, f"Page {page} (Total results: {total})")
+    nodes = _header(instruction) + [BACK_TO_SEARCH, f"Page {page} (Total results: {total})"]
     clicks = [Clickable(BACK_TO_SEARCH, "back")]
     if page > 1:
         nodes.append(PREV_PAGE)
         clicks.append(Clickable(PREV_PAGE, "prev"))
-    if page * PRODUCT_WINDOW < total:
-        nodes.append(NEXT_PAGE)
-        clicks.append(Clickable(NEXT_PAGE, "next"))
+    nodes.append(NEXT_PAGE)
+    clicks.append(Clickable(NEXT_PAGE, "next"))
     for p in products:
-        nodes += _nodes(p["asin"], p["Title"], p["Price"])
+        _node(p["asin"], nodes)
+        _node(p["Title"], nodes)
+        _node(p["Price"], nodes)
         clicks.append(Clickable(p["asin"], "product", p["asin"]))
     return Page(nodes, clicks)
 
 
 def item_page(instruction: str, product: dict[str, Any]) -> Page:
-    nodes = _nodes("Instruction:", instruction, BACK_TO_SEARCH, PREV_PAGE)
+    nodes = _header(instruction) + [BACK_TO_SEARCH, PREV_PAGE]
     clicks = [Clickable(BACK_TO_SEARCH, "back"), Clickable(PREV_PAGE, "prev")]
     for name, values in product["options"].items():
-        nodes += _nodes(name)
+        _node(name, nodes)
         for v in values:
-            nodes += _nodes(v)
+            _node(v, nodes)
             clicks.append(Clickable(v, "option", (name, v)))
-    nodes += _nodes(product["Title"], f"Price: {product['Price']}", f"Rating: {product['Rating']}")
+    _node(product["Title"], nodes)
+    nodes += [f"Price: {product['Price']}".strip(), f"Rating: {product['Rating']}".strip()]
     for sub in SUB_PAGES:
         nodes.append(sub)
         clicks.append(Clickable(sub, "sub", sub))
@@ -138,17 +159,12 @@ def item_page(instruction: str, product: dict[str, Any]) -> Page:
 
 
 def sub_page(instruction: str, product: dict[str, Any], sub: str) -> Page:
-    nodes = _nodes("Instruction:", instruction, BACK_TO_SEARCH, PREV_PAGE)
+    nodes = _header(instruction) + [BACK_TO_SEARCH, PREV_PAGE]
     if sub == "Description":
-        nodes += _nodes(product["Description"])
+        _node(product["Description"], nodes)
     elif sub == "Features":
-        nodes += _nodes(*product["BulletPoints"])
-    else:
-        reviews = product.get("Reviews") or []
-        if not reviews:
-            nodes.append("No reviews found")
-        for r in reviews:
-            nodes += _nodes(f'"{r.get("title", "")}"', r.get("score", ""), r.get("body", ""))
+        for bullet in product["BulletPoints"]:
+            _node(f" {bullet}", nodes)
     return Page(nodes, [Clickable(BACK_TO_SEARCH, "back"), Clickable(PREV_PAGE, "prev")])
 
 
@@ -157,4 +173,4 @@ def format_reward(reward: float) -> str:
 
 
 def done_page(reward: float) -> Page:
-    return Page(_nodes("Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", format_reward(reward)))
+    return Page(["Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", format_reward(reward)])

@@ -1,38 +1,40 @@
-"""The WebShop reward, re-implemented from the original (get_reward and its parts).
+"""The WebShop reward, re-implemented from the original (web_agent_site/engine/goal.py get_reward and its parts).
 
-    reward = (matched goal attributes + matched purchased options + [price <= price limit])
+    reward = (matched goal attributes + matched goal options + [price <= price limit])
              / (number of goal attributes + number of goal options + 1)  *  r_type
 
-- attributes: a goal attribute matches if ``token_set_ratio`` with some product attribute is > 85, or if it is a
-  substring of the lower-cased title, bullet points or description;
-- options: each *purchased* option value (colour-normalised) matches exactly (option name ``size``) or with
-  ``token_set_ratio`` > 85 some goal option value, or else appears in the title / bullets / description;
-- r_type (product type): 1.0 if the purchased product's search query equals the goal's, or >= 2 category levels
-  are shared, or the title-noun overlap is > 0.2; else 0.5; then 0.1 if the overlap < 0.1 and 0.0 if it is 0.
-  The overlap is |nouns(purchased title) ∩ nouns(goal title)| / |nouns(goal title)| (0.2 if the goal title has
-  no noun).
+- attributes: a goal attribute matches if ``token_set_ratio(product attribute, goal attribute) > 85`` for some
+  product attribute, or else if it is a substring of the lower-cased title, bullet points or description;
+- options: each *goal* option matches if ``token_set_ratio(purchased value, goal option) > 85`` for some purchased
+  option value, both sides colour-normalised. The count is over goal options, so it never exceeds their number
+  and the reward never exceeds 1. Synthetic goals keep their options as a dict, and the original passes
+  ``dict.items()``: each goal option is a ``(name, value)`` tuple, which thefuzz turns into the string
+  ``"('name', 'value')"``, i.e. the tokens ``name value``; colour normalisation of a tuple only fires when the
+  value *equals* a colour word (tuple membership). Human goals carry a list of option values. No exact match for
+  sizes and no product-text fallback for options (both were uqh inventions);
+- r_type (product type): 1.0, or 0.5 unless the search queries are equal, >= 2 category levels are shared or
+  the title-noun overlap is > 0.2; then, whatever the query and category say, 0.1 if the overlap is < 0.1 and
+  0.0 if it is 0. The overlap is |set(nouns(purchased title)) ∩ set(nouns(goal title))| / len(nouns(goal title))
+  (0.2 if the goal title has no noun).
 
-Fuzzy matching is thefuzz's ``token_set_ratio`` (ASCII, full processing, rounded) computed with ``rapidfuzz``,
-which is what current thefuzz does internally.
+Fuzzy matching is thefuzz 0.19.0's ``token_set_ratio`` as the original pins it (no python-Levenshtein, so
+difflib's SequenceMatcher): see :func:`token_set_ratio`.
 
-Noun detection: the original runs spaCy (``en_core_web_lg`` / ``_sm``) and keeps NOUN / PROPN tokens. spaCy's
-models are not installable from a package registry, so this uses TextBlob's bundled Pattern tagger (a Brill-style
-lexicon + contextual rules tagger, Penn tags; NN*, i.e. NN, NNS, NNP, NNPS, count as nouns). Tokens are lower-cased
-like the original's, hyphenated tokens are split into their parts (spaCy splits on hyphens) and tokens without a
-letter are dropped (spaCy tags them PUNCT / NUM). Effect: both taggers tag most Title-Case product-title words
-as proper nouns, so title_score is close; where they disagree on an individual word (e.g. a capitalised
-adjective), title_score moves by 1/|goal nouns|, which changes r_type only when it crosses 0.1 or 0.2. Buying the
-goal product itself gives the same title_score under either tagger up to repeated nouns (the original divides by
-the length of the noun *list*, so a title repeating a noun scores below 1 against itself; r_type stays 1.0 through
-the query match).
+Noun detection: the original runs spaCy (``en_core_web_sm``) and keeps NOUN / PROPN tokens. spaCy's models are not
+installable from a package registry, so this uses TextBlob's bundled Pattern tagger (a Brill-style lexicon +
+contextual rules tagger, Penn tags; NN*, i.e. NN, NNS, NNP, NNPS, count as nouns). Tokens are lower-cased like
+the original's, hyphenated tokens are split into their parts (spaCy splits on hyphens) and tokens without a
+letter are dropped (spaCy tags them PUNCT / NUM). Where the two taggers disagree on a word the overlap moves by
+1/|goal nouns|, which changes r_type when it crosses 0.1 or 0.2 (and, below 0.1, regardless of query and
+category). The differential tests substitute this tagger on both sides.
 """
 from __future__ import annotations
 
 import re
+from difflib import SequenceMatcher
 from functools import lru_cache
 from typing import Any
 
-EXACT_MATCH_OPTS = ("size",)
 FUZZY_THRESHOLD = 85
 
 # The original's colour vocabulary (web_agent_site/engine/normalize.py): a value containing one of these words is
@@ -51,7 +53,10 @@ _NOUN_TAGS = ("NN", "NNS", "NNP", "NNPS")
 _HAS_LETTER = re.compile(r"[^\W\d_]")
 
 
-def normalize_color(value: str) -> str:
+def normalize_color(value: Any) -> Any:
+    """The original's normalize_color: the first colour word ``in`` the value, else the value unchanged.
+
+    For a string ``in`` is a substring test; for a ``(name, value)`` tuple it is element equality."""
     for color in COLOR_SET:
         if color in value:
             return color
@@ -78,15 +83,45 @@ def title_nouns(title: str) -> tuple[str, ...]:
     return tuple(nouns)
 
 
-def _token_set_ratio(a: str, b: str) -> int:
-    """thefuzz's ``token_set_ratio``: ASCII-only, default processing (lower-case, non-alphanumerics to spaces),
-    rapidfuzz's scorer, rounded to an integer."""
-    from rapidfuzz import fuzz
-    from rapidfuzz.utils import default_process
+# thefuzz 0.19.0's processing: drop code points 128-255 ("asciidammit"), every non-word character to a space,
+# lower-case, strip.
+_LATIN1_HIGH = {c: None for c in range(128, 256)}
+_NON_WORD = re.compile(r"(?ui)\W")
 
-    a = default_process(a.encode("ascii", "ignore").decode())
-    b = default_process(b.encode("ascii", "ignore").decode())
-    return int(round(fuzz.token_set_ratio(a, b)))
+
+def _fuzz_process(value: Any) -> str:
+    text = value if isinstance(value, str) else str(value)
+    return _NON_WORD.sub(" ", text.translate(_LATIN1_HIGH)).lower().strip()
+
+
+def _ratio(a: str, b: str) -> int:
+    """thefuzz's ``ratio``: 100 if equal, 0 if either is empty, else round(100 * difflib ratio)."""
+    if a == b:
+        return 100
+    if not a or not b:
+        return 0
+    return round(100 * SequenceMatcher(None, a, b).ratio())
+
+
+@lru_cache(maxsize=1 << 16)
+def _token_set_ratio_cached(a: Any, b: Any) -> int:
+    p1, p2 = _fuzz_process(a), _fuzz_process(b)
+    if not p1 or not p2:
+        return 0
+    t1, t2 = set(p1.split()), set(p2.split())
+    sect = " ".join(sorted(t1 & t2))
+    c12 = (sect + " " + " ".join(sorted(t1 - t2))).strip()
+    c21 = (sect + " " + " ".join(sorted(t2 - t1))).strip()
+    return max(_ratio(sect, c12), _ratio(sect, c21), _ratio(c12, c21))
+
+
+def token_set_ratio(a: Any, b: Any) -> int:
+    """thefuzz 0.19.0 ``fuzz.token_set_ratio(a, b)`` (argument order matters: difflib is not symmetric).
+
+    Non-strings are stringified first (a tuple ``('color', 'red')`` becomes the tokens ``color red``). The
+    processed strings are split into token sets; the sorted intersection and the intersection followed by each
+    side's remainder are compared pairwise with ``ratio``; the best of the three wins."""
+    return _token_set_ratio_cached(a, b)
 
 
 def get_type_reward(purchased: dict[str, Any], goal: dict[str, Any]) -> dict[str, Any]:
@@ -115,39 +150,36 @@ def get_type_reward(purchased: dict[str, Any], goal: dict[str, Any]) -> dict[str
     }
 
 
-def _in_product_text(needle: str, product: dict[str, Any]) -> bool:
-    return (
-        needle in product["Title"].lower()
-        or needle in " ".join(product["BulletPoints"]).lower()
-        or needle in product["Description"].lower()
-    )
-
-
 def get_attribute_reward(purchased: dict[str, Any], goal: dict[str, Any]) -> tuple[float, int]:
     goal_attrs = goal["attributes"]
+    title = purchased["Title"].lower()
+    bullets = " ".join(purchased["BulletPoints"]).lower()
+    description = purchased["Description"].lower()
     matches = 0
     for g_attr in goal_attrs:
-        if any(_token_set_ratio(p_attr, g_attr) > FUZZY_THRESHOLD for p_attr in purchased["Attributes"]):
+        if any(token_set_ratio(p_attr, g_attr) > FUZZY_THRESHOLD for p_attr in purchased["Attributes"]):
             matches += 1
-        elif _in_product_text(g_attr, purchased):
+        elif g_attr in title or g_attr in bullets or g_attr in description:
             matches += 1
     return matches / len(goal_attrs), matches
 
 
-def get_option_reward(
-    purchased: dict[str, Any], goal_options: list[str], purchased_options: dict[str, str]
-) -> tuple[float | None, int]:
-    p_opts = {k: normalize_color(v) for k, v in purchased_options.items()}
-    g_opts = [normalize_color(o) for o in goal_options]
+def goal_option_items(goal_options: Any) -> list[Any]:
+    """What the original passes as goal options: ``dict.items()`` tuples (synthetic goals) or the list itself."""
+    if isinstance(goal_options, dict):
+        return list(goal_options.items())
+    return [tuple(o) if isinstance(o, list) else o for o in goal_options]
+
+
+def get_option_reward(purchased_values: list[str], goal_options: list[Any]) -> tuple[float | None, int]:
+    """Goal options matched by some purchased option value (both colour-normalised), as the original."""
+    purchased = [normalize_color(v) for v in purchased_values]
+    goals = [normalize_color(o) for o in goal_options]
     matches = 0
-    for key, value in p_opts.items():
-        if key.lower() in EXACT_MATCH_OPTS:
-            matched = value in g_opts
-        else:
-            matched = any(_token_set_ratio(g, value) > FUZZY_THRESHOLD for g in g_opts)
-        if matched or _in_product_text(value, purchased):
+    for g in goals:
+        if any(token_set_ratio(p, g) > FUZZY_THRESHOLD for p in purchased):
             matches += 1
-    return (matches / len(g_opts) if g_opts else None), matches
+    return (matches / len(goals) if goals else None), matches
 
 
 def get_reward(
@@ -157,10 +189,8 @@ def get_reward(
     type_info = get_type_reward(purchased, goal)
     r_price = (price <= goal["price_upper"]) if goal["price_upper"] > 0 else None
     r_att, n_att = get_attribute_reward(purchased, goal)
-    goal_opts = goal["goal_options"]
-    goal_opt_values = list(goal_opts.values()) if isinstance(goal_opts, dict) else list(goal_opts)
-    r_option, n_opt = get_option_reward(purchased, goal_opt_values, options)
-    denom = len(goal["attributes"]) + len(goal_opts) + 1
+    r_option, n_opt = get_option_reward(list(options.values()), goal_option_items(goal["goal_options"]))
+    denom = len(goal["attributes"]) + len(goal["goal_options"]) + 1
     reward = (n_att + n_opt + (r_price or 0)) / denom * type_info["r_type"]
     info: dict[str, Any] = {
         "r_type": type_info["r_type"],
@@ -174,7 +204,7 @@ def get_reward(
     }
     if r_option is not None:
         info["r_option"] = r_option
-        info["w_option"] = len(goal_opts) / denom
+        info["w_option"] = len(goal["goal_options"]) / denom
     if r_price is not None:
         info["r_price"] = bool(r_price)
         info["w_price"] = 1 / denom
