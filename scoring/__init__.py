@@ -12,6 +12,8 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
 - signals:     :func:`token_probability`, :func:`entropy_confidence` (per-step token values)        -- App. F
 - streams:     :func:`load_run`, :func:`build_sample`, :class:`RunData`, :class:`Sample`          -- App. F, K
 - calibration: :func:`cross_fit_platt`, :func:`fit_platt`, :func:`stratified_split`              -- App. D
+- labels:      :func:`label_convention`, :func:`training_labels`, ``LABEL_CONVENTIONS`` (what the base rate and
+               Platt are trained on under censoring)                                             -- Prop. C.2, C.3, §6.3
 - diagnostics: :class:`ScalarDiagnostics`, :func:`auroc`, :func:`auprc`, :func:`aurc`, :func:`t_ece`,
                :func:`t_brier`, :func:`trajectory_scalar`, :func:`phi_last`, :func:`phi_avg`, :func:`phi_min`
                                                                                                   -- §5.1, App. B, F
@@ -43,6 +45,9 @@ _EXPORTS = {
     "cross_fit_platt": "scoring.calibration",
     "fit_platt": "scoring.calibration",
     "stratified_split": "scoring.calibration",
+    "LABEL_CONVENTIONS": "scoring.labels",
+    "label_convention": "scoring.labels",
+    "training_labels": "scoring.labels",
     "ScalarDiagnostics": "scoring.diagnostics",
     "auprc": "scoring.diagnostics",
     "aurc": "scoring.diagnostics",
