@@ -2,17 +2,23 @@
 artificial censoring (Table 10), complete-only vs censored extension (Fig. 2A), exact vs simple censored score
 (Tables 8–9) and parse-error sensitivity (Appendix G.2).
 
-Arranges the typed rows :mod:`reports.scoring_calls` collected; computes nothing.
+Arranges the typed rows :mod:`reports.scoring_calls` collected; computes nothing. Every censored table names the
+label convention the base rate and Platt were trained on (``Labels`` column, :mod:`scoring.labels`).
 """
 from __future__ import annotations
 
-from reports.scoring_calls import ScoredRun
+from reports.scoring_calls import PRIMARY_WEIGHTS, ScoredRun
 from reports.tables import Table
+from scoring.labels import LABEL_CONVENTIONS
 from scoring.registry import DELTA_PRACTICE, TPS, TPS_COMPLETE_ONLY, predictor_label, row_label
+
+#: caption sentence naming the label conventions that can appear in a ``Labels`` column
+LABELS_NOTE = ("Labels: what the base rate and Platt were trained on -- "
+               + "; ".join(f"{c.name} = {c.description}" for c in LABEL_CONVENTIONS.values()) + ".")
 
 
 def sensitivity_table(scored: list[ScoredRun]) -> Table:
-    cols = ["Run", "Predictor", "Score", "Weight schedule", "Censoring", "TPS", "TPS CI low", "TPS CI high",
+    cols = ["Run", "Predictor", "Score", "Weight schedule", "Censoring", "Labels", "TPS", "TPS CI low", "TPS CI high",
             "TPS complete-only", "Δ_practice", "Δ CI low", "Δ CI high", "n"]
     rows = []
     for sr in scored:
@@ -22,8 +28,9 @@ def sensitivity_table(scored: list[ScoredRun]) -> Table:
                     t, d = r.estimate(TPS, s), r.estimate(DELTA_PRACTICE, s)
                     rows.append({
                         "Run": sr.label, "Predictor": r.display_label, "Score": s, "Weight schedule": scheme,
-                        "Censoring": res.settings.censoring, "TPS": t.value, "TPS CI low": t.ci_low,
-                        "TPS CI high": t.ci_high, "TPS complete-only": r.value(TPS_COMPLETE_ONLY, s),
+                        "Censoring": res.settings.censoring, "Labels": res.settings.label_convention,
+                        "TPS": t.value, "TPS CI low": t.ci_low, "TPS CI high": t.ci_high,
+                        "TPS complete-only": r.value(TPS_COMPLETE_ONLY, s),
                         "Δ_practice": d.value, "Δ CI low": d.ci_low, "Δ CI high": d.ci_high, "n": r.n_used,
                     })
     return Table(
@@ -33,18 +40,20 @@ def sensitivity_table(scored: list[ScoredRun]) -> Table:
         rows=rows,
         caption="Each weight schedule refits the Platt maps with matching weights (Appendix D). Runs with "
         "administratively censored trajectories are scored with the simple censored extension (q_Z ≈ 0) and report "
-        "Δ_practice = TPS_cen-ext − TPS_complete-only (Table 11 shape); runs without use the complete sample.",
+        "Δ_practice = TPS_cen-ext − TPS_complete-only (Table 11 shape); runs without use the complete sample. "
+        + LABELS_NOTE,
     )
 
 
 def censored_shift_table(scored: list[ScoredRun]) -> Table:
-    cols = ["Run", "Predictor", "Score", "n complete", "n censored", "Censoring rate", "TPS complete-only",
+    cols = ["Run", "Predictor", "Score", "Labels", "n complete", "n censored", "Censoring rate", "TPS complete-only",
             "TPS cen-ext", "Δ_practice", "Δ CI low", "Δ CI high", "Δ/SE", "Δ / censoring rate"]
     rows = []
     for sr in scored:
+        labels = sr.results.by_weights[PRIMARY_WEIGHTS].settings.label_convention
         for r in sr.results.censored_shift:
             rows.append({
-                "Run": sr.label, "Predictor": row_label(r.predictor, r.calibration), "Score": r.score,
+                "Run": sr.label, "Predictor": row_label(r.predictor, r.calibration), "Score": r.score, "Labels": labels,
                 "n complete": r.n_complete, "n censored": r.n_censored, "Censoring rate": r.censoring_rate,
                 "TPS complete-only": r.tps_complete_only.value, "TPS cen-ext": r.tps_censored.value,
                 "Δ_practice": r.delta_practice.value, "Δ CI low": r.delta_practice.ci_low,
@@ -58,20 +67,22 @@ def censored_shift_table(scored: list[ScoredRun]) -> Table:
         columns=cols,
         rows=rows,
         caption="Linear-front weights. TPS_cen-ext adds the max_steps prefixes under TPS^cen,simple (q_Z ≈ 0); "
-        "parse errors excluded (informative). Δ_practice CI: paired bootstrap over the working sample.",
+        "parse errors excluded (informative). Δ_practice CI: paired bootstrap over the working sample. " + LABELS_NOTE,
     )
 
 
 def exact_censoring_table(scored: list[ScoredRun]) -> Table:
     """Table 8/9 shape: the exact q_Z-weighted censored score next to the simple one (linear-front weights)."""
-    cols = ["Run", "Predictor", "Score", "n complete", "n censored", "TPS cen-simple", "TPS cen-exact",
-            "TPS cen-exact CI low", "TPS cen-exact CI high", "Exact − simple", "TPS complete-only"]
+    cols = ["Run", "Predictor", "Score", "Labels (exact)", "n complete", "n censored", "TPS cen-simple",
+            "TPS cen-exact", "TPS cen-exact CI low", "TPS cen-exact CI high", "Exact − simple", "TPS complete-only"]
     rows = []
     for sr in scored:
+        labels = sr.results.exact.settings.label_convention if sr.results.exact is not None else None
         for r in sr.results.exact_vs_simple:
             rows.append({
                 "Run": sr.label, "Predictor": row_label(r.predictor, r.calibration), "Score": r.score,
-                "n complete": r.n_complete, "n censored": r.n_censored, "TPS cen-simple": r.tps_simple,
+                "Labels (exact)": labels, "n complete": r.n_complete, "n censored": r.n_censored,
+                "TPS cen-simple": r.tps_simple,
                 "TPS cen-exact": r.tps_exact.value, "TPS cen-exact CI low": r.tps_exact.ci_low,
                 "TPS cen-exact CI high": r.tps_exact.ci_high, "Exact − simple": r.exact_minus_simple,
                 "TPS complete-only": r.tps_complete_only,
@@ -84,7 +95,8 @@ def exact_censoring_table(scored: list[ScoredRun]) -> Table:
         columns=cols,
         rows=rows,
         caption="TPS^cen,exact weights each censored prefix's success and failure branches by q_hat_Z from "
-        "`uqh continue` (Eq. 4); TPS^cen,simple takes q_Z ≈ 0 (Eq. 5). Linear-front weights; Platt refit per sample."
+        "`uqh continue` (Eq. 4); TPS^cen,simple takes q_Z ≈ 0 (Eq. 5). Linear-front weights; Platt refit per sample "
+        "(the simple column with ΔY labels; with every q_hat_Z = 0 the two columns are equal). " + LABELS_NOTE
         + (" Not scored (missing q_Z): " + "; ".join(missing) + "." if missing else ""),
         empty_note=("Give --q-z FILE (written by `uqh continue`) to add the exact censored score."
                     if not missing else "No run has a q_hat_z for every censored episode: " + "; ".join(missing) + "."),
@@ -92,13 +104,15 @@ def exact_censoring_table(scored: list[ScoredRun]) -> Table:
 
 
 def parse_error_table(scored: list[ScoredRun]) -> Table:
-    cols = ["Run", "Predictor", "Score", "n working", "n with parse errors", "parse errors as censored",
+    cols = ["Run", "Predictor", "Score", "Labels", "n working", "n with parse errors", "parse errors as censored",
             "TPS working sample", "TPS incl. parse errors", "Difference"]
     rows = []
     for sr in scored:
+        pe = sr.results.parse_error_scores
+        labels = pe[-1].settings.label_convention if pe else None
         for r in sr.results.parse_error_sensitivity:
             rows.append({
-                "Run": sr.label, "Predictor": row_label(r.predictor, r.calibration), "Score": r.score,
+                "Run": sr.label, "Predictor": row_label(r.predictor, r.calibration), "Score": r.score, "Labels": labels,
                 "n working": r.n_working, "n with parse errors": r.n_with_parse_errors,
                 "parse errors as censored": r.parse_errors_as_censored, "TPS working sample": r.tps_working,
                 "TPS incl. parse errors": r.tps_with_parse_errors, "Difference": r.difference,
@@ -110,7 +124,8 @@ def parse_error_table(scored: list[ScoredRun]) -> Table:
         columns=cols,
         rows=rows,
         caption="Contra-assumption check: parse-error trajectories treated as administratively censored at the "
-        "failing step (simple censored score, linear-front weights) vs the assumption-disciplined working sample.",
+        "failing step (simple censored score, linear-front weights) vs the assumption-disciplined working sample. "
+        + LABELS_NOTE,
     )
 
 

@@ -12,6 +12,8 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
 - signals:     :func:`token_probability`, :func:`entropy_confidence` (per-step token values)        -- App. F
 - streams:     :func:`load_run`, :func:`build_sample`, :class:`RunData`, :class:`Sample`          -- App. F, K
 - calibration: :func:`cross_fit_platt`, :func:`fit_platt`, :func:`stratified_split`              -- App. D
+- labels:      :func:`label_convention`, :func:`training_labels`, ``LABEL_CONVENTIONS`` (what the base rate and
+               Platt are trained on under censoring)                                             -- Prop. C.2, C.3, §6.3
 - diagnostics: :class:`ScalarDiagnostics`, :func:`auroc`, :func:`auprc`, :func:`aurc`, :func:`t_ece`,
                :func:`t_brier`, :func:`trajectory_scalar`, :func:`phi_last`, :func:`phi_avg`, :func:`phi_min`
                                                                                                   -- §5.1, App. B, F
@@ -26,10 +28,16 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
 - q_Z:         :func:`scoring.qz_audit.estimate_qz` (continuation runs -> q_hat_Z + audit)          -- App. H
 
 Run directories are read only through :mod:`rundir`; nothing of the harness, domains or reports is imported.
+
+Every public name stays bound to its function whatever was imported first: ``scoring.tps`` is the function
+:func:`scoring.tps.tps`, even after the submodule of the same name was imported (reach the module's other names with
+``from scoring.tps import ...``).
 """
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 # Lazy re-exports: `uqh --help` imports scoring.command, which must not pull in numpy/scipy.
 _EXPORTS = {
@@ -43,6 +51,9 @@ _EXPORTS = {
     "cross_fit_platt": "scoring.calibration",
     "fit_platt": "scoring.calibration",
     "stratified_split": "scoring.calibration",
+    "LABEL_CONVENTIONS": "scoring.labels",
+    "label_convention": "scoring.labels",
+    "training_labels": "scoring.labels",
     "ScalarDiagnostics": "scoring.diagnostics",
     "auprc": "scoring.diagnostics",
     "aurc": "scoring.diagnostics",
@@ -112,3 +123,18 @@ def __getattr__(name: str):
 
 def __dir__():
     return __all__
+
+
+class _Package(types.ModuleType):
+    """The ``scoring`` package object. Importing a submodule makes the import system bind it as an attribute of the
+    package (``setattr(scoring, "tps", <module scoring.tps>)``), which would hide a public name of the same name --
+    ``scoring.tps(...)`` would stop being callable depending on import order. Such bindings are skipped; the
+    submodule stays in ``sys.modules`` (``from scoring.tps import ...`` and ``importlib.import_module`` work)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,16 +1,18 @@
 """Single-split cross-fitted Platt scaling, exactly as Appendix D of the paper.
 
-1. Split: trajectories are split 50/50 stratified by Y; within each label they are ordered by the stable
-   trajectory id (``episode_id``) and alternated between halves A and B (the alternation continues across
-   labels, so the halves differ in size by at most one). Censored trajectories (no Y) take part in the
-   alternation as a third stratum so they too are calibrated by the map of the *other* half, but they never
-   enter a fit (the calibrator targets observed Bernoulli labels).
+1. Split: trajectories are split 50/50 stratified by their label; within each label they are ordered by the
+   stable trajectory id (``episode_id``) and alternated between halves A and B (the alternation continues across
+   labels, so the halves differ in size by at most one). Which label depends on the label convention
+   (:mod:`scoring.labels`): ΔY under ``delta_y`` and ``soft`` (censored trajectories join the failures), Y under
+   ``complete`` (censored trajectories a third stratum: calibrated by the map of the *other* half, never fitted on).
 2. Feature: x_raw = logit(clip(F, 1e-6, 1-1e-6)); standardised with the training half's weighted mean and
    weighted sd (weights = the TPS step weights w_t), sd floored at 1e-6.
 3. Fit: p = sigmoid(a + b x) by weighted maximum likelihood on per-step records (sample weights w_t, not
    class-balanced) with an L2 penalty λ=1 on the slope only: minimise
    ``-Σ w [y log p + (1-y) log(1-p)] + (λ/2) b²`` (the scikit-learn ``C = 1/λ`` convention; intercept free).
-4. Monotone fallback: if b < 0, set b = 0 and a = logit(ȳ_train) (weighted in-train success rate).
+   The target y is the trajectory's training label: Y, ΔY, or a soft label in [0, 1] (q̂_Z of a censored
+   trajectory) -- the same objective with a fractional target (weighted logistic regression on soft labels).
+4. Monotone fallback: if b < 0, set b = 0 and a = logit(ȳ_train) (the training labels' weighted mean).
 5. Cross-fitting: the map fitted on A calibrates B and vice versa; a final clip to [1e-6, 1-1e-6].
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from scoring.labels import split_strata, training_labels
 from scoring.results import PlattDiagnostics, PlattMapSummary
 from scoring.weights import step_index
 
@@ -81,7 +84,8 @@ def stratified_split(episode_ids: np.ndarray, y: np.ndarray, delta: np.ndarray |
 
 
 def fit_platt(values: np.ndarray, y: np.ndarray, w: np.ndarray, *, lam: float = LAMBDA, n_trajectories: int = 0) -> PlattMap:
-    """Fit one Platt map on per-step records (forecast, trajectory label, step weight) -- Appendix D."""
+    """Fit one Platt map on per-step records (forecast, trajectory label in [0, 1], step weight) -- Appendix D.
+    A fractional label is a soft target: the record counts as y successes and 1 - y failures of weight w."""
     values = np.asarray(values, dtype=float)
     y = np.asarray(y, dtype=float)
     w = np.asarray(w, dtype=float)
@@ -157,24 +161,31 @@ def cross_fit_platt(
     episode_ids: np.ndarray,
     weights: np.ndarray,
     *,
+    labels: str = "delta_y",
+    q_z: np.ndarray | None = None,
     lam: float = LAMBDA,
 ) -> CrossFitResult:
-    """Cross-fitted Platt calibration of a per-step stream (Appendix D). Raises ValueError when a half has no
-    complete trajectory to fit on."""
+    """Cross-fitted Platt calibration of a per-step stream (Appendix D), trained on the labels of the convention
+    ``labels`` (:mod:`scoring.labels`: ``delta_y``, ``soft`` -- needs ``q_z`` -- or ``complete``; without censored
+    trajectories all three are the same). Raises ValueError when a half has no trajectory to fit on."""
     offsets = np.asarray(offsets, dtype=np.int64)
     delta = np.asarray(delta, dtype=bool)
     y = np.asarray(y, dtype=float)
-    half = stratified_split(episode_ids, y, delta)
+    target = training_labels(y, delta, q_z, labels)
+    half = stratified_split(episode_ids, *split_strata(y, delta, labels))
+    train = np.isfinite(target)
     traj, _ = step_index(offsets)
     step_half = half[traj]
-    step_train = delta[traj]
-    y_step = np.where(delta, y, 0.0)[traj]
+    step_train = train[traj]
+    y_step = np.where(train, target, 0.0)[traj]
     maps = []
     for h in (0, 1):
         m = (step_half == h) & step_train
         if not m.any():
-            raise ValueError(f"split {'AB'[h]} has no complete trajectory to fit a Platt map on")
-        maps.append(fit_platt(values[m], y_step[m], weights[m], lam=lam, n_trajectories=int((delta & (half == h)).sum())))
+            what = "complete trajectory" if labels == "complete" else "trajectory"
+            raise ValueError(f"split {'AB'[h]} has no {what} to fit a Platt map on")
+        n_train = int((train & (half == h)).sum())
+        maps.append(fit_platt(values[m], y_step[m], weights[m], lam=lam, n_trajectories=n_train))
     out = np.empty_like(np.asarray(values, dtype=float))
     for h in (0, 1):
         m = step_half == h

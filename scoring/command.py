@@ -22,6 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="weight schedule: linear-front (default), uniform, exponential-front, linear-back")
     p.add_argument("--censoring", choices=("exclude", "simple", "exact"), default="exclude",
                    help="max_steps trajectories: exclude (complete-only), simple (q_Z≈0) or exact (needs --q-z)")
+    p.add_argument("--labels", choices=("working", "complete"), default="working",
+                   help="what the base rate and Platt are trained on under --censoring simple|exact: working (default, "
+                        "the paper's: ΔY over the working sample -- Y if complete, 0 if censored; under exact Y or "
+                        "q_hat_Z) or complete (Y of the complete trajectories only)")
     p.add_argument("--q-z", dest="q_z", metavar="FILE", help="q_Z file (JSONL from `uqh continue`) for --censoring exact")
     p.add_argument("--missing-qz", choices=("error", "exclude"), default="error",
                    help="censored episodes without a q_hat_z under --censoring exact: error (default) or exclude "
@@ -73,6 +77,7 @@ def options_from_args(args: argparse.Namespace):
         scores=tuple(rules),
         weights=args.weights,
         censoring=args.censoring,
+        labels=args.labels,
         q_z=q_z,
         include_parse_errors=args.include_parse_errors,
         missing_qz=args.missing_qz,

@@ -6,7 +6,9 @@
   the base rate have one row): n used / complete / censored / skipped, every diagnostic metric on the complete
   trajectories' scalar, TPS per score family under the run's censoring mode, each with a paired-bootstrap CI and
   SE; Platt metrics carry Δ and Δ/SE against raw (§6.1). With censored trajectories, the complete-only TPS and
-  Δ_practice = TPS_cen-ext − TPS_complete-only (§6.3) are added.
+  Δ_practice = TPS_cen-ext − TPS_complete-only (§6.3) are added. The base rate and Platt are trained on the labels
+  of the convention in force (:mod:`scoring.labels`; by default the paper's: ΔY over the working sample under
+  ``simple``, soft labels Y / q̂_Z under ``exact``).
 - ``auq``: the scalar AUQ aggregators Φ_last, Φ_avg, Φ_min per stream (Table 5; no TPS for them).
 - ``calibration``: Appendix D diagnostics of every Platt fit; ``fixed_rank``: Appendix E rows when requested.
 
@@ -23,6 +25,7 @@ from scoring.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, interval
 from scoring.calibration import cross_fit_platt
 from scoring.diagnostics import AGGREGATORS, ScalarDiagnostics, trajectory_scalar
 from scoring.fixed_rank import fixed_rank_analysis
+from scoring.labels import DEFAULT_LABELS, label_convention
 from scoring.registry import (
     DELTA_PRACTICE,
     METRICS,
@@ -62,6 +65,7 @@ class ScoreOptions:
     scores: tuple[ScoreRule, ...] = field(default_factory=lambda: tuple(parse_score(s) for s in DEFAULT_SCORES))
     weights: str = DEFAULT_WEIGHTS
     censoring: str = "exclude"
+    labels: str = DEFAULT_LABELS  # "working" (the paper's convention) or "complete" -- scoring.labels
     q_z: dict[str, float] | None = None
     include_parse_errors: bool = False
     missing_qz: str = "error"
@@ -84,6 +88,8 @@ class ScoreOptions:
             scores=[r.name for r in self.scores],
             weights=self.weights,
             censoring=self.censoring,
+            labels=self.labels,
+            label_convention=label_convention(self.censoring, self.labels),
             include_parse_errors=self.include_parse_errors,
             missing_qz=self.missing_qz,
             bootstrap=self.n_bootstrap,
@@ -188,7 +194,8 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
         try:
             if n == 0:
                 raise ValueError("no trajectories to calibrate")
-            fit = cross_fit_platt(sample.values, sample.offsets, sample.y, sample.delta, sample.episode_ids, w)
+            fit = cross_fit_platt(sample.values, sample.offsets, sample.y, sample.delta, sample.episode_ids, w,
+                                  labels=sample.label_convention, q_z=sample.q_z)
             streams["platt"] = fit.values
             calibration = fit.diagnostics(sample.predictor)
         except ValueError as exc:
@@ -229,7 +236,7 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
         rows.append(PredictorResult(
             predictor=sample.predictor, label=label, calibration=cal, n_used=n, n_complete=n_complete,
             n_censored=int((~complete).sum()), n_skipped_missing=sample.counts["skipped_missing"],
-            ybar=_f(sample.ybar), note=notes.get(cal), metrics=metrics,
+            ybar=_f(sample.ybar), label_mean=_f(sample.label_mean), note=notes.get(cal), metrics=metrics,
         ))
     for cal in streams:
         if cal not in points:
@@ -256,7 +263,8 @@ def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
     counts = SampleCounts()
     for k, predictor in enumerate(opts.predictor_names()):
         sample = build_sample(run, predictor, censoring=opts.censoring, q_z=opts.q_z,
-                              include_parse_errors=opts.include_parse_errors, missing_qz=opts.missing_qz)
+                              include_parse_errors=opts.include_parse_errors, missing_qz=opts.missing_qz,
+                              labels=opts.labels)
         if k == 0:
             counts = SampleCounts(**{f: sample.counts[f] for f in SampleCounts.model_fields if f in sample.counts})
         res = evaluate_predictor(sample, opts)

@@ -1,13 +1,14 @@
 """The METRICS and PREDICTORS registries: every metric and predictor is one entry, defined once.
 
-The scoring pipeline (:mod:`scoring.tables`), the CLI table and CSV, and the Markdown/HTML reports read names,
+The scoring pipeline (:mod:`scoring.pipeline`), the CLI table and CSV, and the Markdown/HTML reports read names,
 labels, headers and directions from here. Adding a predictor or a scalar diagnostic is one
 :func:`register_predictor` / :func:`register_metric` call; nothing else needs to change.
 
 - A **predictor** computes its per-step value from a :class:`rundir.schema.Step` and the step's accepted sidecar
   :class:`rundir.schema.LogprobRow` (None when the step has none); NaN means missing. A *constant* predictor has
-  no per-step function: its stream is one number per scored sample, computed from the outcomes Y of the
-  sample's complete trajectories (the base rate ȳ). Only calibratable predictors get Platt rows.
+  no per-step function: its stream is one number per scored sample, computed from the sample's training labels
+  (the label convention in force, :mod:`scoring.labels`: Y of the complete trajectories, ΔY or the soft labels
+  over the working sample) -- the base rate. Only calibratable predictors get Platt rows.
 - A **metric** is either a ``diagnostic`` of the trajectory scalar on complete trajectories (AUROC, ..., or a
   registered one with its own ``compute``), a ``tps`` metric (one value per score family), or a
   ``censored_tps`` metric (per score family, only when the sample has censored trajectories, §6.3).
@@ -57,7 +58,7 @@ class Predictor:
     name: str
     label: str
     step_value: StepValue | None = None
-    constant: Callable[[np.ndarray], float] | None = None  # Y of the complete trajectories -> the constant
+    constant: Callable[[np.ndarray], float] | None = None  # the sample's training labels -> the constant
     calibratable: bool = True
 
     def __post_init__(self) -> None:
@@ -85,8 +86,9 @@ class MetricKey:
         return get_metric(self.metric).higher_is_better
 
 
-def _base_rate(y_complete: np.ndarray) -> float:
-    return float(np.mean(y_complete)) if y_complete.size else float("nan")
+def _base_rate(labels: np.ndarray) -> float:
+    """The mean training label: ȳ of the complete trajectories, or over the working sample (scoring.labels)."""
+    return float(np.mean(labels)) if labels.size else float("nan")
 
 
 TPS, TPS_COMPLETE_ONLY, DELTA_PRACTICE = "tps", "tps_complete_only", "delta_practice"

@@ -1,4 +1,4 @@
-"""Typed scoring results (pydantic): what :func:`scoring.tables.score_run` and the analyses of
+"""Typed scoring results (pydantic): what :func:`scoring.pipeline.score_run` and the analyses of
 :mod:`scoring.analyses` / :mod:`scoring.artificial` return, and what ``uqh score --format json`` and the report's
 ``report.json`` dump. Missing values are None (null in JSON), never NaN.
 
@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from scoring.labels import LABEL_CONVENTIONS, ConventionName, LabelsOption
 from scoring.registry import DELTA_PRACTICE, TPS, TPS_COMPLETE_ONLY, MetricKey, diagnostic_metrics, row_label
 
 Calibration = Literal["raw", "platt"]
@@ -70,7 +71,8 @@ class PredictorResult(HasMetrics):
     n_complete: int
     n_censored: int
     n_skipped_missing: int
-    ybar: float | None = None
+    ybar: float | None = None  # mean Y of the complete trajectories of the working sample
+    label_mean: float | None = None  # mean training label of the row's sample (settings.label_convention)
     note: str | None = None
 
     @property
@@ -156,11 +158,18 @@ class ScoreSettings(BaseModel):
     scores: list[str]
     weights: str
     censoring: str
+    labels: LabelsOption  # the --labels option
+    label_convention: ConventionName  # what the base rate and Platt were trained on (scoring.labels)
     include_parse_errors: bool
     missing_qz: str
     bootstrap: int
     seed: int
     ci_level: float
+
+    @property
+    def label_description(self) -> str:
+        """One line naming the training labels of the base rate and Platt, with the paper reference."""
+        return LABEL_CONVENTIONS[self.label_convention].description
 
 
 class RunScores(BaseModel):

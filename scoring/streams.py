@@ -3,8 +3,9 @@
 Reads the run directory only through :class:`rundir.RunDir`. Every registered per-step predictor
 (:data:`scoring.registry.PREDICTORS`) is evaluated on every parsed step, from the step and the sidecar row of its
 ACCEPTED attempt (the last accepted row of a step wins; no row -> ``None``); a constant predictor (the base rate)
-is the constant of the scored sample. Missing values (NaN) are never imputed: a trajectory with any missing value
-is skipped for that predictor and counted (Appendix K, "Missing predictor values").
+is computed from the training labels of the scored sample (:mod:`scoring.labels`). Missing values (NaN) are never
+imputed: a trajectory with any missing value is skipped for that predictor and counted (Appendix K, "Missing
+predictor values").
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 from rundir.errors import UserError
 from rundir.reader import RunDir
 from rundir.schema import Episode, LogprobRow, Manifest
+from scoring.labels import DEFAULT_LABELS, label_convention, training_labels
 from scoring.registry import PREDICTORS, get_predictor
 
 CENSORING_MODES = ("exclude", "simple", "exact")
@@ -119,8 +121,10 @@ class Sample:
     delta: np.ndarray  # True: outcome observed (complete); False: administratively censored
     q_z: np.ndarray  # q_hat_Z for censored trajectories under exact censoring, NaN otherwise
     horizon: np.ndarray  # evaluated horizon T_i used for the weights
-    ybar: float  # base rate of the working sample's complete trajectories
+    ybar: float  # mean Y of the working sample's complete trajectories
     counts: dict[str, int]
+    label_convention: str = "complete"  # scoring.labels: what the base rate and Platt are trained on
+    labels: np.ndarray | None = None  # per trajectory, the training label of that convention (NaN: not trained on)
 
     @property
     def n(self) -> int:
@@ -132,7 +136,14 @@ class Sample:
         step_mask = np.repeat(mask, lengths)
         new_off = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
         return Sample(self.predictor, self.episode_ids[mask], self.values[step_mask], new_off, self.y[mask],
-                      self.delta[mask], self.q_z[mask], self.horizon[mask], self.ybar, dict(self.counts))
+                      self.delta[mask], self.q_z[mask], self.horizon[mask], self.ybar, dict(self.counts),
+                      self.label_convention, None if self.labels is None else self.labels[mask])
+
+    @property
+    def label_mean(self) -> float:
+        """Mean training label of the sample's training trajectories (the base rate under its convention)."""
+        lab = self.labels[np.isfinite(self.labels)] if self.labels is not None else np.zeros(0)
+        return float(lab.mean()) if lab.size else float("nan")
 
 
 def working_mask(run: RunData, censoring: str, include_parse_errors: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
@@ -178,6 +189,7 @@ def build_sample(
     q_z: dict[str, float] | None = None,
     include_parse_errors: bool = False,
     missing_qz: str = "error",
+    labels: str = DEFAULT_LABELS,
 ) -> Sample:
     """The scored arrays of one predictor on one run directory (see :func:`working_mask` for the sample).
 
@@ -185,9 +197,12 @@ def build_sample(
     with ``missing_qz="exclude"`` the episode is excluded and counted (``excluded_no_qz``, e.g. prefixes the
     continuation audit did not retain, Appendix H.2). The
     evaluated horizon of every trajectory is its observed length (complete: the terminal length; natural
-    censoring: the observed stop length, i.e. the budget for max_steps) -- §4.1.
+    censoring: the observed stop length, i.e. the budget for max_steps) -- §4.1. ``labels`` (``working`` or
+    ``complete``) chooses, with ``censoring``, the label convention of :mod:`scoring.labels`: the training labels
+    the base rate is the mean of (over the whole working sample, before per-predictor skipping) and Platt is fitted on.
     """
     spec = get_predictor(predictor)
+    convention = label_convention(censoring, labels)
     if missing_qz not in ("error", "exclude"):
         raise UserError(f"unknown missing-q_Z policy {missing_qz!r}; use error or exclude")
     keep, censored, counts = working_mask(run, censoring, include_parse_errors)
@@ -209,8 +224,15 @@ def build_sample(
     lengths = np.diff(run.offsets)
     complete = keep & ~censored
     ybar = float(np.mean(run.outcome[complete])) if complete.any() else float("nan")
+    qz = np.full(lengths.size, np.nan)
+    if censoring == "exact":
+        for i in np.flatnonzero(censored):
+            qz[i] = float(q_z[run.episode_ids[i]])
+    y = np.where(censored, np.nan, run.outcome)
+    target = np.full(lengths.size, np.nan)
+    target[keep] = training_labels(y[keep], ~censored[keep], qz[keep], convention)
     if spec.is_constant:
-        flat = np.full(int(run.offsets[-1]), spec.constant(run.outcome[complete]))
+        flat = np.full(int(run.offsets[-1]), spec.constant(target[keep & np.isfinite(target)]))
     elif predictor in run.streams:
         flat = run.streams[predictor]
     else:
@@ -225,20 +247,18 @@ def build_sample(
     counts["used"] = int(use.sum())
     counts["used_complete"] = int((use & ~censored).sum())
     counts["used_censored"] = int((use & censored).sum())
-    qz = np.full(lengths.size, np.nan)
-    if censoring == "exact":
-        for i in np.flatnonzero(censored):
-            qz[i] = float(q_z[run.episode_ids[i]])
     step_use = np.repeat(use, lengths)
     return Sample(
         predictor=predictor,
         episode_ids=run.episode_ids[use],
         values=np.asarray(flat[step_use], dtype=float),
         offsets=np.concatenate([[0], np.cumsum(lengths[use])]).astype(np.int64),
-        y=np.where(censored, np.nan, run.outcome)[use],
+        y=y[use],
         delta=~censored[use],
         q_z=qz[use],
         horizon=lengths[use].copy(),
         ybar=ybar,
         counts=counts,
+        label_convention=convention,
+        labels=target[use],
     )

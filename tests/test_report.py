@@ -167,6 +167,32 @@ def test_auq_fixed_rank_and_json(report):
     assert dumped.runs[0].main == expected  # report.json is the typed results' dump
 
 
+def test_label_convention_is_shown_in_tables_markdown_and_json(report):
+    """Censored tables name what the base rate and Platt were trained on: ΔY over the working sample for ws (it
+    has max_steps), Y of the complete trajectories for t2 (none)."""
+    from reports.scoring_calls import ReportData
+    from scoring.labels import LABEL_CONVENTIONS
+
+    _, _, res = report
+    shift = _csv(res.out_dir / "censored_shift.csv")
+    assert shift and {r["Labels"] for r in shift} == {"delta_y"}
+    sens = _csv(res.out_dir / "sensitivity.csv")
+    assert {r["Labels"] for r in sens if r["Run"] == "ws (webshop)"} == {"delta_y"}
+    assert {r["Labels"] for r in sens if r["Run"] == "t2 (tau2-airline)"} == {"complete"}
+    assert {r["Labels"] for r in _csv(res.out_dir / "parse_error_sensitivity.csv")} == {"delta_y"}
+    assert {r["label_convention"] for r in _csv(res.out_dir / "scores_long__ws.csv")} == {"complete"}  # exclude
+    md = (res.out_dir / "report.md").read_text()
+    for c in LABEL_CONVENTIONS.values():
+        assert f"{c.name} = {c.description}" in md
+    assert "| delta_y |" in md and "| delta_y |" in (res.out_dir / "censored_shift.md").read_text()
+    assert "delta_y" in res.html.read_text()
+    dumped = ReportData.model_validate_json((res.out_dir / "report.json").read_text())
+    ws = dumped.runs[0]
+    assert ws.by_weights["linear-front"].settings.label_convention == "delta_y"
+    assert ws.by_weights["linear-front"].settings.labels == "working"
+    assert ws.main.settings.label_convention == "complete"
+
+
 def test_runs_without_censoring_or_parse_errors_say_so(tmp_path):
     d = tau2_like(tmp_path / "t2")
     res = build_report([d], tmp_path / "out", ReportOptions(n_bootstrap=20))

@@ -105,7 +105,7 @@ def test_negative_slope_falls_back_to_base_rate():
     assert res.diagnostics().fallback_triggered is True
 
 
-def test_censored_trajectories_are_calibrated_but_never_fitted_on():
+def test_complete_labels_calibrate_censored_trajectories_but_never_fit_on_them():
     values, off, y, ids = synthetic(n=200, seed=3)
     w = trajectory_weights(off, "linear-front")
     base = cross_fit_platt(values, off, y, np.ones(200, bool), ids, w)
@@ -115,7 +115,7 @@ def test_censored_trajectories_are_calibrated_but_never_fitted_on():
     y2 = np.concatenate([y, [np.nan, np.nan]])
     delta2 = np.concatenate([np.ones(200, bool), [False, False]])
     ids2 = np.concatenate([ids, np.array(["zz1", "zz2"], dtype=object)])
-    res = cross_fit_platt(vals2, off2, y2, delta2, ids2, trajectory_weights(off2, "linear-front"))
+    res = cross_fit_platt(vals2, off2, y2, delta2, ids2, trajectory_weights(off2, "linear-front"), labels="complete")
     for m0, m1 in zip(base.maps, res.maps):
         assert (m0.a, m0.b, m0.mu, m0.sigma) == (m1.a, m1.b, m1.mu, m1.sigma)
     assert set(res.half[-2:]) == {0, 1}
@@ -128,5 +128,9 @@ def test_degenerate_half_and_empty_half():
     assert m.degenerate and m.fallback
     np.testing.assert_allclose(m(f), 1 - 1e-6)
     off = np.array([0, 1])
-    with pytest.raises(ValueError, match="no complete trajectory"):
+    with pytest.raises(ValueError, match="no trajectory"):
         cross_fit_platt(np.array([0.5]), off, np.array([1.0]), np.array([True]), np.array(["a"]), np.array([1.0]))
+    # complete labels: two censored trajectories give no half anything to fit on
+    with pytest.raises(ValueError, match="no complete trajectory"):
+        cross_fit_platt(np.array([0.5, 0.6]), np.array([0, 1, 2]), np.array([1.0, np.nan]), np.array([True, False]),
+                        np.array(["a", "b"]), np.ones(2), labels="complete")

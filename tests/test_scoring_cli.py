@@ -121,6 +121,34 @@ def test_censoring_simple_and_exact_eq17(run_dir, capsys, tmp_path):
     assert exact - simple_tps == pytest.approx(corr / 46, abs=1e-12)
 
 
+def test_labels_flag(run_dir, capsys):
+    """--labels working (default) trains the base rate on ΔY over the working sample; --labels complete on the
+    complete trajectories' Y; the convention is in the JSON settings, the CSV records and the table header."""
+    run = load_run(run_dir)
+    complete = run.stop_reason == "clean"
+    n_cens = int((run.stop_reason == "max_steps").sum())
+    y_sum, n_c = float(np.nansum(run.outcome[complete])), int(complete.sum())
+    for labels, convention, base in (("working", "delta_y", y_sum / (n_c + n_cens)),
+                                     ("complete", "complete", y_sum / n_c)):
+        code, out, err = uqh(capsys, run_dir, "--json", "--bootstrap", "0", "--predictor", "base_rate",
+                             "--censoring", "simple", "--labels", labels, "--score", "log")
+        assert code == 0, err
+        res = json.loads(out)
+        assert (res["settings"]["labels"], res["settings"]["label_convention"]) == (labels, convention)
+        row = res["rows"][0]
+        assert row["label_mean"] == pytest.approx(base) and row["ybar"] == pytest.approx(y_sum / n_c)
+        assert est(row, "tps", "log")["value"] == pytest.approx(
+            (y_sum * math.log(base) + (n_c + n_cens - y_sum) * math.log(1 - base)) / (n_c + n_cens))
+    code, out, _ = uqh(capsys, run_dir, "--format", "csv", "--bootstrap", "0", "--predictor", "verbal",
+                       "--censoring", "simple", "--labels", "complete")
+    assert {r["label_convention"] for r in csv.DictReader(io.StringIO(out))} == {"complete"}
+    code, out, _ = uqh(capsys, run_dir, "--bootstrap", "0", "--predictor", "verbal", "--censoring", "simple")
+    assert "labels=delta_y" in out.splitlines()[0]
+    with pytest.raises(SystemExit) as exc:  # argparse's choices check
+        uqh(capsys, run_dir, "--labels", "vibes")
+    assert exc.value.code == 2 and "invalid choice: 'vibes'" in capsys.readouterr().err
+
+
 def test_multiple_run_dirs_and_pooled(run_dir, capsys, tmp_path):
     other = synthetic_run(tmp_path / "r2", n=20, seed=5)
     code, out, _ = uqh(capsys, run_dir, other, "--json", "--bootstrap", "0", "--predictor", "verbal", "--pooled")
