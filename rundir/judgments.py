@@ -101,7 +101,7 @@ class JudgeConfig(_Record):
 
     runs: list[JudgedRun]
     judge_model: Annotated[str, Field(description="litellm model string of the judge (openai/NAME with api_base).")]
-    api_base: str | None = None
+    api_base: Annotated[str | None, Field(description="Endpoint of the first judging run (not hashed).")] = None
     decoding: DecodingConfig
     prompts_sha256: Annotated[
         dict[str, str], Field(description="Metric code -> sha256 of that judge's system prompt template.")
@@ -110,13 +110,22 @@ class JudgeConfig(_Record):
     package_version: str
 
     def config_hash(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """sha256 of the config without :data:`JUDGE_HASH_EXCLUDED` (where the judge is served is not what it is:
+        a restarted server on another port resumes the same judgments)."""
+        data = {k: v for k, v in self.model_dump(mode="json").items() if k not in JUDGE_HASH_EXCLUDED}
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
+JUDGE_HASH_EXCLUDED = frozenset({"api_base"})
+
+
 def judge_config_differences(old: JudgeConfig, new: JudgeConfig) -> list[str]:
-    """Dotted names of the fields that differ (one level into dicts)."""
+    """Dotted names of the hashed fields that differ (one level into dicts)."""
     a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
+    for key in JUDGE_HASH_EXCLUDED:
+        a.pop(key, None)
+        b.pop(key, None)
     diffs = []
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key), b.get(key)
