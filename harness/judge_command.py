@@ -29,12 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated judges (default all: {ALL_METRICS})")
     j.add_argument("--repeats", type=int, default=1, metavar="R", help="independent judgments per episode and judge "
                    "(default 1; 2+ for the stability analysis)")
-    j.add_argument("--limit", type=int, metavar="N", help="judge only the first N episodes of each run (canonical order)")
+    j.add_argument("--limit", type=int, metavar="N",
+                   help="judge only the first N episodes of each run (canonical order)")
     j.add_argument("--concurrency", type=int, metavar="C", help="judge calls in flight (default 8; 2 for local:)")
     j.add_argument("--temperature", type=float, metavar="T", help="judge sampling temperature (default 0.2)")
     j.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"judge completion cap (default {DEFAULT_MAX_TOKENS})")
-    j.add_argument("--seed", type=int, metavar="N", help="judge seed (default 42); each judgment's seed derives from it")
+    j.add_argument("--seed", type=int, metavar="N",
+                   help="judge seed (default 42); each judgment's seed derives from it")
     j.add_argument("--reasoning", action="store_true", help="ask the provider to enable reasoning")
     j.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
     j.add_argument("--no-progress", action="store_true", help="no progress bar / lines")

@@ -124,9 +124,10 @@ def header_lines(a: JudgeAnalysis) -> list[str]:
         f" (+{c.unpriced_calls} unpriced calls)" if c.unpriced_calls else "")
     lines = [f"judge directory {a.judge_dir}  judge {a.judge_model}",
              f"judged runs     {', '.join(a.runs)}",
-             f"judgments       {c.judgments} on {c.episodes} episodes: {c.scored} scored ({c.repaired} after a repair), "
-             f"{c.missing} missing; judges {','.join(a.metrics)}",
-             f"judge calls     {c.calls}; tokens {c.prompt_tokens:,} prompt + {c.completion_tokens:,} completion; {cost}"]
+             f"judgments       {c.judgments} on {c.episodes} episodes: {c.scored} scored ({c.repaired} after a "
+             f"repair), {c.missing} missing; judges {','.join(a.metrics)}",
+             f"judge calls     {c.calls}; tokens {c.prompt_tokens:,} prompt + {c.completion_tokens:,} completion; "
+             f"{cost}"]
     if c.duplicate_lines:
         lines.append(f"note            {c.duplicate_lines} duplicate judgment lines ignored (first kept)")
     lines += [f"note            {n}" for n in a.notes]

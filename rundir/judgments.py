@@ -154,7 +154,9 @@ class JudgeAttempt(_Record):
 
     attempt: Annotated[int, Field(description="0 for the first call, 1 for the repair request.")]
     raw_text: str
-    error: Annotated[str | None, Field(description="Why the reply was rejected (sent back in the repair), or null.")] = None
+    error: Annotated[
+        str | None, Field(description="Why the reply was rejected (sent back in the repair), or null.")
+    ] = None
     call: CallRecord
 
 

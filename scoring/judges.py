@@ -338,7 +338,8 @@ def localisation(judgments: list[Judgment], episodes: dict[EpisodeKey, Episode],
 
     rows = []
     for metric in metrics:
-        groups = {k: [(set(j.cited_steps), j.n_steps) for j in js if j.metric == metric] for k, js in by_episode.items()}
+        groups = {k: [(set(j.cited_steps), j.n_steps) for j in js if j.metric == metric]
+                  for k, js in by_episode.items()}
         rows.append(row(metric.value, {k: v for k, v in groups.items() if v}))
     if len(metrics) > 1:
         union: dict[EpisodeKey, list[tuple[set[int], int]]] = {}

@@ -76,7 +76,8 @@ def test_alpha_undefined_and_unpairable_units():
     assert np.isnan(krippendorff_alpha(np.array([[1, nan], [nan, 3.0]]), "ordinal", values=SCORES))  # nothing pairable
     base = np.array([[0, 1], [1, 2], [2, 2], [0, 0]], dtype=float)
     with_single = np.vstack([base, [[3, nan]]])  # a unit with one rating contributes nothing
-    assert krippendorff_alpha(with_single, "ordinal", values=SCORES) == krippendorff_alpha(base, "ordinal", values=SCORES)
+    alpha = krippendorff_alpha(base, "ordinal", values=SCORES)
+    assert krippendorff_alpha(with_single, "ordinal", values=SCORES) == alpha
     with pytest.raises(ValueError, match="not one of the given values"):
         krippendorff_alpha(np.array([[0, 4.0]]), values=SCORES)
 

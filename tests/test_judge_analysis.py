@@ -247,3 +247,28 @@ def judgments(served):
     from rundir.judgments import JudgeDir
 
     return JudgeDir.open(served / "judges").judgments()
+
+
+def test_two_runs_pooled_duplicates_dropped_and_labels_name_the_run(tmp_path):
+    runs = [write_run_dir(tmp_path / f"r{k}", [make_episode("a#0", "clean", [0.9], outcome=1),
+                                               make_episode("b#0", "clean", [0.2], outcome=0)]) for k in range(2)]
+    config = build_judge_config(open_runs(runs), "openai/j", None, DecodingConfig(logprobs=False))
+    out = tmp_path / "j"
+    with JudgmentStore.open_or_create(out, config) as store:
+        for k, b_score in ((0, 0), (1, 2)):
+            store.append(_judgment("a#0", GF, 0, 3, [], 1, run=k))
+            store.append(_judgment("b#0", GF, 0, b_score, [1], 1, run=k))
+    first = (out / "judgments.jsonl").read_text().splitlines()[0]
+    with open(out / "judgments.jsonl", "a") as f:  # a second line for a finished key (an outside writer)
+        f.write(first.replace('"score":3', '"score":0') + "\n")
+    a = analyse_judgments(out, n_bootstrap=0)
+    assert a.counts.duplicate_lines == 1 and a.counts.judgments == 4  # the first line of the key is kept
+    gf = next(r for r in a.failure_prediction if r.predictor == "GF")
+    assert (gf.n, gf.n_failures) == (4, 2) and gf.auroc.value == 1.0  # failures 0 and 2/3 below successes 1, 1
+    labels = tmp_path / "labels.csv"
+    labels.write_text("episode_id,metric,score\nb#0,GF,2\n")
+    with pytest.raises(UserError, match="several judged runs; add a run column"):
+        analyse_judgments(out, labels_file=labels, n_bootstrap=0)
+    labels.write_text("episode_id,metric,score,run\nb#0,GF,2,r1\n")
+    (row, pooled) = analyse_judgments(out, labels_file=labels, n_bootstrap=0).human
+    assert (row.metric, row.n_pairs, row.exact) == ("GF", 1, 1.0) and pooled.metric == "all"

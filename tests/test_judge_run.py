@@ -64,7 +64,6 @@ def test_valid_judgments_recorded_with_calls_and_the_run_untouched(judged_run, t
     assert sorted(p.name for p in out.iterdir()) == [JUDGE_MANIFEST_FILE, JUDGMENTS_FILE]
     js = _judgments(out)
     assert len(js) == planned and len({j.key for j in js}) == planned
-    by_key = {j.key: j for j in js}
     for req in requests:  # each reply is recorded as the judgment of the episode and metric it was asked about
         assert req["seed"] is not None and not req.get("logprobs")
         assert req["max_tokens"] == 1024
