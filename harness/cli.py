@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("scoring.command", "score run directories: TPS, censored extensions, diagnostics"),
     "audit": ("reports.audit_command", "termination audit and selection diagnostic of run directories"),
     "report": ("reports.report_command", "tables, figures and an HTML report for run directories"),
+    "judge": ("harness.judge_command", "Agent GPA LLM judges over recorded traces, and their analysis"),
     "index": ("domains.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
     "schema": ("rundir.schema_command", "print the JSON schema of the run-directory records"),
 }

@@ -90,7 +90,7 @@ class BatchStats:
 class Progress:
     """Rich progress bar when stderr is a terminal and ``enabled``; plain lines to stderr otherwise."""
 
-    def __init__(self, stats: BatchStats, *, enabled: bool = True, plain_every_s: float = 5.0):
+    def __init__(self, stats: BatchStats, *, enabled: bool = True, plain_every_s: float = 5.0, label: str = "uqh run"):
         self.stats = stats
         self.enabled = enabled
         self.plain_every_s = plain_every_s
@@ -102,7 +102,7 @@ class Progress:
             from rich.progress import TextColumn, TimeElapsedColumn
 
             self._bar = RichProgress(
-                TextColumn("[bold]uqh run"),
+                TextColumn(f"[bold]{label}"),
                 BarColumn(bar_width=24),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
