@@ -87,7 +87,7 @@ def _judge(args: argparse.Namespace) -> int:
 
     from harness.judge import build_judge_config, check_judge_out, check_judge_resumable, open_runs, plan_tasks
     from harness.local_model import check_credentials
-    from harness.run_command import validate_model_string
+    from harness.build import validate_model_string
     from harness.runner import default_concurrency
     from rundir.judgments import JudgeDir, parse_metrics
     from rundir.schema import DecodingConfig
