@@ -159,8 +159,11 @@ def rank_set_sizes(m_star: float, n_classes: np.ndarray) -> np.ndarray:
 
 
 def rank_covered(rank: np.ndarray, m_star: float) -> np.ndarray:
-    """Whether the top-M* set holds an acceptable class: s ≤ M*."""
-    return np.asarray(rank, dtype=float) <= m_star
+    """Whether the top-M* set holds an acceptable class: s ≤ M* with s finite. The set holds sampled classes
+    only, so an item none of whose acceptable answers was sampled (s = +∞) is never covered, even when M* = +∞
+    (where the conformal event s ≤ M* holds): the shortfall is the unsolvable fraction (Remark 7.6)."""
+    rank = np.asarray(rank, dtype=float)
+    return np.isfinite(rank) & (rank <= m_star)
 
 
 def cp_set_ranks(table: ConsensusTable, q_hat: float) -> np.ndarray:
