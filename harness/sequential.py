@@ -6,17 +6,20 @@ stopping rule (:mod:`harness.consensus`) could certify the task's mode whatever 
 is drawn that a certificate makes unnecessary. After each finished sample the rule is asked about every new prefix
 of the task's canonical answers (``Domain.canonical_answer``, recorded in ``Episode.info``), in sample order; once
 it certifies at k samples, the task's remaining planned samples are skipped and recorded, with the certificate, in
-``skipped_samples.jsonl`` (:class:`rundir.schema.SkippedSample`). The rule sees canonical answers only, never an
+``skipped_samples.jsonl`` (:class:`rundir.schema.SkippedSample`; appended and fsynced per decision). The rule sees canonical answers only, never an
 outcome: stopping depends on the agent's samples alone (Proposition 9.3).
 
-An infrastructure error leaves a hole in a task's sample sequence: the task is not decided in this batch (nothing
-more of it is drawn or skipped) and re-running the command resumes it. Resume re-derives every decision from the
+An infrastructure error leaves a hole in a task's sample sequence: the rule cannot look past it, so the task is
+not decided in this batch -- only the samples needed whatever happens (below the bound computed before the hole)
+are still drawn, nothing is skipped -- and re-running the command resumes it. Resume re-derives every decision from the
 recorded episodes (the rule is deterministic), so a crash between a decision and its record loses nothing.
 """
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,13 +61,17 @@ def canonical_of(domain_cls: Any, episode: Episode) -> str | None:
 @dataclass
 class _Task:
     task_id: str
-    k_max: int
+    order: int  # position in the plan: tasks are served in plan order
+    k_max: int = 0
     waiting: dict[int, EpisodeSpec] = field(default_factory=dict)  # planned, not started, by sample index
     classes: dict[int, str | None] = field(default_factory=dict)  # finished samples' canonical classes
     in_flight: set[int] = field(default_factory=set)
     checked: int = 0  # prefix length the rule has been asked about
     stopped_at: int | None = None
-    stalled: bool = False  # an infrastructure error left a hole: undecided in this batch
+    bound: int = 0  # samples with a smaller index are needed whatever comes next (recomputed as the prefix grows)
+
+    def releasable(self) -> bool:
+        return self.stopped_at is None and bool(self.waiting) and min(self.waiting) < self.bound
 
     def prefix(self) -> int:
         m = 0
@@ -91,7 +98,7 @@ class ConsensusScheduler:
         for spec in planned:
             task = self.tasks.get(spec.task_id)
             if task is None:
-                task = self.tasks[spec.task_id] = _Task(spec.task_id, 0)
+                task = self.tasks[spec.task_id] = _Task(spec.task_id, len(self.tasks))
             task.k_max = max(task.k_max, spec.sample_index + 1)
             if spec.episode_id in finished:
                 task.classes[spec.sample_index] = finished[spec.episode_id]
@@ -100,6 +107,10 @@ class ConsensusScheduler:
         self._changed: asyncio.Event | None = None  # made on the batch's event loop (pull)
         self._in_flight = 0
         self._new_skips: list[SkippedSample] = []
+        self._rewritten = False
+        self._by_order = list(self.tasks.values())
+        self._ready: list[int] = []  # heap of the plan positions of tasks that may have a sample to release
+        self._queued: set[int] = set()
         for task in self.tasks.values():
             self._advance(task)
         self._flush_skips()
@@ -118,7 +129,8 @@ class ConsensusScheduler:
     # ------------------------------------------------------------------ decisions
 
     def _advance(self, task: _Task) -> None:
-        """Ask the rule about every prefix of ``task`` not yet asked, in order; on a certificate skip the rest."""
+        """Ask the rule about every prefix of ``task`` not yet asked, in order; on a certificate skip the rest,
+        else renew the task's bound and queue it when it has a sample to release."""
         m = task.prefix()
         while task.stopped_at is None and task.checked < m:
             task.checked += 1
@@ -126,6 +138,12 @@ class ConsensusScheduler:
             if cert.certified:
                 task.stopped_at = task.checked
                 self._skip(task, cert)
+        if task.stopped_at is None:
+            k = earliest_stop(task.counts(m), self.rule, self.delta, task.k_max)
+            task.bound = task.k_max if k is None else k
+            if task.releasable() and task.order not in self._queued:
+                heapq.heappush(self._ready, task.order)
+                self._queued.add(task.order)
 
     def _skip(self, task: _Task, cert: Certificate) -> None:
         k = task.stopped_at
@@ -145,29 +163,37 @@ class ConsensusScheduler:
         task.waiting.clear()
 
     def _flush_skips(self) -> None:
-        """Rewrite ``skipped_samples.jsonl`` atomically when there are new records (a small file)."""
-        if not self._new_skips:
+        """Append the new records to ``skipped_samples.jsonl`` (one write + fsync per decision). The first flush
+        of a batch rewrites the file from the records read back, so a torn last line of a crash is dropped first."""
+        if not self._new_skips and self._rewritten:
             return
+        path = self.run_dir / SKIPPED_SAMPLES_FILE
+        if not self._rewritten:
+            self._rewritten = True
+            if path.exists() or self._new_skips:
+                text = "".join(r.model_dump_json() + "\n" for r in self._skipped.values())
+                atomic_write_text(path, text)
+                self._new_skips = []
+                return
+        data = "".join(r.model_dump_json() + "\n" for r in self._new_skips).encode()
         self._new_skips = []
-        text = "".join(r.model_dump_json() + "\n" for r in self._skipped.values())
-        atomic_write_text(self.run_dir / SKIPPED_SAMPLES_FILE, text)
-
-    def _bound(self, task: _Task) -> int:
-        """Samples of ``task`` with an index below this are needed whatever the next samples are."""
-        m = task.prefix()
-        k = earliest_stop(task.counts(m), self.rule, self.delta, task.k_max)
-        return task.k_max if k is None else k
+        with open(path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
 
     def _next(self) -> EpisodeSpec | None:
-        for task in self.tasks.values():
-            if task.stopped_at is not None or task.stalled or not task.waiting:
+        """The lowest-index needed sample of the first task (in plan order) that has one."""
+        while self._ready:
+            task = self._by_order[self._ready[0]]
+            if not task.releasable():
+                self._queued.discard(heapq.heappop(self._ready))
                 continue
             idx = min(task.waiting)
-            if idx < self._bound(task):
-                spec = task.waiting.pop(idx)
-                task.in_flight.add(idx)
-                self._in_flight += 1
-                return spec
+            spec = task.waiting.pop(idx)
+            task.in_flight.add(idx)
+            self._in_flight += 1
+            return spec
         return None
 
     # ------------------------------------------------------------------ the runner's hooks
@@ -197,8 +223,7 @@ class ConsensusScheduler:
 
     def _failed(self, spec: EpisodeSpec) -> None:
         task = self.tasks[spec.task_id]
-        task.in_flight.discard(spec.sample_index)
-        task.stalled = True
+        task.in_flight.discard(spec.sample_index)  # a hole: the rule cannot look past it in this batch
         self._in_flight -= 1
         self._wake()
 
