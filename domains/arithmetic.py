@@ -146,7 +146,8 @@ class ArithmeticDomain(Domain):
 
     @classmethod
     def canonical_answer(cls, episode: Episode) -> str | None:
-        """The number of ``Finish[number]`` in standard decimal form (``42``, ``42.0`` and ``42.000`` → ``42``; ``1,000`` → ``1000``)."""
+        """The number of ``Finish[number]`` in standard decimal form (``42``, ``42.0`` and ``42.000`` → ``42``;
+        ``1,000`` → ``1000``)."""
         action = clean_final_action(episode)
         m = _ACTION.match(action.strip()) if action is not None else None
         if m is None or m.group(1) != "Finish":

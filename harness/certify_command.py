@@ -28,11 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     split.add_argument("--cal-frac", type=float, metavar="F",
                        help="fraction of the tasks in the calibration split (default 0.5; 1.0: every task, the "
                             "reliability level without a test split)")
-    split.add_argument("--cal-ids", metavar="FILE", help="calibration task ids, one per line (the rest is the test split)")
+    split.add_argument("--cal-ids", metavar="FILE",
+                       help="calibration task ids, one per line (the rest is the test split)")
     p.add_argument("--seed", type=int, default=0, help="seed of the split, the tie-breaking and the bootstrap")
     p.add_argument("--score", choices=("rank", "cp"), default="rank",
                    help="nonconformity score: rank (Definition 6.2, default) or cp (cumulative probability, 6.3)")
-    p.add_argument("--resplits", type=int, default=100, metavar="R", help="random re-splits for split stability (0: none)")
+    p.add_argument("--resplits", type=int, default=100, metavar="R",
+                   help="random re-splits for split stability (0: none)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples of mean CIs (0: none)")
     p.add_argument("--stop-delta", type=float, default=0.05, metavar="DELTA",
                    help="level of the stopping rules replayed on the recorded samples (default 0.05)")
@@ -124,7 +126,8 @@ def verification_rows(items, cal_mask, context, seed: int) -> list[dict]:
         question, examples = context[item.task_id]
         rows.append({
             "task_id": item.task_id, "question": question, "top_answer": _answer(top),
-            "votes": f"{votes}/{len(item.classes)}", "other_answers": " | ".join(f"{_answer(c)} ({n})" for c, n in rest),
+            "votes": f"{votes}/{len(item.classes)}",
+            "other_answers": " | ".join(f"{_answer(c)} ({n})" for c, n in rest),
             "example_action": examples.get(top, ""), "acceptable": "",
         })
     return rows

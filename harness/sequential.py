@@ -6,8 +6,8 @@ stopping rule (:mod:`harness.consensus`) could certify the task's mode whatever 
 is drawn that a certificate makes unnecessary. After each finished sample the rule is asked about every new prefix
 of the task's canonical answers (``Domain.canonical_answer``, recorded in ``Episode.info``), in sample order; once
 it certifies at k samples, the task's remaining planned samples are skipped and recorded, with the certificate, in
-``skipped_samples.jsonl`` (:class:`rundir.schema.SkippedSample`; appended and fsynced per decision). The rule sees canonical answers only, never an
-outcome: stopping depends on the agent's samples alone (Proposition 9.3).
+``skipped_samples.jsonl`` (:class:`rundir.schema.SkippedSample`; appended and fsynced per decision). The rule sees
+canonical answers only, never an outcome: stopping depends on the agent's samples alone (Proposition 9.3).
 
 An infrastructure error leaves a hole in a task's sample sequence: the rule cannot look past it, so the task is
 not decided in this batch -- only the samples needed whatever happens (below the bound computed before the hole)

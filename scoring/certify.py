@@ -221,7 +221,7 @@ def split_stability(sc: _Scored, n_cal: int, opts: CertifyOptions) -> StabilityR
     finite = thresholds[np.isfinite(thresholds)]
     return StabilityResult(
         resplits=opts.resplits, n_cal=n_cal, n_test=n - n_cal, alpha=opts.alpha,
-        threshold_counts=dict(sorted(counts.items(), key=lambda kv: (kv[0] == "inf", float(kv[0]) if kv[0] != "inf" else 0))),
+        threshold_counts=dict(sorted(counts.items(), key=lambda kv: (kv[0] == "inf", float(kv[0].replace("inf", "0"))))),
         threshold_mean=float(finite.mean()) if finite.size else None,
         threshold_sd=float(finite.std(ddof=1)) if finite.size > 1 else None,
         infinite_splits=int(np.isinf(thresholds).sum()),

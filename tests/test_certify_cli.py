@@ -326,3 +326,17 @@ def test_strategyqa_run_and_certify(fake_server, tmp_path, capsys, monkeypatch):
     assert rc == 0 and {r["top_answer"] for r in rows.values()} <= {"yes", "no"}
     assert rows[ids[3]]["top_answer"] == ("no" if gold[ids[3]] else "yes")  # all five wrong
     assert rows[ids[0]]["question"] == f"Question: {domain.task(ids[0]).question}"
+
+
+def test_cumulative_probability_score(arith_run, capsys):
+    """--score cp (Definition 6.3): the cumulative frequency up to the acceptable class. Per task: c >= 3 right of
+    5 -> c/5 (the mode's share); 1-2 -> 1.0 (second of two classes); none -> inf. Sorted: 0.6 0.8 1 1 1 1 1 inf."""
+    res = certify_json(capsys, arith_run, "--cal-frac", "1.0", "--score", "cp", "--alpha", "0.8", "--bootstrap", "0")
+    assert res["settings"]["score"] == "cp"
+    assert res["main"]["k"] == 2 and res["main"]["threshold"] == pytest.approx(0.8)
+    sweep = {r["alpha"]: r["threshold"] for r in res["alpha_sweep"]}
+    assert sweep[0.3] == 1 and sweep[0.2] == "inf"  # k = 7 -> 1.0; k = 8 -> inf
+    assert res["reliability_level"] == pytest.approx(5 / 9)  # Definition 2.4 is on the rank score
+    res = certify_json(capsys, arith_run, "--cal-frac", "0.5", "--score", "cp", "--alpha", "0.3", "--seed", "1",
+                       "--resplits", "5", "--bootstrap", "0")
+    assert res["main"]["coverage"]["n"] == 4 and res["stability"]["resplits"] == 5
