@@ -14,7 +14,8 @@ import operator
 import re
 
 from domains import register_domain
-from domains.base import Domain, EnvResponse, Environment, InvalidAction
+from domains.base import Domain, EnvResponse, Environment, InvalidAction, clean_final_action
+from rundir.schema import Episode
 
 N_TASKS = 1000
 _ACTION = re.compile(r"^(Calc|Finish)\[(.*)\]$", re.DOTALL)
@@ -142,3 +143,17 @@ class ArithmeticDomain(Domain):
 
     def manifest_info(self) -> dict:
         return {"generator": "sha256(task_id) -> (a op b) op c"}
+
+    @classmethod
+    def canonical_answer(cls, episode: Episode) -> str | None:
+        """The number of ``Finish[number]`` in standard decimal form (``42``, ``42.0`` and ``42.000`` → ``42``;
+        ``1,000`` → ``1000``)."""
+        action = clean_final_action(episode)
+        m = _ACTION.match(action.strip()) if action is not None else None
+        if m is None or m.group(1) != "Finish":
+            return None
+        try:
+            value = float(m.group(2).strip().replace(",", ""))
+        except ValueError:
+            return None
+        return format_number(value) if math.isfinite(value) else None

@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from rundir.errors import UserError
-from rundir.schema import DecodingConfig, StopReason
+from rundir.schema import DecodingConfig, Episode, StopReason
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
@@ -257,3 +257,24 @@ class Domain(abc.ABC):
         if self.observation_chars is None or len(text) <= self.observation_chars:
             return text
         return text[: self.observation_chars]
+
+    @classmethod
+    def canonical_answer(cls, episode: Episode) -> str | None:
+        """The canonical class of the episode's final answer (seed 002, Definition 4.1): equal strings for answers
+        that mean the same thing, so that self-consistency counts agreement, not surface form. None is the one
+        explicit "no answer" class: an episode that gave no final answer (max_steps, parse_error, an ending
+        without a clean label). Computed from the recorded episode alone (no data, no environment), so a run
+        directory can be re-canonicalised at any time. Domains that support `uqh certify` override this."""
+        raise NotImplementedError(f"the {cls.name} domain has no canonical answer (Domain.canonical_answer)")
+
+    @classmethod
+    def has_canonical_answer(cls) -> bool:
+        return cls.canonical_answer.__func__ is not Domain.canonical_answer.__func__
+
+
+def clean_final_action(episode: Episode) -> str | None:
+    """The last action of an episode that ended with a clean label (the action that ended it), else None: what
+    the canonicalisers of the Finish-style domains start from."""
+    if episode.stop_reason != StopReason.clean or not episode.steps:
+        return None
+    return episode.steps[-1].action

@@ -13,10 +13,11 @@ from collections import Counter
 from typing import Any
 
 from rundir.errors import UserError
+from rundir.schema import Episode
 
 from . import register_domain
-from .base import EnvResponse, InvalidAction, PositiveInt, option_field
-from .qa_common import QADomain, QAOptions, QATask
+from .base import EnvResponse, InvalidAction, PositiveInt, clean_final_action, option_field
+from .qa_common import QADomain, QAOptions, QATask, parse_action
 from .retrieval import Paragraph, dedupe
 
 CONTEXT_CORPUS_LABEL = "hotpotqa-context-union"
@@ -125,3 +126,15 @@ class HotpotQADomain(QADomain):
             reward=float(em),
             reward_info={"answer": answer, "gold": task.answer, "em": em, "f1": round(f1, 6)},
         )
+
+    @classmethod
+    def canonical_answer(cls, episode: Episode) -> str | None:
+        """The SQuAD-normalised ``Finish`` answer (the form exact match compares): ``The Beatles.`` → ``beatles``."""
+        action = clean_final_action(episode)
+        if action is None:
+            return None
+        try:
+            tool, answer = parse_action(action, cls.finish_hint)
+        except InvalidAction:
+            return None
+        return normalize_answer(answer) if tool == "finish" else None

@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from rundir.errors import UserError
+from rundir.schema import Episode
 
 from . import register_domain
-from .base import EnvResponse, InvalidAction, PositiveInt, option_field
-from .qa_common import QADomain, QAOptions, QATask, warn_once
+from .base import EnvResponse, InvalidAction, PositiveInt, clean_final_action, option_field
+from .qa_common import QADomain, QAOptions, QATask, parse_action, warn_once
 from .retrieval import Paragraph, dedupe
 
 FALLBACK_CORPUS_LABEL = "fallback-facts"
@@ -90,3 +91,15 @@ class StrategyQADomain(QADomain):
             reward=float(outcome),
             reward_info={"answer": word, "gold": task.answer, "correct": bool(outcome)},
         )
+
+    @classmethod
+    def canonical_answer(cls, episode: Episode) -> str | None:
+        """``yes`` or ``no`` (``Finish[Yes.]`` → ``yes``)."""
+        action = clean_final_action(episode)
+        if action is None:
+            return None
+        try:
+            tool, answer = parse_action(action, cls.finish_hint)
+            return ("yes" if parse_yes_no(answer) else "no") if tool == "finish" else None
+        except InvalidAction:
+            return None

@@ -689,6 +689,18 @@ class _Tau2Domain(Domain):
             "evaluation": "tau2.evaluator.evaluate_simulation(EvaluationType.ALL)",
         }
 
+    @classmethod
+    def canonical_answer(cls, episode: Any) -> str | None:
+        """The final database state of a cleanly ended conversation: tau2's DB hash after the last step (and the
+        user-device DB hash where there is one, telecom) -- the state tau2's DB check compares with the gold one."""
+        if episode.stop_reason != StopReason.clean or not episode.steps:
+            return None
+        info = episode.steps[-1].info or {}
+        if not info.get("db_hash"):
+            return None
+        user = info.get("user_db_hash")
+        return f"db:{info['db_hash']}" + (f" user_db:{user}" if user else "")
+
 
 @register_domain("tau2-airline")
 class Tau2Airline(_Tau2Domain):

@@ -67,6 +67,9 @@ class RunOverrides(BaseModel):
     domain_options: dict[str, Any] = Field(
         default_factory=dict, description="-D key=value and the QA alias flags (--data, --top-k, ...), as given")
     out: Path | None = None
+    stop_on_consensus: float | None = Field(
+        None, description="sequential sampling: stop a task's samples once its mode is certified at this level")
+    stop_rule: str | None = Field(None, description="the stopping rule of --stop-on-consensus (harness/consensus.py)")
 
 
 @dataclass(frozen=True)
@@ -194,11 +197,12 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         raise UserError("choose the tasks: --tasks N or --task-ids A,B")
 
     user_decoding = preset.user_decoding if preset and user_model else None
+    samples = overrides.samples or (preset.samples_per_task if preset else None) or 1
     config = RunConfig(
         domain=domain_name,
         split=overrides.split or (preset.split if preset else None),
         task_ids=[],
-        samples_per_task=overrides.samples or (preset.samples_per_task if preset else None) or 1,
+        samples_per_task=samples,
         model=model,
         api_base=api_base,
         decoding=decoding_cfg,
@@ -211,8 +215,31 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         user_api_base=user_api_base,
         prompt_sha256="",
         package_version=__version__,
+        consensus_stopping=consensus_stopping_for(cls, overrides, samples),
     )
     return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
+
+
+def consensus_stopping_for(cls: type[Domain], overrides: RunOverrides, samples: int):
+    """``RunConfig.consensus_stopping`` of ``--stop-on-consensus DELTA [--stop-rule RULE]`` (None without it)."""
+    from harness.consensus import RULES
+    from rundir.schema import ConsensusStopping
+
+    if overrides.stop_on_consensus is None:
+        if overrides.stop_rule is not None:
+            raise UserError("--stop-rule needs --stop-on-consensus DELTA")
+        return None
+    delta = overrides.stop_on_consensus
+    if not 0 < delta < 1:
+        raise UserError(f"--stop-on-consensus must be in (0, 1) (the certificate's error level), got {delta}")
+    rule = overrides.stop_rule or "anytime"
+    if rule not in RULES:
+        raise UserError(f"unknown --stop-rule {rule!r}; use one of {', '.join(RULES)}")
+    if samples < 2:
+        raise UserError("--stop-on-consensus needs --samples K with K >= 2 (it stops a task's samples early)")
+    if not cls.has_canonical_answer():
+        raise UserError(f"--stop-on-consensus needs canonical answers, which the {cls.name} domain does not define")
+    return ConsensusStopping(rule=rule, delta=delta)
 
 
 def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.run_command", "run episodes of a domain into a run directory (resumable)"),
     "continue": ("harness.continue_command", "roll out continuation branches from censored prefixes (q_Z)"),
     "score": ("scoring.command", "score run directories: TPS, censored extensions, diagnostics"),
+    "certify": ("harness.certify_command", "reliability level by self-consistency and conformal calibration"),
     "audit": ("reports.audit_command", "termination audit and selection diagnostic of run directories"),
     "report": ("reports.report_command", "tables, figures and an HTML report for run directories"),
     "judge": ("harness.judge_command", "Agent GPA LLM judges over recorded traces, and their analysis"),

@@ -37,6 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sel.add_argument("--tasks", type=int, metavar="N", help="the domain's first/sampled N tasks")
     sel.add_argument("--task-ids", metavar="A,B,...", help="comma-separated task ids")
     g.add_argument("--samples", type=int, metavar="K", help="episodes per task (default 1)")
+    g.add_argument("--stop-on-consensus", type=float, metavar="DELTA",
+                   help="sequential sampling: stop drawing a task's samples once its mode (canonical answer) is "
+                        "certified at error level DELTA (seed 002 §9; docs/certify.md)")
+    g.add_argument("--stop-rule", choices=("anytime", "hoeffding"),
+                   help="rule of --stop-on-consensus: anytime (default; an anytime-valid majority test) or "
+                        "hoeffding (the paper's Theorem 9.1 as printed: never stops before 20 samples at 0.05)")
     g.add_argument("--split", help="dataset split (domain default if omitted)")
     g.add_argument("--data", metavar="PATH", help="local data file for the domain")
     g.add_argument("--step-budget", type=int, metavar="B", help="max steps per episode (default: the domain's)")
@@ -124,6 +130,7 @@ def overrides_from_args(args: argparse.Namespace):
         step_budget=args.step_budget, observation_chars=args.observation_chars, model=args.model,
         api_base=args.api_base, user_model=args.user_model, user_api_base=args.user_api_base, decoding=decoding,
         domain_options=domain_options, out=Path(args.out) if args.out else None,
+        stop_on_consensus=args.stop_on_consensus, stop_rule=args.stop_rule,
     )
 
 
@@ -160,6 +167,17 @@ def _list_options(args: argparse.Namespace) -> str:
 
         return options_text([get_preset(args.preset).domain])
     return options_text(domain_names())
+
+
+def _stopping_text(config) -> str:
+    """How sequential sampling is set, and the fewest samples after which it can stop a task."""
+    from harness.consensus import earliest_stop
+
+    stop = config.consensus_stopping
+    first = earliest_stop([], stop.rule, stop.delta, config.samples_per_task)
+    when = (f"a task can stop after {first} unanimous samples" if first is not None
+            else f"no task can stop within {config.samples_per_task} samples at this level")
+    return f"{stop.rule} rule, delta={stop.delta}: {when}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"step budget   {config.step_budget}; {cut}")
         if config.domain_options:
             print("options       " + ", ".join(f"{k}={v}" for k, v in sorted(config.domain_options.items())))
+        if config.consensus_stopping is not None:
+            print(f"sequential    {_stopping_text(config)}")
         print(f"run dir       {out} (config hash {config.config_hash()[:12]})")
         print(f"execution     concurrency {concurrency}, workers {args.workers}")
         print(f"model calls   <= {n_episodes * config.step_budget * 3:,} (budget x 3 attempts per step)")
@@ -228,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
         f"model calls    {s.calls} ({s.calls_without_logprobs} without logprobs); tokens "
         f"{s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion; {s.cost_text()}"
     )
+    if config.consensus_stopping is not None:
+        print(f"sequential     {summary.skipped}/{summary.planned} samples skipped "
+              f"({summary.skipped / max(summary.planned, 1):.1%} saved; {_stopping_text(config)}; "
+              "skipped_samples.jsonl)")
     for note in summary.notes:
         print(f"note           {note}")
     if not summary.ok:

@@ -109,10 +109,12 @@ class BatchSummary:
     notes: list[str] = field(default_factory=list)
     #: CPU seconds (user + system) the worker processes reported at exit (``workers > 1``; 0 otherwise).
     worker_cpu_s: float = 0.0
+    #: Planned samples sequential sampling did not draw (``consensus_stopping``; this batch and earlier ones).
+    skipped: int = 0
 
     @property
     def remaining(self) -> int:
-        return self.planned - self.finished_before - self.stats.done
+        return self.planned - self.finished_before - self.stats.done - self.skipped
 
     @property
     def ok(self) -> bool:
@@ -172,6 +174,7 @@ async def run_specs(
 
     from domains.base import EnvironmentUnavailable
     from harness.model_types import ModelCallFailed
+    from harness.sequential import annotate_canonical_answer
     from harness.store import CheckpointEncoder, write_checkpoint_json
 
     loop = asyncio.get_running_loop()
@@ -210,6 +213,7 @@ async def run_specs(
                 )
                 if isinstance(spec.start, Resume):  # record that a crash split this episode
                     result.episode.info["resumed_after_step"] = len(spec.start.steps)
+                annotate_canonical_answer(domain, result.episode)
                 cached = encoder.cached_rows(spec.episode_id)
                 if len(cached) <= len(result.sidecar):
                     result.sidecar_json_prefix = cached
@@ -288,6 +292,11 @@ def run_batch(
     if len(set(ids)) != len(ids):
         raise ValueError("episode ids in specs are not unique")
     concurrency = concurrency or default_concurrency(config.model)
+    # Sequential sampling (`uqh run --stop-on-consensus`) schedules a task's samples from its finished ones
+    # (harness/sequential.py); continuation branches are never stopped by consensus.
+    sequential = config.consensus_stopping is not None and config.continuation is None
+    if sequential and workers > 1:
+        raise UserError("--stop-on-consensus schedules samples from earlier samples in one process; use --workers 1")
     workers = max(1, min(int(workers), concurrency))  # each worker needs at least one of the slots
 
     with RunStore.open_or_create(run_dir, config, system_prompt=system_prompt, info=domain.manifest_info()) as store:
@@ -295,7 +304,15 @@ def run_batch(
         todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
         stats = BatchStats(total=len(specs), already_done=finished_before)
         summary = BatchSummary(run_dir, len(specs), finished_before, stats, notes=list(store.notes))
+        scheduler = None
+        if sequential:
+            from harness.sequential import ConsensusScheduler
+
+            scheduler = ConsensusScheduler.for_batch(config, store, specs, todo, domain)
+            summary.skipped = scheduler.n_skipped
         if not todo:
+            if scheduler is not None:
+                store.update_manifest_info(consensus_stopping=scheduler.summary())
             return summary
 
         def persist(result: EpisodeResult) -> EpisodeSummary:  # runs in the I/O thread
@@ -327,7 +344,13 @@ def run_batch(
             )
             domain.prepare_runtime(ctx.domain_runtime())
             bar = stack.enter_context(Progress(stats, enabled=progress))
-            if workers == 1 or len(todo) == 1:
+            if scheduler is not None:
+                stack.enter_context(gc_tuned())
+                hooks = scheduler.hooks(persist, counted, error)
+                asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory))
+                summary.skipped = scheduler.n_skipped
+                store.update_manifest_info(consensus_stopping=scheduler.summary())
+            elif workers == 1 or len(todo) == 1:
                 stack.enter_context(gc_tuned())
                 asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory))
             else:

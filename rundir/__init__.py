@@ -5,7 +5,7 @@ This package imports nothing else of the project; every other package depends on
 - :mod:`rundir.schema`  -- pydantic records (``Manifest``, ``Episode``, ``LogprobRow``, ``PartialEpisode``...);
 - :mod:`rundir.errors`  -- :class:`UserError`, the one exception type for mistakes a user can fix;
 - :mod:`rundir.reader`  -- :class:`RunDir`, the only reader of ``manifest.json``, ``episodes.jsonl``,
-  ``logprobs.jsonl``, ``checkpoints/`` and ``skipped_prefixes.jsonl``;
+  ``logprobs.jsonl``, ``checkpoints/``, ``skipped_prefixes.jsonl`` and ``skipped_samples.jsonl``;
 - :mod:`rundir.qz_file` -- the q_Z file of a continuation run (reader and writer);
 - :mod:`rundir.atomic`  -- atomic file replacement for every writer.
 

@@ -31,11 +31,13 @@ from rundir.schema import (
     SCHEMA_VERSION,
     SIDECAR_FILE,
     SKIPPED_FILE,
+    SKIPPED_SAMPLES_FILE,
     Episode,
     LogprobRow,
     Manifest,
     PartialEpisode,
     SkippedPrefix,
+    SkippedSample,
     StopReason,
 )
 
@@ -149,13 +151,15 @@ class RunDir:
 
     @property
     def planned(self) -> int:
-        """Episodes the manifest plans (tasks x samples; continuation runs: replayable prefixes x branches)."""
+        """Episodes the manifest plans (tasks x samples, less the samples sequential sampling skipped; continuation
+        runs: replayable prefixes x branches)."""
         cont = self.manifest.config.continuation
         if cont:
             skipped = {s.episode_id for s in self.skipped_prefixes()}
             kept = [p for p in cont.get("prefix_ids", []) if p not in skipped]
             return len(kept) * int(cont.get("branches", 0))
-        return len(self.manifest.config.task_ids) * self.manifest.config.samples_per_task
+        total = len(self.manifest.config.task_ids) * self.manifest.config.samples_per_task
+        return total - len(self.skipped_samples())
 
     @property
     def has_episodes_file(self) -> bool:
@@ -229,6 +233,14 @@ class RunDir:
     def skipped_prefixes(self) -> list[SkippedPrefix]:
         """A continuation run's prefixes that failed the replay check (empty for other runs)."""
         return list(read_jsonl(self.path / SKIPPED_FILE, SkippedPrefix))
+
+    def skipped_samples(self) -> list[SkippedSample]:
+        """The planned samples sequential sampling did not draw (``uqh run --stop-on-consensus``; empty for other
+        runs), the first line of each episode_id kept."""
+        seen: dict[str, SkippedSample] = {}
+        for rec in read_jsonl(self.path / SKIPPED_SAMPLES_FILE, SkippedSample):
+            seen.setdefault(rec.episode_id, rec)
+        return list(seen.values())
 
     # ------------------------------------------------------------------ what the writer's repair needs
 

@@ -8,7 +8,8 @@ A run directory holds
 - ``checkpoints/``     -- one :class:`PartialEpisode` per in-flight episode, removed when the episode finishes;
 
 and a continuation run directory (``uqh continue``) also ``qz.jsonl`` (:mod:`rundir.qz_file`) and
-``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`).
+``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`); a run with sequential sampling (``uqh run
+--stop-on-consensus``) also ``skipped_samples.jsonl`` (:class:`SkippedSample`).
 
 Every record carries ``schema_version``. Nothing outside :mod:`rundir` reads these files: every reader goes
 through :class:`rundir.RunDir`, so that a torn last line from a crash is never mistaken for data and every part
@@ -20,7 +21,7 @@ import hashlib
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +35,11 @@ CHECKPOINT_DIR = "checkpoints"
 #: Files of a continuation run directory (``uqh continue``).
 QZ_FILE = "qz.jsonl"
 SKIPPED_FILE = "skipped_prefixes.jsonl"
+#: A run with sequential sampling (``uqh run --stop-on-consensus``): the planned samples it did not draw.
+SKIPPED_SAMPLES_FILE = "skipped_samples.jsonl"
+#: ``Episode.info`` key of the episode's canonical answer class (``Domain.canonical_answer``), recorded when the
+#: episode finishes: a string, or null for the explicit "no answer" class. Absent in runs recorded before it.
+CANONICAL_ANSWER_KEY = "canonical_answer"
 AUDIT_JSON = "audit.json"
 AUDIT_MD = "audit.md"
 
@@ -190,7 +196,19 @@ class DecodingConfig(_Record):
 #: its corpus sha256 (in the manifest's info), not by its directory, so moving it does not make a different run.
 HASH_EXCLUDED_OPTIONS = frozenset({"index_dir"})
 #: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
-_LATER_FIELDS = ("user_api_base",)
+_LATER_FIELDS = ("user_api_base", "consensus_stopping")
+
+
+class ConsensusStopping(_Record):
+    """Sequential sampling (``uqh run --stop-on-consensus DELTA``, seed 002 §9): stop drawing a task's samples once
+    its mode is certified at level ``delta`` by ``rule``, from the canonical answers drawn so far (never a label)."""
+
+    rule: Annotated[
+        Literal["hoeffding", "anytime"],
+        Field(description="hoeffding: the paper's rule (9.1) as printed; anytime: the beta-mixture e-process test "
+                          "that the leading class has probability > 1/2 (harness/consensus.py)"),
+    ] = "anytime"
+    delta: Annotated[float, Field(gt=0, lt=1, description="error level of the certificate")]
 
 
 class RunConfig(_Record):
@@ -217,6 +235,10 @@ class RunConfig(_Record):
     continuation: Annotated[
         dict[str, Any] | None,
         Field(description="For continuation runs: source run, branches, extra steps."),
+    ] = None
+    consensus_stopping: Annotated[
+        ConsensusStopping | None,
+        Field(description="Sequential sampling: stop a task's samples once its mode is certified (None: draw all)."),
     ] = None
 
     def episode_sort_key(self):
@@ -287,6 +309,22 @@ class SkippedPrefix(_Record):
 
     episode_id: str
     reason: Annotated[str, Field(description="Why the prefix could not be replayed faithfully.")]
+
+
+class SkippedSample(_Record):
+    """One line of ``skipped_samples.jsonl``: a planned sample that sequential sampling did not draw."""
+
+    schema_version: int = SCHEMA_VERSION
+    episode_id: Annotated[str, Field(description="The planned episode id '<task_id>#<sample_index>'.")]
+    task_id: str
+    sample_index: int
+    reason: Annotated[str, Field(description="Why it was not drawn (the certificate, in words).")]
+    rule: str
+    delta: float
+    samples_drawn: Annotated[int, Field(description="Samples of the task drawn when its mode was certified.")]
+    mode: Annotated[str | None, Field(description="The certified canonical class (null: the no-answer class).")]
+    statistic: Annotated[float, Field(description="The rule's statistic at the stop (margin or e-value).")]
+    threshold: Annotated[float, Field(description="The value the statistic had to exceed.")]
 
 
 def export_json_schemas() -> dict[str, Any]:

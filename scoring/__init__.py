@@ -26,6 +26,9 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
 - artificial:  :func:`length_stratified_censoring`, :func:`artificial_censoring_analysis`         -- App. I.1
 - termination: :func:`termination_counts`, :func:`selection_diagnostic`                            -- App. G.1, Fig. 2B
 - q_Z:         :func:`scoring.qz_audit.estimate_qz` (continuation runs -> q_hat_Z + audit)          -- App. H
+- certify:     :func:`certify_items`, :class:`CertifyItem`, :class:`CertifyOptions`, :class:`CertifyResult`;
+               conformal pieces :func:`rank_scores`, :func:`cp_scores`, :func:`conformal_threshold`,
+               :func:`reliability_level`, :func:`wilson_interval`                              -- seed 002 §2, §6, §7
 
 Run directories are read only through :mod:`rundir`; nothing of the harness, domains or reports is imported.
 
@@ -46,6 +49,15 @@ _EXPORTS = {
     "paired_bootstrap": "scoring.bootstrap",
     "resample_counts": "scoring.bootstrap",
     "standard_error": "scoring.bootstrap",
+    "CertifyItem": "scoring.certify",
+    "CertifyOptions": "scoring.certify",
+    "certify_items": "scoring.certify",
+    "CertifyResult": "scoring.certify_results",
+    "conformal_threshold": "scoring.conformal",
+    "cp_scores": "scoring.conformal",
+    "rank_scores": "scoring.conformal",
+    "reliability_level": "scoring.conformal",
+    "wilson_interval": "scoring.conformal",
     "CrossFitResult": "scoring.calibration",
     "PlattMap": "scoring.calibration",
     "cross_fit_platt": "scoring.calibration",

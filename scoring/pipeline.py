@@ -203,7 +203,7 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
             notes["platt"] = f"Platt unavailable: {exc}"
     if "none" not in opts.calibrations and spec.calibratable:
         streams.pop("raw")
-    auq_on = opts.auq and not spec.is_constant
+    auq_on = opts.auq and not spec.is_constant and not spec.is_trajectory  # Φ_last = Φ_avg = Φ_min for a constant
     stats, points = {}, {}
     if n > 0:
         eta = posterior_weight(sample.y, sample.delta, q)

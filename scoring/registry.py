@@ -5,10 +5,12 @@ labels, headers and directions from here. Adding a predictor or a scalar diagnos
 :func:`register_predictor` / :func:`register_metric` call; nothing else needs to change.
 
 - A **predictor** computes its per-step value from a :class:`rundir.schema.Step` and the step's accepted sidecar
-  :class:`rundir.schema.LogprobRow` (None when the step has none); NaN means missing. A *constant* predictor has
-  no per-step function: its stream is one number per scored sample, computed from the sample's training labels
-  (the label convention in force, :mod:`scoring.labels`: Y of the complete trajectories, ΔY or the soft labels
-  over the working sample) -- the base rate. Only calibratable predictors get Platt rows.
+  :class:`rundir.schema.LogprobRow` (None when the step has none); NaN means missing. A *trajectory* predictor
+  computes one value per episode from all the run's episodes (self-consistency across a task's samples), constant
+  along the trajectory. A *constant* predictor has no per-step function: its stream is one number per scored
+  sample, computed from the sample's training labels (the label convention in force, :mod:`scoring.labels`: Y of
+  the complete trajectories, ΔY or the soft labels over the working sample) -- the base rate. Only calibratable
+  predictors get Platt rows.
 - A **metric** is either a ``diagnostic`` of the trajectory scalar on complete trajectories (AUROC, ..., or a
   registered one with its own ``compute``), a ``tps`` metric (one value per score family), or a
   ``censored_tps`` metric (per score family, only when the sample has censored trajectories, §6.3).
@@ -16,16 +18,17 @@ labels, headers and directions from here. Adding a predictor or a scalar diagnos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 
 from rundir.errors import UserError
-from rundir.schema import LogprobRow, Step
-from scoring import signals
+from rundir.schema import Episode, LogprobRow, Step
+from scoring import self_consistency, signals
 
 MetricKind = Literal["diagnostic", "tps", "censored_tps"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
+TrajectoryValue = Callable[[Sequence[Episode]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -53,21 +56,28 @@ class Metric:
 
 @dataclass(frozen=True)
 class Predictor:
-    """One per-step predictor: a per-step function, or a per-sample constant (exactly one of the two)."""
+    """One predictor: a per-step function, a per-trajectory function of the run's episodes, or a per-sample
+    constant (exactly one of the three)."""
 
     name: str
     label: str
     step_value: StepValue | None = None
     constant: Callable[[np.ndarray], float] | None = None  # the sample's training labels -> the constant
     calibratable: bool = True
+    #: the run's episodes -> one value per episode (NaN: missing), repeated along the trajectory's steps
+    trajectory_value: TrajectoryValue | None = None
 
     def __post_init__(self) -> None:
-        if (self.step_value is None) == (self.constant is None):
-            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value and constant")
+        if sum(f is not None for f in (self.step_value, self.constant, self.trajectory_value)) != 1:
+            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value and constant")
 
     @property
     def is_constant(self) -> bool:
-        return self.step_value is None
+        return self.constant is not None
+
+    @property
+    def is_trajectory(self) -> bool:
+        return self.trajectory_value is not None
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,8 @@ PREDICTORS: dict[str, Predictor] = {
         Predictor("token_entropy", "Completion entropy confidence", signals.token_entropy_value),
         Predictor("action_prob", "Action-span token probability", signals.action_prob_value),
         Predictor("action_entropy", "Action-span entropy confidence", signals.action_entropy_value),
+        Predictor("sc_mode_freq", "Self-consistency mode frequency", trajectory_value=self_consistency.mode_frequency),
+        Predictor("sc_agreement", "Self-consistency agreement", trajectory_value=self_consistency.agreement),
         Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),
     )
 }
@@ -141,7 +153,8 @@ def get_metric(name: str) -> Metric:
 
 
 def step_predictors() -> list[str]:
-    """Names of the registered predictors with a per-step function (registry order)."""
+    """Names of the registered predictors with a stream of per-step values: per-step functions and trajectory
+    predictors (registry order)."""
     return [p.name for p in PREDICTORS.values() if not p.is_constant]
 
 

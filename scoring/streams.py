@@ -2,8 +2,9 @@
 
 Reads the run directory only through :class:`rundir.RunDir`. Every registered per-step predictor
 (:data:`scoring.registry.PREDICTORS`) is evaluated on every parsed step, from the step and the sidecar row of its
-ACCEPTED attempt (the last accepted row of a step wins; no row -> ``None``); a constant predictor (the base rate)
-is computed from the training labels of the scored sample (:mod:`scoring.labels`). Missing values (NaN) are never
+ACCEPTED attempt (the last accepted row of a step wins; no row -> ``None``); a trajectory predictor (self-
+consistency) gives one value per episode, repeated along its steps; a constant predictor (the base rate) is
+computed from the training labels of the scored sample (:mod:`scoring.labels`). Missing values (NaN) are never
 imputed: a trajectory with any missing value is skipped for that predictor and counted (Appendix K, "Missing
 predictor values").
 """
@@ -76,7 +77,7 @@ def run_data_from_records(
     episodes = sorted(episodes, key=lambda e: e.episode_id)
     lengths = np.array([len(ep.steps) for ep in episodes], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    predictors = [p for p in PREDICTORS.values() if not p.is_constant]
+    predictors = [p for p in PREDICTORS.values() if p.step_value is not None]
     streams = {p.name: np.full(int(offsets[-1]), np.nan) for p in predictors}
     pairs = [(ep.episode_id, step) for ep in episodes for step in ep.steps]  # flat step order
     steps = [step for _, step in pairs]
@@ -91,6 +92,9 @@ def run_data_from_records(
     for k in np.flatnonzero(~has_row):
         for p in predictors:
             streams[p.name][k] = p.step_value(steps[k], None)
+    for p in PREDICTORS.values():
+        if p.is_trajectory:  # one value per episode, constant along its steps
+            streams[p.name] = np.repeat(np.asarray(p.trajectory_value(episodes), dtype=float), lengths)
     return RunData(
         run_dir=Path(run_dir),
         manifest=manifest,

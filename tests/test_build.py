@@ -72,6 +72,10 @@ def test_resolve_config_equals_the_pre_build_layer_config_and_hash(case, ref_tmp
     recorded = json.loads(json.dumps(config.model_dump(mode="json")).replace(str(ref_tmp), "{tmp}"))
     # the prompt files and the package version may change; the mapping from flags to config must not
     recorded.update(prompt_sha256=expected["prompt_sha256"], package_version=expected["package_version"])
+    # fields added after the reference was recorded are left out of it (and of the hash) while unset
+    for later in ("consensus_stopping",):
+        if later not in expected and recorded.get(later) is None:
+            recorded.pop(later, None)
     assert recorded == expected
     assert RunConfig.model_validate(recorded).config_hash() == expected_hash
 

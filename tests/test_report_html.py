@@ -60,8 +60,10 @@ def test_trace_plot_renders_chosen_trajectory_without_console_errors(tmp_path):
     v = page.values
     assert v["ready"] is True
     assert v["episode"] == "e#0" and "stop max_steps" in v["summary"] and "outcome unobserved" in v["summary"]
-    # e has 4 steps; 5 raw predictors + base rate have a value at every step (no Platt: e is censored)
-    assert v["series"] == ["verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "verbal_platt", "base_rate"]
+    # e has 4 steps; 5 raw predictors + base rate have a value at every step (no Platt: e is censored); the
+    # self-consistency series are listed but empty (the fixture records no canonical answers: missing, not imputed)
+    assert v["series"] == ["verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "sc_mode_freq",
+                           "sc_agreement", "verbal_platt", "base_rate"]
     assert v["bands"] == 4 and v["rows"] == 4
     assert v["dots"] == 6 * 4 and v["lines"] == 6
     assert v["first_action"] == "Search[q1]"

@@ -56,10 +56,13 @@ def test_user_api_base_absent_keeps_old_config_hashes():
     cfg = RunConfig(domain="arithmetic", task_ids=["a"], model="openai/x", step_budget=3, prompt_sha256="p",
                     package_version="0")
     old = cfg.model_dump(mode="json")
-    del old["user_api_base"]
+    del old["user_api_base"], old["consensus_stopping"]  # both added later
     old_hash = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert cfg.config_hash() == old_hash
     assert cfg.model_copy(update={"user_api_base": "http://h/v1"}).config_hash() != old_hash
+    from rundir.schema import ConsensusStopping
+
+    assert cfg.model_copy(update={"consensus_stopping": ConsensusStopping(delta=0.05)}).config_hash() != old_hash
 
 
 def _search(req: dict) -> str:

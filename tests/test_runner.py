@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 
 from domains import register_domain
-from domains.arithmetic import ArithmeticDomain
+from domains.arithmetic import ArithmeticDomain, make_question
 from harness.loop import derive_seed
 from rundir.schema import PartialEpisode
 from harness.runner import plan_specs, prompt_sha256, run_batch
-from rundir.schema import DecodingConfig, RunConfig, StopReason
+from rundir.schema import CANONICAL_ANSWER_KEY, DecodingConfig, RunConfig, StopReason
 from run_files import read_episodes, read_manifest, read_sidecar
 from harness.store import RunStore, checkpoint_path
 
@@ -132,7 +132,8 @@ def test_checkpointed_episode_resumes_from_last_step(fake_server, tmp_path):
     (ep,) = read_episodes(run)
     assert [s.t for s in ep.steps] == [1, 2] and ep.steps[0] == partial.steps[0] and ep.prefix_steps == 0
     assert ep.stop_reason == StopReason.clean and ep.outcome == 1 and ep.started_at == partial.started_at
-    assert ep.info == {"resumed_after_step": 1}
+    # the canonical answer (Domain.canonical_answer) is recorded with every finished episode
+    assert ep.info == {"resumed_after_step": 1, CANONICAL_ANSWER_KEY: str(make_question("arith-0000")[1])}
     assert [(r.t, r.attempt) for r in read_sidecar(run)] == [(1, 0), (2, 0)]
     assert not cp.exists()
 
@@ -173,7 +174,8 @@ def test_replay_mismatch_in_checkpoint_restarts(fake_server, tmp_path):
         summary = run_batch(config, run, concurrency=1, progress=False)
     assert summary.ok
     (ep,) = read_episodes(run)
-    assert ep.n_steps == 2 and ep.steps[0].observation != "Result: -1" and ep.info == {}
+    assert ep.n_steps == 2 and ep.steps[0].observation != "Result: -1"
+    assert ep.info == {CANONICAL_ANSWER_KEY: str(make_question("arith-0000")[1])}  # restarted, not resumed
     assert [(r.t, r.attempt) for r in read_sidecar(run)] == [(1, 0), (2, 0)]
 
 

@@ -36,9 +36,12 @@ def test_json_output_table2_shape(run_dir, capsys):
     res = json.loads(out)
     rows = res["rows"]
     labels = [(r["predictor"], r["calibration"]) for r in rows]
-    for p in ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy"):
+    for p in ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "sc_mode_freq", "sc_agreement"):
         assert (p, "raw") in labels and (p, "platt") in labels
-    assert labels[-1] == ("base_rate", "raw") and len(rows) == 11
+    assert labels[-1] == ("base_rate", "raw") and len(rows) == 15
+    # the synthetic run records no canonical answers: the self-consistency rows are missing, never imputed
+    sc = next(r for r in rows if r["predictor"] == "sc_agreement" and r["calibration"] == "raw")
+    assert sc["n_used"] == 0 and sc["n_skipped_missing"] == 40
     assert res["counts"]["complete"] == 40 and res["counts"]["excluded_max_steps"] == 6
     assert res["counts"]["excluded_parse_error"] == 3
     base = rows[-1]

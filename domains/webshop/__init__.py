@@ -29,6 +29,7 @@ import logging
 from typing import Any, ClassVar, Literal
 
 from rundir.errors import UserError
+from rundir.schema import Episode, StopReason
 
 from .. import register_domain
 from ..base import Domain, DomainOptions, Environment, NonNegativeInt, option_field
@@ -218,3 +219,15 @@ class WebShopDomain(Domain):
             }
         }
         return info
+
+    @classmethod
+    def canonical_answer(cls, episode: Episode) -> str | None:
+        """The purchase: the bought ASIN and the chosen options, options sorted by name (``B0123 | color: red;
+        size: m``); the reward is a function of exactly these (and the ASIN's fixed price)."""
+        info = episode.reward_info if episode.stop_reason == StopReason.clean else {}
+        asin = info.get("purchased_asin")
+        if not asin:
+            return None
+        options = info.get("purchased_options") or {}
+        chosen = "; ".join(f"{k}: {options[k]}" for k in sorted(options))
+        return f"{asin} | {chosen}" if chosen else str(asin)
