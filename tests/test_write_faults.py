@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from rundir.schema import EPISODES_FILE, QUARANTINE_SUFFIX, SIDECAR_FILE
+from rundir.schema import EPISODES_FILE, LOCK_FILE, QUARANTINE_SUFFIX, SIDECAR_FILE
 from run_files import read_episodes, read_sidecar
 from test_runner import solver
 
@@ -71,6 +71,11 @@ def _one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     return lines[0]
+
+
+def _data_files(out: Path) -> dict[str, bytes]:
+    """The directory's files except the writer's lock file (every writer, also one that refuses, records itself)."""
+    return {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != LOCK_FILE}
 
 
 def _consistent(out: Path, n_tasks: int) -> None:
@@ -188,18 +193,18 @@ def test_garbage_line_refused_untouched_then_explicit_repair(fake_server, tmp_pa
         (out / EPISODES_FILE).write_bytes(b"".join(lines))
         with open(out / SIDECAR_FILE, "ab") as f:
             f.write(b'{"schema_version":1,"episode_id":"x')  # a torn tail: a repair on open would cut it
-        before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+        before = _data_files(out)
         capsys.readouterr()
 
         assert main(args) == 2  # resume refuses, naming file and line, and touches nothing
         line = _one_line(capsys.readouterr().err)
         assert f"{out / EPISODES_FILE}:2: not a valid Episode record" in line and f"uqh repair {out}" in line
-        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+        assert _data_files(out) == before
 
         assert main(["repair", str(out), "--dry-run"]) == 0
         listed = capsys.readouterr().out
         assert f"{EPISODES_FILE}:2: not a valid Episode record" in listed and "would move 3 lines" in listed
-        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+        assert _data_files(out) == before
 
         assert main(["repair", str(out)]) == 0  # the episode line and its two sidecar rows move aside
         assert "moved 3 lines" in capsys.readouterr().out
