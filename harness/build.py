@@ -12,6 +12,8 @@ model strings and keys, builds the domain, selects the tasks and fingerprints th
 """
 from __future__ import annotations
 
+import re
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -89,6 +91,29 @@ def check_positive(name: str, value: int | None, minimum: int = 1) -> None:
     """UserError ``NAME must be >= minimum`` unless ``value`` is None."""
     if value is not None and value < minimum:
         raise UserError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_endpoint_url(flag: str, url: str | None) -> None:
+    """UserError unless ``url`` (None: not given) is an http(s) URL with a host and without credentials.
+
+    Credentials in a URL (``http://user:password@host/v1``) would be written to the manifest and printed, and the
+    clients refuse them next to their own Authorization header; the message shows the URL with them masked.
+    """
+    if url is None:
+        return
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is not None and ("@" in parts.netloc or (not parts.netloc and "@" in url)):
+        masked = re.sub(r"[^/@]+@", "***@", url, count=1)
+        raise UserError(
+            f"{flag} {masked} contains credentials (user:password@); they would be written to the run's manifest: "
+            f"give the URL without them and the key in OPENAI_API_KEY (environment or .env)"
+        )
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{flag} {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:8000/v1")
 
 
 def validate_model_string(model: str, api_base: str | None, *, flag: str = "--api-base") -> None:
@@ -170,6 +195,8 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     user_model = overrides.user_model or (preset.user_model if preset else None)
     user_api_base = overrides.user_api_base if overrides.user_api_base is not None else (
         preset.user_api_base if preset else None)
+    check_endpoint_url("--api-base", api_base)
+    check_endpoint_url("--user-api-base", user_api_base)
     if user_api_base is not None and not user_model:
         raise UserError("--user-api-base needs --user-model (the user-simulator model served there)")
     if not user_model and cls.needs_user_model:
@@ -316,14 +343,22 @@ def build_domain(config: RunConfig) -> Domain:
 
 
 def build_client(config: RunConfig, model: str, api_base: str | None,
-                 client_factory: Callable[[str, str | None], Any] | None = None):
+                 client_factory: Callable[[str, str | None], Any] | None = None, *, timeout_s: float | None = None,
+                 max_retries: int | None = None):
     """The model client for the run's agent: ``model`` / ``api_base`` as resolved (a local: model's server), the
-    run's decoding and, with ``--grammar``, the domain's action grammar. ``client_factory(model, api_base)``
-    replaces :func:`harness.model_client.make_model_client` (tests)."""
+    run's decoding and, with ``--grammar``, the domain's action grammar; ``timeout_s`` / ``max_retries`` per call
+    (None: the client's defaults). ``client_factory(model, api_base)`` replaces
+    :func:`harness.model_client.make_model_client` (tests)."""
     if client_factory is not None:
         return client_factory(model, api_base)
     from domains import get_domain_class
     from harness.model_client import make_model_client
 
     action_grammar = get_domain_class(config.domain).action_gbnf if config.decoding.grammar else None
-    return make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar)
+    options: dict[str, Any] = {}
+    if timeout_s is not None:
+        options["timeout_s"] = timeout_s
+    if max_retries is not None:
+        options["max_retries"] = max_retries
+    return make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
+                             **options)

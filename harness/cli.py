@@ -2,6 +2,11 @@
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 those modules keep heavy imports (litellm, tau2, bm25s) inside functions so `uqh --help` is fast.
+
+Whatever a command meets, the user gets one line on stderr, never a traceback: a :class:`UserError` exits 2,
+a :class:`RunDirWriteError` (or any other OS error) exits 1 with what to do, and SIGINT / SIGTERM
+(:mod:`harness.stop`) exit 130 / 143 after the command has stopped its children (``uqh run`` first prints its
+summary and the resume hint).
 """
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ import importlib
 import logging
 import sys
 
-from rundir.errors import UserError
+from harness import stop
+from rundir.errors import RunDirWriteError, UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.run_command", "run episodes of a domain into a run directory (resumable)"),
@@ -22,16 +28,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "judge": ("harness.judge_command", "Agent GPA LLM judges over recorded traces, and their analysis"),
     "index": ("domains.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
     "schema": ("rundir.schema_command", "print the JSON schema of the run-directory records"),
+    "repair": ("harness.repair_command", "move lines that are not valid records out of a run directory's files"),
 }
 
 
 def _load_dotenv() -> None:
-    """Secrets come from the environment or a .env file in the working directory; never written anywhere."""
+    """Secrets come from the environment or a ``.env`` file: ``./.env`` first, else the nearest one above the
+    working directory; the environment wins over the file. Never written anywhere."""
     try:
-        from dotenv import load_dotenv
+        from dotenv import find_dotenv, load_dotenv
     except ImportError:  # python-dotenv comes with litellm; without it only the environment is used
         return
-    load_dotenv(override=False)
+    path = find_dotenv(usecwd=True)  # ./.env, then the parents of the working directory (not the package's)
+    if path:
+        load_dotenv(path, override=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,13 +77,26 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    name = f"uqh {args.command}"
     try:
-        return int(args._run(args) or 0)
+        with stop.stop_signals():
+            return int(args._run(args) or 0)
     except UserError as exc:
-        print(f"uqh {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
+    except RunDirWriteError as exc:
+        print(f"{name}: error: {exc}; {exc.hint}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # an I/O fault no command anticipated: still one line (the traceback with -v)
+        logging.getLogger("uqh").debug("I/O error", exc_info=True)
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"{name}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
+    except stop.Interrupted as exc:
+        print(f"{name}: interrupted by {stop.signal_name(exc.signum)}", file=sys.stderr)
+        return stop.exit_code(exc.signum)
     except KeyboardInterrupt:
-        print(f"uqh {args.command}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
 
 

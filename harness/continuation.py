@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rundir.atomic import atomic_write_text
-from rundir.errors import UserError
+from rundir.errors import RunDirWriteError, UserError
 from rundir.reader import RunDir
 from rundir.schema import MANIFEST_FILE, SKIPPED_FILE, Episode, Manifest, RunConfig, SkippedPrefix, StopReason
 
@@ -243,26 +243,34 @@ def run_continuations(
     api_base: str | None = None,
     progress: bool = True,
     client_factory=None,
+    lock_scope: contextlib.ExitStack | None = None,
+    timeout_s: float | None = None,
+    max_retries: int | None = None,
 ) -> ContinueReport:
     """Replay-check the selected censored prefixes of ``source_dir`` and run ``branches`` continuation branches of
     each faithful one into ``out_dir`` (created, or resumed when it holds the same continuation config).
 
-    ``extra_steps`` defaults to the source step budget. The source directory is only read.
+    ``extra_steps`` defaults to the source step budget. The source directory is only read. ``out_dir``'s writer
+    lock is taken before the first write and held until ``lock_scope`` closes (default: until this returns), so
+    a caller that writes more (the q_Z file) keeps it. ``timeout_s`` / ``max_retries``: the model client's per
+    call (None: the batch runner's defaults).
     """
+    from harness import run_lock
+    from harness.build import check_endpoint_url
     from harness.runner import run_batch
-    from harness.store import RunStore, check_out_dir
+    from harness.store import RunStore, check_out_dir, check_resumable
 
     source_dir, out_dir = Path(source_dir), Path(out_dir)
+    check_endpoint_url("--api-base", api_base)
     manifest, episodes = load_source(source_dir)
     if _inside(out_dir, source_dir) or _inside(source_dir, out_dir):
         raise UserError("--out must be a directory outside the source run directory (the source is never modified)")
     prefixes = select_prefixes(manifest, episodes, n=n_prefixes, ids=ids)
     k = manifest.config.step_budget if extra_steps is None else extra_steps
     config = continuation_config(manifest, source_dir, prefixes, branches=branches, extra_steps=k, api_base=api_base)
-    check_out_dir(out_dir)
+    check_out_dir(out_dir)  # also refuses, naming it, another process writing out_dir
     if (out_dir / MANIFEST_FILE).exists():
-        # resume: the store refuses a different config; check now, before any replay work
-        RunStore.open_or_create(out_dir, config, system_prompt=RunDir.open(out_dir).manifest.system_prompt).close()
+        check_resumable(out_dir, config)  # resume refuses a different config: check now, before any replay work
 
     domain = make_domain(manifest.config, system_prompt=manifest.system_prompt)  # as the source run built it
     with contextlib.ExitStack() as stack:
@@ -277,22 +285,32 @@ def run_continuations(
     skipped_ids = {s.episode_id for s in skipped}
     keep = [ep for ep in prefixes if ep.episode_id not in skipped_ids]
     specs = branch_specs(config, keep, branches)
-    # Create the run directory first so that the skipped prefixes are recorded even if the run is interrupted.
-    system_prompt = domain.system_prompt()
-    RunStore.open_or_create(out_dir, config, system_prompt=system_prompt, info=domain.manifest_info()).close()
-    _write_skipped(out_dir, skipped)
-    summary = None
-    if specs:
-        summary = run_batch(
-            config, out_dir, specs=specs, concurrency=concurrency, progress=progress, client_factory=client_factory
+    with contextlib.ExitStack() as own_scope:
+        scope = lock_scope if lock_scope is not None else own_scope
+        # Create the run directory first so that the skipped prefixes are recorded even if the run is interrupted;
+        # its lock passes from the store to the scope without a gap.
+        system_prompt = domain.system_prompt()
+        store = RunStore.open_or_create(out_dir, config, system_prompt=system_prompt, info=domain.manifest_info())
+        try:
+            scope.enter_context(run_lock.hold(out_dir))
+        finally:
+            store.close()
+        try:
+            _write_skipped(out_dir, skipped)
+        except OSError as exc:
+            raise RunDirWriteError(out_dir, exc) from None
+        summary = None
+        if specs:
+            options = {k: v for k, v in (("timeout_s", timeout_s), ("max_retries", max_retries)) if v is not None}
+            summary = run_batch(config, out_dir, specs=specs, concurrency=concurrency, progress=progress,
+                                client_factory=client_factory, **options)
+        planned = {s.episode_id for s in specs}
+        written = sum(1 for ep in RunDir.open(out_dir).episodes() if ep.episode_id in planned)
+        return ContinueReport(
+            out_dir=out_dir,
+            n_prefixes=len(prefixes),
+            skipped=skipped,
+            n_branches_planned=len(specs),
+            n_branches_written=written,
+            summary=summary,
         )
-    planned = {s.episode_id for s in specs}
-    written = sum(1 for ep in RunDir.open(out_dir).episodes() if ep.episode_id in planned)
-    return ContinueReport(
-        out_dir=out_dir,
-        n_prefixes=len(prefixes),
-        skipped=skipped,
-        n_branches_planned=len(specs),
-        n_branches_written=written,
-        summary=summary,
-    )

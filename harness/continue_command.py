@@ -33,11 +33,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the audit CIs (default 1000)")
     p.add_argument("--qz-only", action="store_true", help="no model calls: recompute qz.jsonl and the audit")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="seconds one model call may take before it counts as failed (default 600; retried)")
+    p.add_argument("--max-retries", type=int, metavar="N",
+                   help="retries of a transient model-call failure (default 6)")
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
+
+    with contextlib.ExitStack() as lock_scope:  # CONT_DIR's writer lock, held until q_Z and the audit are written
+        return _run(args, lock_scope)
+
+
+def _run(args: argparse.Namespace, lock_scope) -> int:
+    import sys
     from pathlib import Path
 
+    from harness import run_lock
     from harness.continuation import run_continuations
     from reports.continuation_audit import audit_continuation
     from rundir.errors import UserError
@@ -49,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--concurrency must be at least 1")
     if args.min_valid < 1:
         raise UserError("--min-valid must be at least 1")
+    if args.max_retries is not None and args.max_retries < 0:
+        raise UserError("--max-retries must be >= 0")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UserError("--timeout must be > 0 seconds")
     from scoring.rules import parse_score
     from scoring.weights import check_scheme
 
@@ -64,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         source = Path(cont.config.continuation["source_run_dir"])
         if source.resolve() != Path(args.run_dir).resolve():
             raise UserError(f"{args.out} continues the run {source}, not {args.run_dir}; pass that run directory")
+        lock_scope.enter_context(run_lock.hold(Path(args.out)))  # q_Z and the audit are written there
     else:
         report = run_continuations(
             Path(args.run_dir),
@@ -75,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             api_base=args.api_base,
             progress=not args.no_progress,
+            lock_scope=lock_scope,
+            timeout_s=args.timeout,
+            max_retries=args.max_retries,
         )
         for s in report.skipped:
             print(f"skipped {s.episode_id}: {s.reason}")
@@ -82,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
             f"{report.n_prefixes} prefixes selected, {len(report.skipped)} skipped (not replayable), "
             f"{report.n_branches_written} branches written to {args.out}"
         )
+        stopped = report.summary.stopped if report.summary is not None else None
+        if stopped is not None:
+            print(f"uqh continue: {stopped.message}; {report.n_branches_missing} branches not finished; {stopped.hint}",
+                  file=sys.stderr)
+            return stopped.exit_code
         if report.n_branches_missing:
             print(f"{report.n_branches_missing} branches did not finish (model failures); re-run the command to resume")
     estimate, text = audit_continuation(

@@ -29,7 +29,8 @@ from typing import Any, Callable
 from harness.judge_prompts import TRACE_FORMAT, ReplyError, judge_messages, parse_reply, prompts_sha256, repair_request
 from harness.loop import derive_seed
 from harness.progress import BatchStats, EpisodeSummary, Progress
-from harness.store import _append, _truncate
+from harness import run_lock
+from harness.store import append_fsync, truncate_to
 from rundir.atomic import atomic_write_text
 from rundir.errors import UserError
 from rundir.judgments import (
@@ -111,7 +112,7 @@ def check_judge_out(out: Path, run_paths: list[Path]) -> None:
             raise UserError(f"--out {out} is not readable and writable; choose another directory")
         if (out / MANIFEST_FILE).exists():
             raise UserError(f"--out {out} is a run directory; judgments go into a directory of their own")
-        if not (out / JUDGE_MANIFEST_FILE).exists() and any(out.iterdir()):
+        if not (out / JUDGE_MANIFEST_FILE).exists() and any(p.name != run_lock.LOCK_FILE for p in out.iterdir()):
             raise UserError(f"--out {out} is a non-empty directory that is not a judge directory; choose a new one")
         return
     ancestor = out.parent
@@ -167,12 +168,14 @@ def plan_tasks(
 class JudgmentStore:
     """A judge directory opened for appending (single writer)."""
 
-    def __init__(self, path: Path, manifest: JudgeManifest, done: set[Key], notes: list[str]):
+    def __init__(self, path: Path, manifest: JudgeManifest, done: set[Key], notes: list[str], lock):
         self.path = Path(path)
         self.manifest = manifest
         self.done = done
         self.notes = notes
-        self._f = open(self.path / JUDGMENTS_FILE, "ab")
+        self._lock = lock  # the writer lock (harness.run_lock), held until close
+        self._fd: int | None = os.open(self.path / JUDGMENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                       0o644)
 
     @classmethod
     def open_or_create(cls, out: Path, config: JudgeConfig) -> "JudgmentStore":
@@ -180,30 +183,37 @@ class JudgmentStore:
         check_judge_out(out, [Path(r.path) for r in config.runs])
         check_judge_resumable(out, config)
         notes: list[str] = []
-        if not (out / JUDGE_MANIFEST_FILE).exists():
-            out.mkdir(parents=True, exist_ok=True)
-            manifest = JudgeManifest(config=config, config_hash=config.config_hash(),
-                                     created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-            atomic_write_text(out / JUDGE_MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
-            return cls(out, manifest, set(), notes)
-        reader = JudgeDir.open(out)
-        cut = _truncate(out / JUDGMENTS_FILE, reader.complete_length())
-        if cut:
-            notes.append(f"{JUDGMENTS_FILE}: removed a torn last line ({cut} bytes) left by an interrupted write")
-            log.warning("%s: %s", out, notes[-1])
-        done = {j.key for j in reader.judgments()}
-        return cls(out, reader.manifest, done, notes)
+        out.mkdir(parents=True, exist_ok=True)
+        lock = run_lock.hold(out)  # one writer per judge directory, as for run directories
+        lock.__enter__()
+        try:
+            if not (out / JUDGE_MANIFEST_FILE).exists():
+                manifest = JudgeManifest(config=config, config_hash=config.config_hash(),
+                                         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                atomic_write_text(out / JUDGE_MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
+                return cls(out, manifest, set(), notes, lock)
+            reader = JudgeDir.open(out)
+            cut = truncate_to(out / JUDGMENTS_FILE, reader.complete_length())
+            if cut:
+                notes.append(f"{JUDGMENTS_FILE}: removed a torn last line ({cut} bytes) left by an interrupted write")
+                log.warning("%s: %s", out, notes[-1])
+            done = {j.key for j in reader.judgments()}
+            return cls(out, reader.manifest, done, notes, lock)
+        except BaseException:
+            lock.__exit__(None, None, None)
+            raise
 
     def append(self, judgment: Judgment) -> None:
         if judgment.key in self.done:
             raise ValueError(f"judgment {judgment.key} is already in {JUDGMENTS_FILE}")
-        _append(self._f, judgment.model_dump_json().encode() + b"\n")
+        append_fsync(self._fd, judgment.model_dump_json().encode() + b"\n")
         self.done.add(judgment.key)
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self._lock.__exit__(None, None, None)
 
     def __enter__(self) -> "JudgmentStore":
         return self

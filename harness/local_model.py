@@ -5,9 +5,11 @@
 :func:`resolve_model` block; the harness then talks to it like any OpenAI-compatible URL
 (``openai/smollm2`` + ``http://127.0.0.1:PORT/v1``), logprobs included.
 
-The server runs in its own process group and is stopped (SIGTERM, then SIGKILL after a grace period) when
-the block exits -- normally, on an exception or on KeyboardInterrupt -- and, on Linux, also when the
-process that started it dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of a run leaves no server behind.
+The server runs in its own process group (a Ctrl-C to the terminal does not reach it) and is stopped (SIGTERM,
+then SIGKILL after :data:`STOP_GRACE_S`: a llama.cpp server busy with a generation ignores SIGTERM for tens of
+seconds) when the block exits -- normally, on an exception, on SIGINT/SIGTERM of the run -- and, on Linux, killed
+when the process that started it dies (``PR_SET_PDEATHSIG`` with SIGKILL), so a ``kill -9`` of a run leaves no
+server behind either.
 
 llama-cpp-python needs ``--logits_all true`` to return logprobs at all; its logprob path is slow
 (~10-15 tokens/s for SmolLM2 on 2 cores with top_logprobs=5) and it serves one request at a time.
@@ -33,6 +35,8 @@ from rundir.errors import UserError
 
 DEFAULT_API_MODEL = "openrouter/google/gemma-4-31b-it"  # the paper's model (Appendix K)
 LOCAL_DEFAULT = "local:smollm2"
+#: Seconds a stopped server gets between SIGTERM and SIGKILL (it holds no state worth waiting for).
+STOP_GRACE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def _death_signal_hook():
     prctl.restype = ctypes.c_int
 
     def hook() -> None:  # pragma: no cover - runs in the child
-        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: SIGTERM would leave a busy server running for seconds
 
     return hook
 
@@ -201,7 +205,7 @@ class LocalModelServer:
                 )
             time.sleep(0.2)
 
-    def stop(self, grace_s: float = 5.0, *, keep_log: bool = False) -> None:
+    def stop(self, grace_s: float = STOP_GRACE_S, *, keep_log: bool = False) -> None:
         """Terminate the whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
         proc, self.proc = self.proc, None
         if proc is not None:
@@ -209,18 +213,20 @@ class LocalModelServer:
                 pgid = os.getpgid(proc.pid)
             except ProcessLookupError:
                 pgid = None
-            if pgid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGTERM)
             try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                pass
-            if pgid is not None:  # the leader may be gone while others in the group are not
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGKILL)
+                if pgid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pgid, signal.SIGTERM)
+                try:
+                    proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            finally:  # even if a stop signal interrupts the wait: the group is killed
+                if pgid is not None:  # the leader may be gone while others in the group are not
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pgid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(grace_s)
+                proc.wait(max(grace_s, 2.0))  # SIGKILL cannot be ignored: this only reaps it
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

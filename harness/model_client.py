@@ -25,6 +25,9 @@ What every transport guarantees:
   with exponential backoff and jitter (tenacity), honouring ``Retry-After`` up to the backoff cap; the count
   goes into ``CallRecord.retries``. Non-retryable errors (400, 401, 403, 404, 422) fail at once. Either way
   the caller gets :class:`~harness.model_types.ModelCallFailed` (the API key redacted from its message).
+  Until the endpoint has answered once, a failed DNS lookup or a refused connection is a wrong address or a
+  server that is not up, not a transient failure: :class:`~harness.model_types.EndpointUnreachable` at once.
+- A message whose content is null becomes an empty text, recorded as ``CallRecord.content_null``.
 - Logprobs become typed :class:`~rundir.schema.TokenLogprob` rows whose alternatives are normalised to the
   top ``top_logprobs`` by logprob, duplicates merged by string (llama-cpp-python adds the sampled token as a
   6th entry when it is not in the top 5).
@@ -43,13 +46,15 @@ import logging
 import math
 import os
 import random
+import re
+import socket
 import sys
 import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from harness.model_types import Completion, ModelCallFailed
+from harness.model_types import Completion, EndpointUnreachable, ModelCallFailed
 from harness.transports import (  # noqa: F401 - HTTPStatusFailure and grammar_text are part of this module's API
     TRANSPORTS,
     Endpoint,
@@ -140,9 +145,36 @@ def _retry_after_s(exc: BaseException) -> float | None:
         return None
 
 
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+_SSL_REPR = re.compile(r" ?ssl:<[^>]*>")
+
+
+def _short(exc: BaseException, timeout_s: float | None = None) -> str:
+    """One line for an exception (object reprs such as aiohttp's ``ssl:<ssl.SSLContext ...>`` removed)."""
+    text = _SSL_REPR.sub("", " ".join(str(exc).split()))
+    if not text and isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and timeout_s is not None:
+        text = f"no answer within {timeout_s:g} s (--timeout)"
     return f"{type(exc).__name__}: {text[:300]}"
+
+
+def _causes(exc: BaseException):
+    """``exc`` and the exceptions it was raised from (``__cause__`` / ``__context__``), innermost last."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def unreachable_reason(exc: BaseException) -> str | None:
+    """Why no connection could be made at all -- ``"DNS lookup failed (...)"`` or ``"connection refused"`` --
+    or None for any other failure. Found in the exception chain, so it works for every transport (aiohttp
+    directly; httpx under the openai SDK and litellm)."""
+    for e in _causes(exc):
+        if isinstance(e, socket.gaierror):
+            return f"DNS lookup failed ({e.strerror or e})"
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+    return None
 
 
 # ------------------------------------------------------------------------------------- conversion
@@ -371,6 +403,9 @@ class ModelClientImpl:
         self.transport: Transport = transport
         self._api_key = api_key
         self._warned_no_logprobs = False
+        #: Set once any call got through to the endpoint: before that, a refused connection or a failed DNS
+        #: lookup is a wrong address or a server that is not up (fail fast); after it, a transient hiccup.
+        self._reached = False
 
     # ---------------------------------------------------------------- public
 
@@ -410,13 +445,25 @@ class ModelClientImpl:
             exc = state.outcome.exception()
             log.info(
                 "%s: transient failure (%s); retry %d/%d",
-                self.model, self._redact(_short(exc)), state.attempt_number, self.max_retries,
+                self.model, self._redact(_short(exc, self.timeout_s)), state.attempt_number, self.max_retries,
             )
+
+        unreachable: str | None = None
+
+        def _retry(exc: BaseException) -> bool:
+            nonlocal unreachable
+            if not self._reached:
+                unreachable = unreachable_reason(exc)
+                if unreachable is not None:
+                    return False
+                if _status_of(exc) is not None or isinstance(exc, (MalformedResponse, json.JSONDecodeError)):
+                    self._reached = True  # the endpoint answered (an HTTP error is an answer): the address is right
+            return is_transient(exc)
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=_wait,
-            retry=retry_if_exception(is_transient),
+            retry=retry_if_exception(_retry),
             before_sleep=_before_sleep,
             reraise=True,
         )
@@ -425,17 +472,24 @@ class ModelClientImpl:
                 with attempt:
                     attempts += 1
                     resp = await send(messages, seed)
+                    self._reached = True
                     _check_response(resp)
         except RetryError as exc:  # pragma: no cover - reraise=True hands back the last exception instead
-            raise ModelCallFailed(f"{self.model}: {attempts} attempts failed") from exc
+            raise ModelCallFailed(f"{self.model}: {attempts} attempts failed", retries=attempts - 1) from exc
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - everything else is a failed call
+            if unreachable is not None:
+                where = self.api_base or "the provider"
+                raise EndpointUnreachable(
+                    self._redact(f"{self.model}: cannot reach {where}: {unreachable}"), retries=0) from None
+            short = _short(exc, self.timeout_s)
             if is_transient(exc):
-                msg = f"{self.model}: call failed after {attempts} attempts ({self.max_retries} retries); last error: {_short(exc)}"
+                msg = (f"{self.model}: call failed after {attempts} attempts ({attempts - 1} retries); "
+                       f"last error: {short}")
             else:
-                msg = f"{self.model}: call failed (not retryable): {_short(exc)}"
-            raise ModelCallFailed(self._redact(msg)) from exc
+                msg = f"{self.model}: call failed (not retryable): {short}"
+            raise ModelCallFailed(self._redact(msg), retries=attempts - 1) from exc
         latency = time.perf_counter() - t0
         return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed)
 
@@ -449,7 +503,8 @@ class ModelClientImpl:
                 self._warn_no_logprobs()
             else:
                 tokens = []  # an empty completion has no tokens to score; nothing is missing
-        text = rebuild_text(_get(message, "content"), _reasoning_of(message), tokens)
+        content = _get(message, "content")
+        text = rebuild_text(content, _reasoning_of(message), tokens)
         usage = _usage_of(resp)
         record = CallRecord(
             model=self.model,
@@ -460,6 +515,7 @@ class ModelClientImpl:
             finish_reason=_get(choice, "finish_reason"),
             seed=seed,
             has_logprobs=tokens is not None,
+            content_null=content is None,
         )
         return Completion(text=text, tokens=tokens, call=record)
 

@@ -20,7 +20,17 @@ class ModelCallFailed(Exception):
     """The call failed after retries (or on a non-retryable provider error).
 
     This is an infrastructure failure, not an outcome: the episode is not written and a resumed run re-queues it.
+    ``retries``: the transient failures retried before giving up (counted in the run summary).
     """
+
+    def __init__(self, message: str, *, retries: int = 0) -> None:
+        super().__init__(message)
+        self.retries = retries
+
+
+class EndpointUnreachable(ModelCallFailed):
+    """The very first call of a client could not connect at all (DNS lookup failed, connection refused): a wrong
+    address or a server that is not running, not a transient failure. Not retried; the batch stops at once."""
 
 
 class ModelClient(Protocol):

@@ -11,7 +11,9 @@ from rundir.schema import Episode
 
 @dataclass
 class EpisodeSummary:
-    """The accounting of one finished episode's own calls (a copied prefix excluded); small and picklable."""
+    """The accounting of the calls one finished episode made in this session: a copied prefix (continuation
+    branches) and steps restored from a checkpoint (made before a crash, counted by that session) excluded;
+    small and picklable."""
 
     stop_reason: str
     calls: int = 0
@@ -20,15 +22,20 @@ class EpisodeSummary:
     cost_usd: float = 0.0
     unpriced_calls: int = 0
     calls_without_logprobs: int = 0
+    retries: int = 0
+    content_null_calls: int = 0
 
     @classmethod
     def of(cls, episode: Episode) -> "EpisodeSummary":
         out = cls(stop_reason=episode.stop_reason.value)
-        attempts = [a for s in episode.steps[episode.prefix_steps :] for a in s.attempts]
+        first = max(episode.prefix_steps, int(episode.info.get("resumed_after_step", 0) or 0))
+        attempts = [a for s in episode.steps[first:] for a in s.attempts]
         attempts += list(episode.failed_step or [])
         for att in attempts:
             call = att.call
             out.calls += 1
+            out.retries += call.retries
+            out.content_null_calls += call.content_null
             out.prompt_tokens += call.usage.prompt_tokens or 0
             out.completion_tokens += call.usage.completion_tokens or 0
             if call.cost_usd is None:
@@ -54,6 +61,8 @@ class BatchStats:
         self.unpriced_calls = 0
         self.calls = 0
         self.calls_without_logprobs = 0
+        self.retries = 0
+        self.content_null_calls = 0
         self.infra_errors = 0
         self.error_messages: Counter[str] = Counter()
         self.started = time.monotonic()
@@ -67,13 +76,19 @@ class BatchStats:
         self.cost_usd += summary.cost_usd
         self.unpriced_calls += summary.unpriced_calls
         self.calls_without_logprobs += summary.calls_without_logprobs
+        self.retries += summary.retries
+        self.content_null_calls += summary.content_null_calls
 
-    def add_error(self, message: str) -> None:
+    def add_error(self, message: str, *, retries: int = 0) -> None:
+        """An episode that failed on infrastructure; ``retries``: the transient failures its last call retried."""
         self.infra_errors += 1
         self.error_messages[message] += 1
+        self.retries += retries
 
     def cost_text(self) -> str:
-        if self.calls and self.unpriced_calls == self.calls:
+        if not self.calls:
+            return "cost n/a (no calls)"  # never "$0.0000": that would read as a priced model's free run
+        if self.unpriced_calls == self.calls:
             return "cost n/a (unpriced model)"
         extra = f" (+{self.unpriced_calls} unpriced calls)" if self.unpriced_calls else ""
         return f"cost ${self.cost_usd:.4f}{extra}"

@@ -82,6 +82,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes sharing --concurrency (default 1; use 2+ when one process is CPU-bound)")
     x.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
     x.add_argument("--no-checkpoints", action="store_true", help="do not checkpoint in-flight episodes")
+    x.add_argument("--timeout", type=float, metavar="S",
+                   help="seconds one model call may take before it counts as failed (default 600; retried)")
+    x.add_argument("--max-retries", type=int, metavar="N",
+                   help="retries of a transient model-call failure (429, 5xx, timeout...; default 6)")
     x.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
 
 
@@ -180,9 +184,38 @@ def _stopping_text(config) -> str:
     return f"{stop.rule} rule, delta={stop.delta}: {when}"
 
 
+def tasks_note(config, requested: int | None) -> str | None:
+    """One line when fewer tasks were planned than ``--tasks`` (or the preset) asked for, else None."""
+    n = len(config.task_ids)
+    if requested is None or n >= requested:
+        return None
+    split = f" split {config.split}" if config.split else ""
+    return f"{requested:,} tasks asked for, but {config.domain}{split} has {n:,}: planning all {n:,}"
+
+
+def summary_lines(summary) -> list[str]:
+    """The run summary printed on stdout (``uqh run``)."""
+    s = summary.stats
+    lines = [
+        f"run directory  {summary.run_dir}",
+        f"episodes       {summary.finished_before + s.done}/{summary.planned} finished "
+        f"({s.done} this run, {summary.finished_before} before)",
+    ]
+    if s.stop_reasons:
+        lines.append("stop reasons   " + ", ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())))
+    null = f", {s.content_null_calls} with null content" if s.content_null_calls else ""
+    lines.append(
+        f"model calls    {s.calls} ({s.calls_without_logprobs} without logprobs{null}); {s.retries} retries; "
+        f"tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion; {s.cost_text()}"
+    )
+    lines += [f"note           {note}" for note in summary.notes]
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.build import check_positive, resolve_config, run_dir_of
-    from harness.runner import default_concurrency, run_batch
+    from harness.runner import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, default_concurrency, run_batch
+    from rundir.errors import UserError
 
     if args.list_options:
         print(_list_options(args), end="")
@@ -195,6 +228,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     check_positive("--concurrency", args.concurrency)
     check_positive("--workers", args.workers)
+    check_positive("--max-retries", args.max_retries, 0)
+    if args.timeout is not None and not args.timeout > 0:
+        raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    timeout_s = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S
+    max_retries = args.max_retries if args.max_retries is not None else DEFAULT_MAX_RETRIES
     preset = None
     if args.preset:
         from harness.presets import get_preset
@@ -204,10 +242,14 @@ def run(args: argparse.Namespace) -> int:
     out = run_dir_of(preset, overrides)
     concurrency = args.concurrency or default_concurrency(config.model)
     n_episodes = len(config.task_ids) * config.samples_per_task
+    requested = args.tasks if args.tasks is not None else (preset.n_tasks if preset and args.task_ids is None else None)
+    note = tasks_note(config, requested)
     if args.dry_run:
         d = config.decoding
         print(f"domain        {config.domain}" + (f" (split {config.split})" if config.split else ""))
         print(f"tasks         {len(config.task_ids)} x {config.samples_per_task} sample(s) = {n_episodes} episodes")
+        if note:
+            print(f"note          {note}")
         print(f"task ids      {', '.join(config.task_ids[:5])}{' ...' if len(config.task_ids) > 5 else ''}")
         print(f"model         {config.model}" + (f" via {config.api_base}" if config.api_base else ""))
         if config.user_model:
@@ -223,11 +265,14 @@ def run(args: argparse.Namespace) -> int:
         if config.consensus_stopping is not None:
             print(f"sequential    {_stopping_text(config)}")
         print(f"run dir       {out} (config hash {config.config_hash()[:12]})")
-        print(f"execution     concurrency {concurrency}, workers {args.workers}")
+        print(f"execution     concurrency {concurrency}, workers {args.workers}; per call: timeout {timeout_s:g} s, "
+              f"{max_retries} retries")
         print(f"model calls   <= {n_episodes * config.step_budget * 3:,} (budget x 3 attempts per step)")
         print("dry run: no model was called, nothing was written.")
         return 0
 
+    if note:
+        print(f"uqh run: note: {note}", file=sys.stderr)
     summary = run_batch(
         config,
         out,
@@ -235,25 +280,19 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         progress=not args.no_progress,
         checkpoints=not args.no_checkpoints,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
     )
+    print("\n".join(summary_lines(summary)), flush=True)
     s = summary.stats
-    print(f"run directory  {summary.run_dir}")
-    print(
-        f"episodes       {summary.finished_before + s.done}/{summary.planned} finished "
-        f"({s.done} this run, {summary.finished_before} before)"
-    )
-    if s.stop_reasons:
-        print("stop reasons   " + ", ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())))
-    print(
-        f"model calls    {s.calls} ({s.calls_without_logprobs} without logprobs); tokens "
-        f"{s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion; {s.cost_text()}"
-    )
     if config.consensus_stopping is not None:
         print(f"sequential     {summary.skipped}/{summary.planned} samples skipped "
               f"({summary.skipped / max(summary.planned, 1):.1%} saved; {_stopping_text(config)}; "
               "skipped_samples.jsonl)")
-    for note in summary.notes:
-        print(f"note           {note}")
+    if summary.stopped is not None:
+        cause = summary.stopped
+        print(f"uqh run: {cause.message}; {summary.remaining} episodes not finished; {cause.hint}", file=sys.stderr)
+        return cause.exit_code
     if not summary.ok:
         reasons = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3)) or "interrupted"
         print(

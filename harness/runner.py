@@ -13,26 +13,33 @@ from scratch (its checkpoint is discarded); a checkpoint that no longer replays 
 that crashed on an unexpected error is an *infrastructure error*: it is not written, it is counted, and re-running
 the same command picks it up again.
 
-Workers (``workers > 1``): N processes (forked from a fork server that preloaded the harness; spawned where
-there is none), each with its own event loop, model client and its share of the ``concurrency`` slots (the total
-stays ``concurrency``; N is capped at it); every slot pulls the next episode from one shared job queue as it frees up
-(dynamic load balance). Children write only their own checkpoint files; they send
-finished episodes (already serialized) to the parent, the single writer of the JSONL files.
+Workers (``workers > 1``, :mod:`harness.workers`): N processes, each with its own event loop, model client and
+its share of the ``concurrency`` slots; the parent stays the single writer of the JSONL files.
+
+Stopping early -- the batch ends before its last episode, with a :class:`StopCause` in the summary, and re-running
+the same command resumes -- on
+- SIGINT or SIGTERM (:mod:`harness.stop`): in-flight episodes are cancelled at once (no model request is sent
+  after the signal; their checkpoints stay), episodes already finished are still written, worker processes and
+  the local model server are stopped, and the summary is returned within about a second;
+- a run-directory write failure (:class:`rundir.errors.RunDirWriteError`: disk full, read-only file system): the
+  store has cut its files back to the last whole episode;
+- an endpoint that cannot be reached on the first call (:class:`harness.model_types.EndpointUnreachable`: a wrong
+  address or a server that is not up): no retries, no point in trying the other episodes.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from rundir.errors import UserError
+from harness import stop
 from harness.build import build_client, build_domain
 from harness.loop import (
     EpisodeResult,
@@ -45,11 +52,18 @@ from harness.loop import (
     run_episode,
 )
 from harness.progress import BatchStats, EpisodeSummary, Progress
-from rundir.schema import RunConfig
+from rundir.errors import RunDirWriteError, UserError
+from rundir.schema import ExecutionSettings, RunConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EpisodeSpec", "BatchSummary", "RunContext", "plan_specs", "run_batch", "run_specs"]
+__all__ = ["EpisodeSpec", "BatchStopped", "BatchSummary", "RunContext", "StopCause", "plan_specs", "run_batch",
+           "run_specs"]
+
+#: Per-call request timeout (seconds) and retries of a transient failure, unless ``uqh run --timeout`` /
+#: ``--max-retries`` say otherwise.
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_MAX_RETRIES = 6
 
 
 #: An in-flight episode is checkpointed after its first step, then after a step only if its last checkpoint is at
@@ -100,6 +114,41 @@ def plan_specs(config: RunConfig) -> list[EpisodeSpec]:
     return specs
 
 
+@dataclass(frozen=True)
+class StopCause:
+    """Why a batch stopped before its end: ``message`` and ``hint`` are one phrase each (``uqh run`` prints
+    ``message; N episodes not finished; hint``); ``signum`` when a signal stopped it."""
+
+    message: str
+    hint: str = "re-run the same command to resume"
+    signum: int | None = None
+
+    @classmethod
+    def signal(cls, signum: int) -> "StopCause":
+        return cls(f"interrupted by {stop.signal_name(signum)}", signum=signum)
+
+    @classmethod
+    def write_failure(cls, exc: RunDirWriteError) -> "StopCause":
+        return cls(str(exc), exc.hint)
+
+    @classmethod
+    def unreachable(cls, exc: BaseException) -> "StopCause":
+        return cls(_first_line(exc), "start the server or correct the address (--api-base), then re-run the same "
+                                     "command to resume")
+
+    @property
+    def exit_code(self) -> int:
+        return stop.exit_code(self.signum) if self.signum is not None else 1
+
+
+class BatchStopped(Exception):
+    """Raised out of :func:`run_specs` when a :class:`StopCause` (other than a signal) stopped it."""
+
+    def __init__(self, cause: StopCause) -> None:
+        super().__init__(cause.message)
+        self.cause = cause
+
+
 @dataclass
 class BatchSummary:
     run_dir: Path
@@ -111,6 +160,10 @@ class BatchSummary:
     worker_cpu_s: float = 0.0
     #: Planned samples sequential sampling did not draw (``consensus_stopping``; this batch and earlier ones).
     skipped: int = 0
+    #: Why the batch stopped early (None: every planned episode was attempted).
+    stopped: StopCause | None = None
+    #: Finished episodes whose own calls lack sidecar rows (found when the run directory was opened).
+    missing_sidecar_episodes: int = 0
 
     @property
     def remaining(self) -> int:
@@ -139,6 +192,9 @@ class RunContext:
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
     #: Episodes in flight in this process: the whole ``--concurrency``, or one worker's share of it.
     concurrency: int = 1
+    #: Per-call timeout and transient-failure retries of the agent's model client.
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_retries: int = DEFAULT_MAX_RETRIES
 
     def domain_runtime(self) -> dict[str, Any]:
         """The run-time facts for :meth:`domains.base.Domain.prepare_runtime`."""
@@ -152,6 +208,10 @@ class RunContext:
 
 # --------------------------------------------------------------------------------------- one event loop
 
+#: Write failures of a checkpoint that stop the batch (the disk is full or gone: the next append fails too);
+#: others (e.g. a name the file system refuses) only cost the checkpoint and are logged.
+_FATAL_CHECKPOINT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
 
 async def run_specs(
     ctx: RunContext,
@@ -161,19 +221,24 @@ async def run_specs(
     client,
     persist: Callable[[EpisodeResult], Any],
     on_done: Callable[[Any], None] | None = None,
-    on_error: Callable[[EpisodeSpec, str], None],
+    on_error: Callable[[EpisodeSpec, str, int], None],
 ) -> None:
     """Run episodes concurrently (at most ``ctx.concurrency`` at a time) on the current event loop.
 
     File I/O never blocks the event loop: checkpoint writes and ``persist(result)`` (which appends the finished
     episode, with its fsyncs) run in one dedicated I/O thread, in submission order -- so an episode's last
     checkpoint write always precedes its append (which deletes the checkpoint). ``on_done(persist's return
-    value)`` then runs on the event loop.
+    value)`` then runs on the event loop; ``on_error(spec, message, retries)`` for an episode that failed on
+    infrastructure. An episode that has finished is written and counted even when the batch is cancelled while
+    its write is under way.
+
+    Raises :class:`BatchStopped` (after cancelling the other episodes) when a write to the run directory fails or
+    the first call cannot reach the endpoint.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from domains.base import EnvironmentUnavailable
-    from harness.model_types import ModelCallFailed
+    from harness.model_types import EndpointUnreachable, ModelCallFailed
     from harness.sequential import annotate_canonical_answer
     from harness.store import CheckpointEncoder, write_checkpoint_json
 
@@ -183,10 +248,30 @@ async def run_specs(
     use_checkpoints = ctx.checkpoints and getattr(domain, "supports_replay", False)
     interval_s = ctx.checkpoint_interval_s
     run_dir = ctx.run_dir
+    tasks: list[asyncio.Task] = []
+    causes: list[StopCause] = []  # appended from the I/O thread too (list.append is atomic)
+
+    def stop_all(cause: StopCause) -> None:
+        if not causes:
+            causes.append(cause)
+        for task in tasks:
+            task.cancel()
 
     encoder = CheckpointEncoder()
 
     last_write: dict[str, float] = {}
+
+    def checkpoint_written(fut) -> None:  # runs in the I/O thread
+        exc = fut.exception()
+        if exc is None:
+            return
+        if isinstance(exc, OSError) and exc.errno in _FATAL_CHECKPOINT_ERRNOS:
+            cause = StopCause.write_failure(RunDirWriteError(run_dir, exc))
+            causes.append(cause)
+            with contextlib.suppress(RuntimeError):  # the loop may be closing already
+                loop.call_soon_threadsafe(stop_all, cause)
+        else:
+            log.warning("checkpoint write failed: %s", exc)
 
     def checkpoint(partial: PartialEpisode) -> None:
         now = time.monotonic()
@@ -195,7 +280,7 @@ async def run_specs(
             return  # wrote one moments ago: with fast models, at most one checkpoint per interval
         last_write[eid] = now
         data = encoder.dumps(partial)  # snapshot now; the thread only writes bytes
-        io.submit(write_checkpoint_json, run_dir, partial.episode_id, data).add_done_callback(_log_io_failure)
+        io.submit(write_checkpoint_json, run_dir, partial.episode_id, data).add_done_callback(checkpoint_written)
 
     async def one(spec: EpisodeSpec) -> None:
         async with sem:
@@ -217,12 +302,15 @@ async def run_specs(
                 cached = encoder.cached_rows(spec.episode_id)
                 if len(cached) <= len(result.sidecar):
                     result.sidecar_json_prefix = cached
+            except EndpointUnreachable as exc:
+                stop_all(StopCause.unreachable(exc))
+                return
             except (ModelCallFailed, EnvironmentUnavailable) as exc:
-                on_error(spec, f"model call failed: {_first_line(exc)}")
+                on_error(spec, f"model call failed: {_first_line(exc)}", getattr(exc, "retries", 0))
                 return
             except Exception as exc:  # noqa: BLE001 - any other crash is an infra error, reported, re-queued
                 log.debug("episode %s crashed", spec.episode_id, exc_info=True)
-                on_error(spec, f"{type(exc).__name__}: {_first_line(exc)}")
+                on_error(spec, f"{type(exc).__name__}: {_first_line(exc)}", 0)
                 return
             finally:
                 encoder.forget(spec.episode_id)
@@ -230,7 +318,22 @@ async def run_specs(
                 if env is not None:
                     with contextlib.suppress(Exception):
                         env.close()
-            value = await loop.run_in_executor(io, persist, result)
+            written = io.submit(persist, result)
+            try:
+                value = await asyncio.shield(asyncio.wrap_future(written))
+            except asyncio.CancelledError:
+                # Stopping: the episode is finished, so let its write (milliseconds) complete and count it.
+                try:
+                    value = written.result()
+                except RunDirWriteError as exc:
+                    causes.append(StopCause.write_failure(exc))
+                else:
+                    if on_done is not None:
+                        on_done(value)
+                raise
+            except RunDirWriteError as exc:
+                stop_all(StopCause.write_failure(exc))
+                return
             if on_done is not None:
                 on_done(value)
 
@@ -240,17 +343,17 @@ async def run_specs(
 
     try:
         if callable(specs):  # pull specs from a shared source (worker processes): ``concurrency`` slots
-            await asyncio.gather(*(slot(specs) for _ in range(max(1, ctx.concurrency))))
+            tasks.extend(asyncio.ensure_future(slot(specs)) for _ in range(max(1, ctx.concurrency)))
         else:
-            await asyncio.gather(*(one(s) for s in specs))
+            tasks.extend(asyncio.ensure_future(one(s)) for s in specs)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         io.shutdown(wait=True)
-
-
-def _log_io_failure(fut) -> None:
-    exc = fut.exception()
-    if exc is not None:
-        log.warning("checkpoint write failed: %s", exc)
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+            raise r
+    if causes:
+        raise BatchStopped(causes[0])
 
 
 def _first_line(exc: BaseException) -> str:
@@ -272,10 +375,15 @@ def run_batch(
     checkpoints: bool = True,
     client_factory: Callable[[str, str | None], Any] | None = None,
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_retries: int = DEFAULT_MAX_RETRIES,
 ) -> BatchSummary:
     """Run (or resume) every planned episode of ``config`` into ``run_dir``; return the summary.
 
     ``client_factory(litellm_model, api_base)`` replaces :func:`harness.model_client.make_model_client` (tests).
+    ``timeout_s`` / ``max_retries``: the agent's model client's per-call timeout and retries (recorded in the
+    manifest's ``execution``, outside the config hash). SIGINT / SIGTERM during the batch stop it (see the module
+    docstring): the summary then says so in ``stopped``.
     """
     from harness.store import RunStore
 
@@ -298,12 +406,16 @@ def run_batch(
     if sequential and workers > 1:
         raise UserError("--stop-on-consensus schedules samples from earlier samples in one process; use --workers 1")
     workers = max(1, min(int(workers), concurrency))  # each worker needs at least one of the slots
+    execution = ExecutionSettings(timeout_s=timeout_s, max_retries=max_retries)
 
-    with RunStore.open_or_create(run_dir, config, system_prompt=system_prompt, info=domain.manifest_info()) as store:
+    with stop.stop_signals(), RunStore.open_or_create(
+        run_dir, config, system_prompt=system_prompt, info=domain.manifest_info(), execution=execution
+    ) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
         todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
         stats = BatchStats(total=len(specs), already_done=finished_before)
-        summary = BatchSummary(run_dir, len(specs), finished_before, stats, notes=list(store.notes))
+        summary = BatchSummary(run_dir, len(specs), finished_before, stats, notes=list(store.notes),
+                               missing_sidecar_episodes=len(store.missing_sidecar_rows))
         scheduler = None
         if sequential:
             from harness.sequential import ConsensusScheduler
@@ -313,10 +425,11 @@ def run_batch(
         if not todo:
             if scheduler is not None:
                 store.update_manifest_info(consensus_stopping=scheduler.summary())
-            return summary
+            return summary  # nothing to run: nothing more is written
+        store.record_execution(execution)
 
         def persist(result: EpisodeResult) -> EpisodeSummary:  # runs in the I/O thread
-            eid, line, rows, ep_summary = _serialize(result)
+            eid, line, rows, ep_summary = serialize(result)
             store.append_serialized(eid, line, rows)
             return ep_summary
 
@@ -328,33 +441,47 @@ def run_batch(
             stats.add(ep_summary)
             bar.update()
 
-        def error(spec: EpisodeSpec, message: str) -> None:
-            stats.add_error(message)
+        def error(spec: EpisodeSpec, message: str, retries: int = 0) -> None:
+            stats.add_error(message, retries=retries)
             bar.update()
 
-        with contextlib.ExitStack() as stack:
-            model, api_base = _resolve(stack, config.model, config.api_base)
-            user_model = user_base = None
-            if config.user_model:
-                user_model, user_base = _resolve(stack, config.user_model, config.user_api_base)
-            ctx = RunContext(
-                config=config, system_prompt=system_prompt, model=model, api_base=api_base, run_dir=run_dir,
-                user_model=user_model, user_api_base=user_base, checkpoints=checkpoints,
-                checkpoint_interval_s=checkpoint_interval_s, concurrency=concurrency,
-            )
-            domain.prepare_runtime(ctx.domain_runtime())
-            bar = stack.enter_context(Progress(stats, enabled=progress))
-            if scheduler is not None:
-                stack.enter_context(gc_tuned())
-                hooks = scheduler.hooks(persist, counted, error)
-                asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory))
-                summary.skipped = scheduler.n_skipped
-                store.update_manifest_info(consensus_stopping=scheduler.summary())
-            elif workers == 1 or len(todo) == 1:
-                stack.enter_context(gc_tuned())
-                asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory))
-            else:
-                summary.worker_cpu_s = _run_workers(ctx, todo, workers, write, error)
+        try:
+            with contextlib.ExitStack() as stack:
+                model, api_base = _resolve(stack, config.model, config.api_base)
+                user_model = user_base = None
+                if config.user_model:
+                    user_model, user_base = _resolve(stack, config.user_model, config.user_api_base)
+                ctx = RunContext(
+                    config=config, system_prompt=system_prompt, model=model, api_base=api_base, run_dir=run_dir,
+                    user_model=user_model, user_api_base=user_base, checkpoints=checkpoints,
+                    checkpoint_interval_s=checkpoint_interval_s, concurrency=concurrency, timeout_s=timeout_s,
+                    max_retries=max_retries,
+                )
+                domain.prepare_runtime(ctx.domain_runtime())
+                bar = stack.enter_context(Progress(stats, enabled=progress))
+                if scheduler is not None:
+                    stack.enter_context(gc_tuned())
+                    hooks = scheduler.hooks(persist, counted, error)
+                    try:
+                        asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory))
+                    finally:
+                        summary.skipped = scheduler.n_skipped
+                        store.update_manifest_info(consensus_stopping=scheduler.summary())
+                elif workers == 1 or len(todo) == 1:
+                    stack.enter_context(gc_tuned())
+                    asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory))
+                else:
+                    from harness.workers import run_workers
+
+                    summary.worker_cpu_s, summary.stopped = run_workers(ctx, todo, workers, write, error)
+        except BatchStopped as exc:
+            summary.stopped = exc.cause
+        except RunDirWriteError as exc:
+            summary.stopped = StopCause.write_failure(exc)
+        except stop.Interrupted as exc:
+            summary.stopped = StopCause.signal(exc.signum)
+        if stop.requested() is not None and (summary.stopped is None or summary.stopped.signum is None):
+            summary.stopped = StopCause.signal(stop.requested())
         return summary
 
 
@@ -385,7 +512,8 @@ def _resume_from_checkpoints(store, domain, specs: list[EpisodeSpec]) -> list[Ep
     return out
 
 
-def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]:
+def serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]:
+    """A finished episode as (id, episode line, sidecar bytes, accounting), ready for the store."""
     ep = result.episode
     line = ep.model_dump_json().encode() + b"\n"
     k = len(result.sidecar_json_prefix)
@@ -394,169 +522,25 @@ def _serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary
     return ep.episode_id, line, rows, EpisodeSummary.of(ep)
 
 
+async def run_cancellable(coro: Awaitable[None]) -> None:
+    """Await ``coro`` as a task that a stop signal cancels (see :mod:`harness.stop`); return normally when it
+    was cancelled that way."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(coro)
+    with stop.on_stop(lambda signum: loop.call_soon_threadsafe(task.cancel)):
+        try:
+            await task
+        except asyncio.CancelledError:
+            if stop.requested() is None:
+                raise
+
+
 async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, error, client_factory) -> None:
-    client = build_client(ctx.config, ctx.model, ctx.api_base, client_factory)
+    client = build_client(ctx.config, ctx.model, ctx.api_base, client_factory, timeout_s=ctx.timeout_s,
+                          max_retries=ctx.max_retries)
     try:
-        await run_specs(ctx, specs, domain=domain, client=client, persist=persist, on_done=counted, on_error=error)
+        await run_cancellable(run_specs(ctx, specs, domain=domain, client=client, persist=persist, on_done=counted,
+                                        on_error=error))
     finally:
         with contextlib.suppress(Exception):
             await client.aclose()
-
-
-# --------------------------------------------------------------------------------------- worker processes
-
-
-def _run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error) -> float:
-    """Run the episodes in worker processes; return the CPU seconds the workers reported."""
-    mp_ctx = _mp_context(_worker_preload(ctx.config, ctx.model, ctx.api_base))
-    queue = mp_ctx.Queue()  # children -> parent: finished episodes, errors, exits
-    job_queue = mp_ctx.Queue()  # parent -> children: specs pulled as slots free up (dynamic load balance)
-    # --concurrency is the total in flight (a provider's rate limit does not grow with --workers): split it.
-    # run_batch already capped workers at concurrency.
-    workers = min(workers, len(specs))
-    total = ctx.concurrency
-    shares = [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
-    for spec in specs:
-        job_queue.put(spec)
-    for _ in range(sum(shares)):  # one end marker per slot
-        job_queue.put(None)
-    procs = []
-    for w in range(workers):
-        p = mp_ctx.Process(
-            target=_worker_main,
-            args=(w, dataclasses.replace(ctx, concurrency=shares[w]), job_queue, queue, os.getpid(), dict(os.environ)),
-            daemon=True,
-            name=f"uqh-worker-{w}",
-        )
-        p.start()
-        procs.append(p)
-    alive = set(range(workers))
-    cpu_s = 0.0
-    pending = {s.episode_id: s for s in specs}
-    try:
-        import queue as queue_mod
-
-        while alive:
-            try:
-                msg = queue.get(timeout=1.0)
-            except queue_mod.Empty:
-                for w in list(alive):
-                    if not procs[w].is_alive():
-                        alive.discard(w)  # died without saying goodbye (crash): its episodes are counted below
-                continue
-            kind = msg[0]
-            if kind == "done":
-                _, eid, line, rows, ep_summary = msg
-                pending.pop(eid, None)
-                write(eid, line, rows, ep_summary)
-            elif kind == "error":
-                _, eid, message = msg
-                spec = pending.pop(eid, None)
-                error(spec, message)
-            elif kind == "exit":
-                alive.discard(msg[1])
-                cpu_s += msg[2] if len(msg) > 2 else 0.0
-    finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-    for eid, spec in pending.items():  # a worker died before reporting these
-        error(spec, "worker process exited unexpectedly")
-    return cpu_s
-
-
-#: Imported once by the fork server, so each worker starts as a fork of a process that already has them.
-_WORKER_PRELOAD = [
-    "harness", "harness.runner", "harness.store", "harness.model_client", "harness.transports", "domains", "aiohttp",
-    "tenacity",
-]
-
-
-def _worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[str]:
-    """The modules the workers of this run need: the harness, the run's domain module and, when any model call
-    of the run goes through litellm (the agent's, or a user simulator's), litellm itself (a ~3 s CPU import that
-    would otherwise be paid once per worker)."""
-    from domains import get_domain_class
-    from harness.model_client import is_openai_compatible_url
-
-    modules = list(_WORKER_PRELOAD)
-    domain_module = get_domain_class(config.domain).__module__
-    if domain_module.startswith("domains."):  # not a class registered from elsewhere (tests, notebooks)
-        modules.append(domain_module)
-    if not is_openai_compatible_url(model, api_base) or config.user_model:
-        modules.append("litellm")
-    return modules
-
-
-def _mp_context(preload: list[str]):
-    """Worker processes come from a fork server (POSIX) that imported ``preload`` once, else are spawned.
-
-    A forked child of the (single-threaded) fork server starts in milliseconds instead of re-importing pydantic,
-    aiohttp, the harness and maybe litellm (0.3-3 s of CPU per worker); the parent itself is never forked, so its
-    threads do not matter. The server is started on first use and lives as long as this process, so the first
-    run with workers decides what it preloads (one run per ``uqh`` process).
-    """
-    import multiprocessing as mp
-
-    if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(preload)  # only effective before the server has started
-        return ctx
-    return mp.get_context("spawn")
-
-
-def _worker_main(index: int, ctx: RunContext, job_queue, queue, parent_pid: int, environ=None) -> None:
-    if environ is not None:  # the fork server's environment is from when it started: use the parent's current one
-        os.environ.clear()
-        os.environ.update(environ)
-    import harness  # noqa: F401 - sets LITELLM_LOCAL_MODEL_COST_MAP before litellm is imported
-
-    domain = build_domain(ctx.config)
-    domain.prepare_runtime(ctx.domain_runtime())
-
-    def done(result: EpisodeResult) -> None:  # runs in the I/O thread, after the episode's checkpoint writes
-        eid, line, rows, ep_summary = _serialize(result)
-        queue.put(("done", eid, line, rows, ep_summary))
-
-    def failed(spec: EpisodeSpec, message: str) -> None:
-        queue.put(("error", spec.episode_id, message))
-
-    async def main() -> None:
-        import multiprocessing as mp
-
-        parent = mp.parent_process()  # a fork server's child is not the parent's child: watch its sentinel
-
-        async def watch_parent() -> None:
-            while True:
-                await asyncio.sleep(1.0)
-                gone = not parent.is_alive() if parent is not None else os.getppid() != parent_pid
-                if gone:  # the parent was killed: stop, do not run on unsupervised
-                    os._exit(1)
-
-        from concurrent.futures import ThreadPoolExecutor
-
-        watcher = asyncio.create_task(watch_parent())
-        client = build_client(ctx.config, ctx.model, ctx.api_base, None)
-        loop = asyncio.get_running_loop()
-        pullers = ThreadPoolExecutor(max_workers=max(1, ctx.concurrency), thread_name_prefix="uqh-pull")
-
-        def pull():  # each slot takes the next spec from the shared queue; None ends the slot
-            return loop.run_in_executor(pullers, job_queue.get)
-
-        try:
-            await run_specs(ctx, pull, domain=domain, client=client, persist=done, on_error=failed)
-        finally:
-            watcher.cancel()
-            pullers.shutdown(wait=False)
-            with contextlib.suppress(Exception):
-                await client.aclose()
-
-    try:
-        with gc_tuned():
-            asyncio.run(main())
-    finally:
-        import resource
-
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        queue.put(("exit", index, r.ru_utime + r.ru_stime))

@@ -232,7 +232,7 @@ class ConsensusScheduler:
             self._changed.set()
 
     def hooks(self, persist: Callable[[EpisodeResult], Any], on_done: Callable[[Any], None],
-              on_error: Callable[[EpisodeSpec, str], None]):
+              on_error: Callable[..., None]):
         """``persist``, ``on_done`` and ``on_error`` for :func:`harness.runner.run_specs` that also tell the
         scheduler what finished (after the episode is written) or failed."""
 
@@ -245,9 +245,9 @@ class ConsensusScheduler:
             self._done(*key)
             on_done(inner)
 
-        def error(spec: EpisodeSpec, message: str) -> None:
+        def error(spec: EpisodeSpec, message: str, retries: int = 0) -> None:
             self._failed(spec)
-            on_error(spec, message)
+            on_error(spec, message, retries)
 
         return persist_and_note, done, error
 

@@ -1,18 +1,31 @@
 """The run directory on disk: the only writer of manifest, episodes, sidecar and checkpoints.
 
+One writer
+- The store holds the directory's writer lock (:mod:`harness.run_lock`: ``flock`` on ``writer.lock``) from before
+  its first write until it is closed; a second writer is refused with one line naming the holder.
+
 Crash safety
 - ``episodes.jsonl`` and ``logprobs.jsonl`` are append-only. A finished episode is written as its sidecar rows
-  first, then its episode line; each append is one ``write`` + ``flush`` + ``os.fsync``. An episode is therefore
-  finished iff its episode line is complete.
-- On open for writing, a torn last line (crash mid-write) is truncated away, and sidecar rows at the end of the
-  sidecar that belong to no finished episode (crash between the two appends) are removed, so a resumed episode
-  never has duplicated rows. Both repairs are recorded in :attr:`RunStore.notes` and logged.
+  first, then its episode line; each append is ``write`` (all bytes, unbuffered) + ``os.fsync``. An episode is
+  therefore finished iff its episode line is complete.
+- On open for writing, both files are first checked without touching them (:meth:`rundir.RunDir.scan_for_writer`):
+  a line that is not a record is a UserError naming file and line (``uqh repair`` moves such lines aside). Then a
+  torn last line (crash mid-write) is truncated away, and sidecar rows at the end that belong to no finished
+  episode (crash between the two appends) are removed, so a resumed episode never has duplicated rows. Both
+  repairs are recorded in :attr:`RunStore.notes`, as are finished episodes whose sidecar rows are missing (a
+  sidecar cut from outside: their logprob predictors will be missing).
 - ``manifest.json`` and checkpoints are written atomically (temp file + ``os.replace``).
 - Checkpoints (``checkpoints/<episode_id>.json``) hold an in-flight episode after its last completed step, with
   the sidecar rows of its calls so far; they are deleted once the episode is written.
+
+Write failures (disk full, read-only file system, I/O errors) raise :class:`rundir.errors.RunDirWriteError`. A
+failed append is cut back to where it started (``ftruncate`` needs no free space) and the store refuses further
+appends, so the files stay a valid run that resumes once the cause is fixed; a directory this store created but
+could not give a manifest is removed again.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,14 +33,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
+from harness import run_lock
 from rundir.atomic import atomic_write_text
-from rundir.errors import UserError
+from rundir.errors import RunDirWriteError, UserError
 from rundir.reader import RunDir, checkpoint_path
 from rundir.schema import (
     EPISODES_FILE,
+    LOCK_FILE,
     MANIFEST_FILE,
     SIDECAR_FILE,
     Episode,
+    ExecutionSettings,
     LogprobRow,
     Manifest,
     PartialEpisode,
@@ -42,14 +58,16 @@ __all__ = ["RunStore", "CheckpointEncoder", "check_out_dir", "check_resumable", 
 
 
 def check_out_dir(run_dir: Path) -> None:
-    """Raise UserError unless ``run_dir`` can hold a run (new, empty, or an existing run). Writes nothing."""
+    """Raise UserError unless ``run_dir`` can hold a run (new, empty, or an existing run that no other process is
+    writing). Writes nothing."""
     run_dir = Path(run_dir)
     if run_dir.exists():
         if not run_dir.is_dir():
             raise UserError(f"--out {run_dir} exists and is not a directory; choose a new directory")
         if not os.access(run_dir, os.R_OK | os.W_OK | os.X_OK):
             raise UserError(f"--out {run_dir} is not readable and writable; choose another directory")
-        if not (run_dir / MANIFEST_FILE).exists() and any(run_dir.iterdir()):
+        run_lock.check_not_held(run_dir)
+        if not (run_dir / MANIFEST_FILE).exists() and any(p.name != LOCK_FILE for p in run_dir.iterdir()):
             raise UserError(
                 f"--out {run_dir} is a non-empty directory that is not a run directory; choose a new directory"
             )
@@ -79,75 +97,126 @@ def check_resumable(run_dir: Path, config: RunConfig) -> Manifest:
 
 
 class RunStore:
-    """A run directory opened for writing (single writer)."""
+    """A run directory opened for writing (the single writer: it holds the directory's lock until closed)."""
 
     def __init__(self, run_dir: Path, manifest: Manifest, *, notes: list[str] | None = None):
         self.run_dir = Path(run_dir)
         self.manifest = manifest
         self.notes: list[str] = list(notes or [])
         self.finished_ids: set[str] = set()
-        self._episodes_f = None
-        self._sidecar_f = None
+        #: Finished episodes whose own calls lack sidecar rows (id -> rows missing), found on open.
+        self.missing_sidecar_rows: dict[str, int] = {}
+        self._fds: dict[str, int] = {}
+        self._lock: contextlib.ExitStack | None = None
+        self._failed: RunDirWriteError | None = None
 
     # ------------------------------------------------------------------ open / create
 
     @classmethod
     def open_or_create(
-        cls, run_dir: Path, config: RunConfig, *, system_prompt: str, info: dict[str, Any] | None = None
+        cls, run_dir: Path, config: RunConfig, *, system_prompt: str, info: dict[str, Any] | None = None,
+        execution: ExecutionSettings | None = None,
     ) -> "RunStore":
-        """Create a new run directory, or open an existing one for resume (the config hash must match)."""
+        """Create a new run directory, or open an existing one for resume (the config hash must match).
+
+        ``execution``: the settings of this session that are not part of the config, recorded in a new manifest
+        (a resume records its own with :meth:`record_execution` once it has episodes to run)."""
         run_dir = Path(run_dir)
         check_out_dir(run_dir)
         if (run_dir / MANIFEST_FILE).exists():
             check_resumable(run_dir, config)
             return cls.open(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        manifest = Manifest(
-            config=config,
-            config_hash=config.config_hash(),
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            system_prompt=system_prompt,
-            info=dict(info or {}),
-        )
-        atomic_write_text(run_dir / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
-        store = cls(run_dir, manifest)
-        store._open_files()
+        created = _missing_dirs(run_dir)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirWriteError(run_dir, exc) from None
+        try:
+            lock = _take_lock(run_dir)
+        except RunDirWriteError:  # e.g. a full disk: not even the lock file's few bytes fit
+            _remove_created(run_dir, created)
+            raise
+        try:
+            if (run_dir / MANIFEST_FILE).exists():  # another writer made it between our check and our lock
+                lock.close()
+                return cls.open_or_create(run_dir, config, system_prompt=system_prompt, info=info,
+                                          execution=execution)
+            manifest = Manifest(
+                config=config,
+                config_hash=config.config_hash(),
+                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                system_prompt=system_prompt,
+                info=dict(info or {}),
+                execution=execution,
+            )
+            try:
+                atomic_write_text(run_dir / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
+            except OSError as exc:
+                _remove_created(run_dir, created)
+                raise RunDirWriteError(run_dir, exc) from None
+            store = cls(run_dir, manifest)
+            store._lock = lock
+            store._open_files()
+        except BaseException:
+            lock.close()
+            raise
         return store
 
     @classmethod
     def open(cls, run_dir: Path) -> "RunStore":
-        """Open an existing run directory for appending: repair torn lines and orphaned sidecar rows."""
+        """Open an existing run directory for appending: take the lock, check the files (UserError, nothing
+        touched, for a line that is not a record), then repair torn lines and orphaned sidecar rows."""
         reader = RunDir.open(run_dir)
-        store = cls(reader.path, reader.manifest)
-        store._repair()
-        store._open_files()
+        lock = _take_lock(reader.path)
+        try:
+            store = cls(reader.path, RunDir.open(reader.path).manifest)  # re-read under the lock
+            store._lock = lock
+            store._repair()
+            store._open_files()
+        except BaseException:
+            lock.close()
+            raise
         return store
 
     def _open_files(self) -> None:
-        self._episodes_f = open(self.run_dir / EPISODES_FILE, "ab")
-        self._sidecar_f = open(self.run_dir / SIDECAR_FILE, "ab")
+        try:
+            for name in (EPISODES_FILE, SIDECAR_FILE):
+                self._fds[name] = os.open(self.run_dir / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                          0o644)
+        except OSError as exc:
+            self._close_files()
+            raise RunDirWriteError(self.run_dir, exc) from None
 
     def _note(self, msg: str) -> None:
         self.notes.append(msg)
         log.warning("%s: %s", self.run_dir, msg)
 
     def _repair(self) -> None:
-        reader = RunDir(self.run_dir, self.manifest)
-        for name in (EPISODES_FILE, SIDECAR_FILE):
-            cut = _truncate(self.run_dir / name, reader.complete_length(name))
-            if cut:
-                self._note(f"{name}: removed a torn last line ({cut} bytes) left by an interrupted write")
-        ids = reader.episode_ids_in_file()
+        scan = RunDir(self.run_dir, self.manifest).scan_for_writer()  # raises before anything is touched
+        try:
+            for name in (EPISODES_FILE, SIDECAR_FILE):
+                cut = truncate_to(self.run_dir / name, scan.complete_length[name])
+                if cut:
+                    self._note(f"{name}: removed a torn last line ({cut} bytes) left by an interrupted write")
+            if scan.orphan_tail_rows:
+                truncate_to(self.run_dir / SIDECAR_FILE, scan.orphan_tail_offset)
+                self._note(f"{SIDECAR_FILE}: removed {scan.orphan_tail_rows} rows of an episode that was not finished")
+        except OSError as exc:
+            raise RunDirWriteError(self.run_dir, exc) from None
+        ids = scan.episode_ids
         self.finished_ids = set(ids)
         if len(ids) != len(self.finished_ids):
             self._note(
                 f"{EPISODES_FILE}: {len(ids) - len(self.finished_ids)} duplicate episode lines "
                 "(readers keep the first of each id)"
             )
-        keep, removed = reader.orphan_sidecar_tail(self.finished_ids)
-        if removed:
-            _truncate(self.run_dir / SIDECAR_FILE, keep)
-            self._note(f"{SIDECAR_FILE}: removed {removed} rows of an episode that was not finished")
+        self.missing_sidecar_rows = dict(scan.missing_rows)
+        if scan.missing_rows:
+            n_rows = sum(scan.missing_rows.values())
+            self._note(
+                f"{SIDECAR_FILE}: {len(scan.missing_rows)} finished episodes miss {n_rows} sidecar rows (was the "
+                "file cut outside uqh?); their logprob predictors are missing when scored"
+            )
 
     # ------------------------------------------------------------------ writing
 
@@ -157,18 +226,44 @@ class RunStore:
         self.append_serialized(episode.episode_id, episode.model_dump_json().encode() + b"\n", rows)
 
     def append_serialized(self, episode_id: str, episode_line: bytes, sidecar_bytes: bytes) -> None:
-        """As :meth:`append_episode` for already serialized records (newline-terminated JSON lines)."""
+        """As :meth:`append_episode` for already serialized records (newline-terminated JSON lines).
+
+        On a write failure both files are cut back to where this append started and RunDirWriteError is
+        raised; every later append raises it again (the run must stop: nothing more can be written safely)."""
         if episode_id in self.finished_ids:
             raise ValueError(f"episode {episode_id} is already in {EPISODES_FILE}")
-        if sidecar_bytes:
-            _append(self._sidecar_f, sidecar_bytes)
-        _append(self._episodes_f, episode_line)
+        if self._failed is not None:
+            raise self._failed
+        ep_fd, sc_fd = self._fds[EPISODES_FILE], self._fds[SIDECAR_FILE]
+        sizes = {fd: os.fstat(fd).st_size for fd in (ep_fd, sc_fd)}
+        try:
+            if sidecar_bytes:
+                append_fsync(sc_fd, sidecar_bytes)
+            append_fsync(ep_fd, episode_line)
+        except OSError as exc:
+            for fd, size in sizes.items():
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+            self._failed = RunDirWriteError(self.run_dir, exc)
+            raise self._failed from None
         self.finished_ids.add(episode_id)
         self.delete_checkpoint(episode_id)
 
+    def record_execution(self, execution: ExecutionSettings) -> None:
+        """Record this session's timeout and retries in the manifest (outside the config hash), if they changed."""
+        if execution != self.manifest.execution:
+            self.manifest.execution = execution
+            self._write_manifest()
+
     def update_manifest_info(self, **info: Any) -> None:
         self.manifest.info.update(info)
-        atomic_write_text(self.run_dir / MANIFEST_FILE, self.manifest.model_dump_json(indent=2) + "\n")
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        try:
+            atomic_write_text(self.run_dir / MANIFEST_FILE, self.manifest.model_dump_json(indent=2) + "\n")
+        except OSError as exc:
+            raise RunDirWriteError(self.run_dir, exc) from None
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -197,17 +292,53 @@ class RunStore:
             out[eid] = partial
         return out
 
+    def _close_files(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)  # unbuffered: nothing is left to flush, so closing cannot fail on a full disk
+
     def close(self) -> None:
-        for f in (self._episodes_f, self._sidecar_f):
-            if f is not None:
-                f.close()
-        self._episodes_f = self._sidecar_f = None
+        self._close_files()
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.close()
 
     def __enter__(self) -> "RunStore":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _missing_dirs(run_dir: Path) -> list[Path]:
+    """``run_dir`` and those of its ancestors that do not exist yet (deepest first)."""
+    out = []
+    p = Path(run_dir)
+    while not p.exists():
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _remove_created(run_dir: Path, created: list[Path]) -> None:
+    """Undo the creation of ``run_dir`` after its manifest could not be written (the lock is still held, so the
+    directory holds only the lock file): a failed creation leaves nothing behind. ``rmdir`` only: anything else
+    found there is left alone."""
+    if not created:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(run_dir / LOCK_FILE)
+    for p in created:  # deepest first
+        with contextlib.suppress(OSError):
+            p.rmdir()
+
+
+def _take_lock(run_dir: Path) -> contextlib.ExitStack:
+    """The writer lock of ``run_dir`` as an ExitStack (closing it releases the lock). A refusal removes nothing:
+    the directory may be the holder's."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(run_lock.hold(run_dir))
+    return stack
 
 
 class CheckpointEncoder:
@@ -255,13 +386,16 @@ def write_checkpoint_json(run_dir: Path, episode_id: str, data: str) -> None:
         atomic_write_text(path, data, fsync=False)
 
 
-def _append(f, data: bytes) -> None:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
+def append_fsync(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (O_APPEND) and fsync it; OSError on failure."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    os.fsync(fd)
 
 
-def _truncate(path: Path, keep: int) -> int:
+def truncate_to(path: Path, keep: int) -> int:
     """Truncate ``path`` to ``keep`` bytes (fsynced); return the number of bytes removed."""
     if not path.exists():
         return 0

@@ -26,6 +26,7 @@ Artefacts (``--out DIR``):
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,13 +74,44 @@ class ReportResult:
     html: Path
 
 
+def check_out_writable(out_dir: Path) -> None:
+    """UserError unless ``out_dir`` is (or can be created as) a writable directory. Writes nothing."""
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise UserError(f"--out {out_dir} exists and is not a directory; pick a directory path")
+        if not os.access(out_dir, os.W_OK | os.X_OK):
+            raise UserError(f"cannot write --out {out_dir}: {_access_reason(out_dir)}; pick a writable directory")
+        return
+    ancestor = out_dir.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create --out {out_dir}: {ancestor} is not writable; pick a writable directory")
+
+
+def _access_reason(path: Path) -> str:
+    try:
+        return "read-only file system" if os.statvfs(path).f_flag & os.ST_RDONLY else "permission denied"
+    except OSError:
+        return "permission denied"
+
+
 def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptions | None = None) -> ReportResult:
-    opts = opts or ReportOptions()
+    """Write the report of ``paths`` into ``out_dir``. UserError (one line) for bad input and for an ``out_dir``
+    that cannot be written -- checked before any scoring, and again if a write fails on the way."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir} exists and is not a directory; pick a directory path")
+    opts = opts or ReportOptions()
+    check_out_writable(out_dir)
     runs = load_runs(paths)
     scored = score_runs(runs, opts)  # everything that can fail on the inputs fails before anything is written
+    try:
+        return _write_report(runs, scored, out_dir, opts)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot write --out {out_dir}: {reason}; pick a writable directory with free space") from None
+
+
+def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_artefacts(out_dir)
     files: list[Path] = []

@@ -10,7 +10,9 @@ the same things and counts the same episodes:
 - episodes are de-duplicated by one rule: the **first** line of each ``episode_id`` is kept (the writer never
   appends a second one; a duplicate can only come from outside, e.g. two writers before locking existed), and
   sidecar rows by ``(episode_id, t, attempt)``, first kept; the counts of dropped lines are kept on the object;
-- a line that is not a valid record is a UserError naming the file and line number.
+- a line that is not a valid record is a UserError naming the file and line number;
+- the writer's checks before it appends (torn tails, crash leftovers, sidecar rows missing for finished
+  episodes) and the explicit repair's search for bad lines are read here too (:mod:`rundir.integrity`).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Iterator, TypeVar
 
 from pydantic import BaseModel
 
+from rundir import integrity
 from rundir.errors import UserError
 from rundir.schema import (
     CHECKPOINT_DIR,
@@ -242,65 +245,34 @@ class RunDir:
             seen.setdefault(rec.episode_id, rec)
         return list(seen.values())
 
-    # ------------------------------------------------------------------ what the writer's repair needs
+    # ------------------------------------------------------------------ integrity (the writer, uqh repair)
 
     def complete_length(self, name: str) -> int:
         """Bytes of ``name`` up to and including its last newline (the rest is a torn line)."""
-        path = self.path / name
-        if not path.exists():
-            return 0
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            pos, block = size, 1 << 16
-            while pos > 0:
-                start = max(0, pos - block)
-                f.seek(start)
-                i = f.read(pos - start).rfind(b"\n")
-                if i >= 0:
-                    return start + i + 1
-                pos = start
-        return 0
+        return integrity.complete_length(self.path / name)
 
-    def orphan_sidecar_tail(self, finished: set[str]) -> tuple[int, int]:
-        """(offset, rows): the trailing sidecar rows from ``offset`` on belong to no finished episode (a crash
-        between the sidecar append and the episode append). The file must end with a newline."""
-        path = self.path / SIDECAR_FILE
-        if not path.exists():
-            return 0, 0
-        size = path.stat().st_size
-        removed, keep = 0, size
-        with path.open("rb") as f:
-            for offset, line in _reverse_lines(f, size):
-                if not line.strip():
-                    keep = offset
-                    continue
-                try:
-                    eid = line_episode_id(line)
-                except (ValueError, KeyError, TypeError):
-                    break  # not ours to judge here: the full read reports it with its line number
-                if eid in finished:
-                    break
-                removed += 1
-                keep = offset
-        return keep, removed
+    def scan_for_writer(self) -> integrity.WriterScan:
+        """What the writer must know before it appends (:func:`rundir.integrity.scan_for_writer`); UserError,
+        naming file and line, when a line is not a record."""
+        return integrity.scan_for_writer(self.path)
 
+    def episodes_missing_sidecar_rows(self) -> dict[str, int]:
+        """Finished episode id -> how many of its own model calls have no sidecar row (a sidecar cut from
+        outside: such episodes' logprob predictors are missing)."""
+        return integrity.scan_for_writer(self.path, strict=False).missing_rows
 
-def _reverse_lines(f, size: int, block: int = 1 << 16):
-    """Yield (offset, line without newline) from the end of a newline-terminated file backwards."""
-    pos = size
-    buf = b""  # the bytes [pos, pos + len(buf)) not yet yielded; ends with b"\n"
-    while True:
-        if not buf and pos == 0:
-            return
-        i = buf.rfind(b"\n", 0, max(0, len(buf) - 1))
-        if i >= 0:
-            yield pos + i + 1, buf[i + 1 : -1]
-            buf = buf[: i + 1]
-            continue
-        if pos == 0:
-            yield 0, buf[:-1] if buf.endswith(b"\n") else buf
-            return
-        start = max(0, pos - block)
-        f.seek(start)
-        buf = f.read(pos - start) + buf
-        pos = start
+    def invalid_lines(self, name: str) -> list[integrity.BadLine]:
+        """Complete lines of ``name`` (episodes or sidecar file) that are not valid records."""
+        return integrity.invalid_lines(self.path, name)
+
+    def partition(self, name: str, bad: list[integrity.BadLine]) -> tuple[bytes, bytes]:
+        """(the bytes of ``name`` without the ``bad`` lines, the bad lines' bytes)."""
+        return integrity.partition(self.path, name, bad)
+
+    def valid_episode_ids(self, invalid: set[int] = frozenset()) -> set[str]:
+        """Ids of the complete episode lines, those numbered in ``invalid`` left out."""
+        return integrity.episode_ids(self.path, invalid)
+
+    def stray_sidecar_rows(self, finished: set[str], skip: set[int] = frozenset()) -> list[integrity.BadLine]:
+        """Sidecar lines (not numbered in ``skip``) of episodes not in ``finished``."""
+        return integrity.stray_sidecar_rows(self.path, finished, skip)

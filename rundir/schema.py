@@ -6,6 +6,8 @@ A run directory holds
 - ``episodes.jsonl``   -- one :class:`Episode` per line, written only when the episode has finished;
 - ``logprobs.jsonl``   -- the sidecar: one :class:`LogprobRow` per model call (every attempt, repairs included);
 - ``checkpoints/``     -- one :class:`PartialEpisode` per in-flight episode, removed when the episode finishes;
+- ``writer.lock``      -- the writer's lock file (who writes the directory now; never data);
+- ``*.quarantine``     -- lines ``uqh repair`` moved out of a JSONL file because they were not valid records;
 
 and a continuation run directory (``uqh continue``) also ``qz.jsonl`` (:mod:`rundir.qz_file`) and
 ``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`); a run with sequential sampling (``uqh run
@@ -32,6 +34,10 @@ EPISODES_FILE = "episodes.jsonl"
 SIDECAR_FILE = "logprobs.jsonl"
 USER_SIDECAR_FILE = "user_logprobs.jsonl"
 CHECKPOINT_DIR = "checkpoints"
+#: The writer's lock file (``harness.run_lock``): flock-ed by the one process writing the directory.
+LOCK_FILE = "writer.lock"
+#: Suffix of the side file ``uqh repair`` moves invalid lines of a JSONL file to (``episodes.jsonl.quarantine``).
+QUARANTINE_SUFFIX = ".quarantine"
 #: Files of a continuation run directory (``uqh continue``).
 QZ_FILE = "qz.jsonl"
 SKIPPED_FILE = "skipped_prefixes.jsonl"
@@ -113,6 +119,11 @@ class CallRecord(_Record):
     finish_reason: str | None = None
     seed: int | None = None
     has_logprobs: Annotated[bool, Field(description="Whether the provider returned token logprobs.")] = False
+    content_null: Annotated[
+        bool,
+        Field(description="The provider's message content was null (a refusal, a filtered or a reasoning-only "
+                          "answer; see finish_reason): recorded as an empty text, which the parser rejects."),
+    ] = False
 
 
 class Attempt(_Record):
@@ -273,6 +284,14 @@ def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
     return diffs
 
 
+class ExecutionSettings(_Record):
+    """How the latest session of a run called the model: settings that do not change what a run produces, so
+    they are recorded outside the config hash (a resume may change them)."""
+
+    timeout_s: Annotated[float, Field(description="Per-call request timeout in seconds (uqh run --timeout).")]
+    max_retries: Annotated[int, Field(description="Retries of a transient failure per call (uqh run --max-retries).")]
+
+
 class Manifest(_Record):
     schema_version: int = SCHEMA_VERSION
     config: RunConfig
@@ -280,6 +299,10 @@ class Manifest(_Record):
     created_at: str
     system_prompt: Annotated[str, Field(description="The exact system prompt text used.")]
     info: dict[str, Any] = {}
+    execution: Annotated[
+        ExecutionSettings | None,
+        Field(description="Timeout and retries of the latest session (not part of the config hash)."),
+    ] = None
 
 
 # --------------------------------------------------------------------------------------- in-flight episodes

@@ -88,6 +88,14 @@ def options_from_args(args: argparse.Namespace):
     )
 
 
+def no_complete_reason(counts, censoring: str) -> str:
+    """Why a run's table is empty: it has no complete (clean, with an outcome) episode, by exclusion reason."""
+    excluded = ", ".join(f"{k}={v}" for k, v in counts.exclusions().items()) or "none excluded"
+    return (f"no complete episode to score: {counts.episodes} episodes ({excluded}); every metric needs episodes "
+            f"that ended clean with an outcome" + (" (--censoring exclude leaves out max_steps episodes)"
+                                                   if censoring == "exclude" and counts.excluded_max_steps else ""))
+
+
 def run(args: argparse.Namespace) -> int:
     import csv
     import sys
@@ -99,8 +107,15 @@ def run(args: argparse.Namespace) -> int:
     from scoring.results import RunScores
     from scoring.streams import load_run
 
+    from rundir.reader import RunDir
+
     opts = options_from_args(args)
     runs = [load_run(d) for d in args.run_dirs]  # every input is validated before anything is printed
+    for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
+        missing = RunDir.open(d).episodes_missing_sidecar_rows()
+        if missing:
+            print(f"uqh score: note: {d}: {len(missing)} finished episodes miss {sum(missing.values())} sidecar rows "
+                  "(logprobs.jsonl cut outside uqh?); their logprob predictors are missing", file=sys.stderr)
     if opts.censoring == "exact":
         # ids must be covered in every run before scoring starts
         from scoring.streams import build_sample
@@ -112,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     if args.pooled and len(runs) > 1:
         targets.append(pool_runs(runs))
     results = [score_run(r, opts) for r in targets]
+    for res in results:
+        if res.counts.complete == 0:
+            print(f"uqh score: note: {res.run_dir}: {no_complete_reason(res.counts, opts.censoring)}", file=sys.stderr)
     if args.format == "json":
         if len(results) == 1:
             sys.stdout.write(results[0].model_dump_json(indent=2))

@@ -10,9 +10,12 @@ Use in a test (or through the ``fake_server`` fixture in ``tests/conftest.py``):
         ...
         assert srv.requests[0]["seed"] == 42
 
-Or from another process (benchmarks)::
+Or from another process (benchmarks, signal tests)::
 
     python tests/fake_openai_server.py --port 0 --latency 0.2      # prints "READY http://127.0.0.1:PORT/v1"
+
+(``--request-log FILE`` appends the arrival time of every chat request to FILE; ``--ignore-sigterm`` makes it
+ignore SIGTERM, as a llama.cpp server busy with a generation does.)
 
 Logprobs are deterministic functions of the token text, so tests can compute them by hand
 (:func:`chosen_probability`, :func:`top_logprobs_for`):
@@ -25,8 +28,9 @@ Faults (consumed one per request, in order, before normal service):
 ``"429"`` (Retry-After: 0), ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"404"``, ``"timeout"`` (sleeps
 ``timeout_sleep_s`` before answering), ``"malformed"`` (HTTP 200 with a truncated JSON body), ``"reset"``
 (the connection is aborted without a response), ``"no_logprobs"`` (a normal answer without a logprobs field),
-``"error_200"`` (HTTP 200 whose body is ``{"error": {"code": 502, ...}}``, as some gateways do) and
-``"no_choices"`` (HTTP 200, a chat.completion with an empty ``choices`` list).
+``"error_200"`` (HTTP 200 whose body is ``{"error": {"code": 502, ...}}``, as some gateways do),
+``"no_choices"`` (HTTP 200, a chat.completion with an empty ``choices`` list) and ``"null_content"`` (HTTP 200,
+a completion whose message content is null, finish_reason ``content_filter``).
 
 With ``quirky_top_logprobs=True`` every position lists 6 alternatives including a duplicate string and
 ``bytes: null`` -- the shape llama-cpp-python returns -- so clients' normalisation can be tested end to end.
@@ -56,6 +60,7 @@ DEFAULT_TEXT = (
 
 FAULTS = (
     "429", "500", "503", "400", "401", "404", "timeout", "malformed", "reset", "no_logprobs", "error_200", "no_choices",
+    "null_content",
 )
 
 ALT_VOCAB = (" the", ",", " a", ".", " and", "\n", " of", " to", "<", ">", " is", "0")
@@ -246,6 +251,8 @@ class FakeOpenAIServer:
         self.responder_errors: list[BaseException] = []  # exceptions raised by a callable responder
         self.n_requests = 0
         self.answered_at: list[float] = []  # wall-clock time of every completion served (benchmarks' clock)
+        self.request_times: list[float] = []  # wall-clock arrival time of every chat request
+        self.request_log: str | None = None  # a file to append each arrival time to (separate-process use)
         self.in_flight = 0  # chat requests being served now, and the most ever at once
         self.max_in_flight = 0
         self._list_index = 0
@@ -363,6 +370,11 @@ class FakeOpenAIServer:
             self.in_flight -= 1
 
     async def _serve_chat(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.time()
+        self.request_times.append(arrived)
+        if self.request_log:
+            with open(self.request_log, "a") as f:
+                f.write(f"{arrived:.6f}\n")
         raw = await request.read()
         try:
             body = json.loads(raw)
@@ -396,6 +408,13 @@ class FakeOpenAIServer:
             empty = {"id": "chatcmpl-fake-empty", "object": "chat.completion", "created": int(time.time()),
                      "model": str(body.get("model", "fake")), "choices": [], "usage": None}
             return web.Response(body=json.dumps(empty).encode(), content_type="application/json")
+        if fault == "null_content":
+            null = {"id": "chatcmpl-fake-null", "object": "chat.completion", "created": int(time.time()),
+                    "model": str(body.get("model", "fake")),
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": None}, "logprobs": None,
+                                 "finish_reason": "content_filter"}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5}}
+            return web.Response(body=json.dumps(null).encode(), content_type="application/json")
         if fault == "timeout":
             await asyncio.sleep(self.timeout_sleep_s)
         if fault == "reset":
@@ -441,11 +460,18 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", type=float, default=0.0, help="seconds of latency per request")
     p.add_argument("--text", default=None, help="completion text (default: a four-tag answer)")
     p.add_argument("--no-logprobs", action="store_true", help="never return logprobs")
+    p.add_argument("--request-log", metavar="FILE", help="append the arrival time of every chat request to FILE")
+    p.add_argument("--ignore-sigterm", action="store_true", help="ignore SIGTERM (only SIGKILL stops it)")
     args = p.parse_args(argv)
+    if args.ignore_sigterm:
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     srv = FakeOpenAIServer(
         args.text, latency_s=args.latency, logprobs=not args.no_logprobs, port=args.port, record_requests=False
     )
+    srv.request_log = args.request_log
 
     async def serve() -> None:
         runner = web.AppRunner(srv.make_app(), access_log=None, handler_cancellation=True)

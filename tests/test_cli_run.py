@@ -243,3 +243,145 @@ def test_infra_error_exits_1_and_rerun_resumes(fake_server, tmp_path, capsys):
         assert uqh(*args) == 0
     assert "2/2 finished (1 this run, 1 before)" in capsys.readouterr().out
     assert sorted(e.episode_id for e in read_episodes(out)) == ["arith-0000#0", "arith-0001#0"]
+
+
+# ------------------------------------------------------------------------------------- reliability (issue 16)
+
+
+def _fake_args(base_url: str, out: Path, n_tasks: int = 1, *extra: str) -> list[str]:
+    return ["--domain", "arithmetic", "--model", "openai/fake", "--api-base", base_url, "--tasks", str(n_tasks),
+            "--out", str(out), "--no-progress", *extra]
+
+
+def test_timeout_flag_honoured_and_recorded_outside_the_config_hash(fake_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    with fake_server(solver, faults=["timeout"] * 4, timeout_sleep_s=30.0) as srv:  # the server hangs 30 s
+        t0 = time.monotonic()
+        assert uqh(*_fake_args(srv.base_url, out, 1, "--timeout", "0.5", "--max-retries", "0")) == 1
+        assert time.monotonic() - t0 < 10.0
+        err = capsys.readouterr().err
+        assert "no answer within 0.5 s (--timeout)" in err and "after 1 attempts (0 retries)" in err
+        m = read_manifest(out)
+        assert (m.execution.timeout_s, m.execution.max_retries) == (0.5, 0)
+        srv.faults.clear()
+        assert uqh(*_fake_args(srv.base_url, out, 1, "--timeout", "20", "--max-retries", "2")) == 0  # same run
+    assert "1/1 finished" in capsys.readouterr().out
+    m2 = read_manifest(out)
+    assert m2.config_hash == m.config_hash and (m2.execution.timeout_s, m2.execution.max_retries) == (20.0, 2)
+
+
+@pytest.mark.parametrize("flags,fragment", [(["--timeout", "0"], "--timeout must be > 0"),
+                                            (["--max-retries", "-1"], "--max-retries must be >= 0")])
+def test_timeout_and_retry_flags_validated(tmp_path, capsys, flags, fragment):
+    assert uqh(*_fake_args("http://127.0.0.1:9/v1", tmp_path / "run", 1, *flags)) == 2
+    assert fragment in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("base,reason", [("http://nohost.invalid/v1", "DNS lookup failed"),
+                                         ("http://127.0.0.1:{port}/v1", "connection refused")])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_unreachable_endpoint_fails_fast_with_one_line(tmp_path, capsys, base, reason, workers):
+    from test_model_client import _closed_port
+
+    base = base.format(port=_closed_port())
+    t0 = time.monotonic()
+    assert uqh(*_fake_args(base, tmp_path / "run", 6, "--workers", str(workers))) == 1
+    assert time.monotonic() - t0 < 15.0  # no retries with backoff (they took 67-77 s)
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line == (f"uqh run: openai/fake: cannot reach {base}: {reason}" + line.split(reason, 1)[1])
+    assert "6 episodes not finished" in line and "--api-base" in line and "ssl" not in line.lower()
+    assert "Traceback" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize("flag", ["--api-base", "--user-api-base"])
+def test_credentials_in_an_endpoint_url_are_refused_and_never_echoed(tmp_path, capsys, flag):
+    out = tmp_path / "run"
+    url = "http://alice:s3cr3t-pw@127.0.0.1:9/v1"
+    extra = ["--api-base", "http://127.0.0.1:9/v1", "--user-model", "openai/u"] if flag == "--user-api-base" else []
+    for dry in ([], ["--dry-run"]):
+        argv = ["--domain", "arithmetic", "--model", "openai/x", "--tasks", "1", "--out", str(out), *extra, flag, url,
+                *dry]
+        assert uqh(*argv) == 2
+        captured = capsys.readouterr()
+        assert "s3cr3t" not in captured.out + captured.err and "alice" not in captured.err
+        (line,) = captured.err.strip().splitlines()
+        assert f"{flag} http://***@127.0.0.1:9/v1 contains credentials" in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("url", ["not a url", "127.0.0.1:8000/v1", "ftp://host/v1", "http://", "http://h:port/v1"])
+def test_invalid_api_base_writes_nothing_exit_2(tmp_path, capsys, url):
+    out = tmp_path / "run"
+    assert uqh("--domain", "arithmetic", "--model", "openai/x", "--tasks", "1", "--api-base", url, "--out",
+               str(out)) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "is not an http(s) URL" in line
+    assert not out.exists()
+
+
+def test_continue_refuses_credentials_in_its_api_base(tmp_path, capsys):
+    from harness.continuation import run_continuations
+    from rundir.errors import UserError
+
+    with pytest.raises(UserError, match=r"\*\*\*@h/v1 contains credentials"):
+        run_continuations(tmp_path / "src", tmp_path / "cont", branches=1, api_base="https://k:v@h/v1")
+    assert not (tmp_path / "cont").exists()
+
+
+def test_dotenv_in_the_working_directory_is_read(tmp_path):
+    """`./.env` is read (not only one next to the package); the environment still wins over it."""
+    (tmp_path / ".env").write_text("OPENROUTER_API_KEY=sk-or-from-dotenv\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENROUTER_API_KEY"}
+    env["PYTHONPATH"] = str(REPO)
+    cmd = [sys.executable, "-m", "harness.cli", "run", "--domain", "arithmetic", "--tasks", "1", "--out", "r",
+           "--dry-run"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "model         openrouter/google/gemma-4-31b-it" in done.stdout  # the default once a key is configured
+    (tmp_path / ".env").unlink()
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "model         local:smollm2" in done.stdout
+    (tmp_path / ".env").write_text("OPENROUTER_API_KEY=\n")
+    done = subprocess.run(cmd, cwd=tmp_path, env={**env, "OPENROUTER_API_KEY": "sk-or-env"}, capture_output=True,
+                          text=True, timeout=120)
+    assert "model         openrouter/google/gemma-4-31b-it" in done.stdout  # the environment's key, not .env's blank
+
+
+def test_more_tasks_than_the_split_has_is_said_in_one_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert uqh("--domain", "arithmetic", "--tasks", "5000", "--model", "openai/x", "--api-base", "http://x/v1",
+               "--out", str(out), "--dry-run") == 0
+    text = capsys.readouterr().out
+    assert "note          5,000 tasks asked for, but arithmetic has 1,000: planning all 1,000" in text
+    assert "1000 x 1 sample(s) = 1000 episodes" in text
+    assert uqh("--domain", "arithmetic", "--tasks", "999", "--model", "openai/x", "--api-base", "http://x/v1",
+               "--out", str(out), "--dry-run") == 0
+    assert "note" not in capsys.readouterr().out
+
+
+def test_summary_accounting_retries_null_content_and_no_fake_zero_cost(fake_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    with fake_server(solver, faults=["null_content", "429"]) as srv:  # 429: Retry-After 0, one retry
+        assert uqh(*_fake_args(srv.base_url, out, 1)) == 0
+        first = capsys.readouterr().out
+        assert uqh(*_fake_args(srv.base_url, out, 1)) == 0  # a resume of a finished run makes no call
+    again = capsys.readouterr().out
+    # null content -> an empty text -> a repair; the call says why, and the summary counts it
+    (ep,) = read_episodes(out)
+    first_attempt = ([a for s in ep.steps for a in s.attempts] + (ep.failed_step or []))[0]
+    assert first_attempt.raw_text == "" and first_attempt.call.content_null and first_attempt.error
+    assert "model calls    3 (0 without logprobs, 1 with null content); 1 retries;" in first
+    assert "cost n/a (unpriced model)" in first
+    assert "model calls    0 (0 without logprobs); 0 retries;" in again and "cost n/a (no calls)" in again
+    assert "$0.0000" not in again
+
+
+def test_score_says_why_there_is_nothing_to_score(fake_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    with fake_server("no tags at all") as srv:  # every episode ends parse_error
+        assert uqh(*_fake_args(srv.base_url, out, 2)) == 0
+    capsys.readouterr()
+    assert main(["score", str(out), "--bootstrap", "0"]) == 0
+    err = capsys.readouterr().err
+    assert f"uqh score: note: {out}: no complete episode to score: 2 episodes (parse_error=2)" in err

@@ -549,3 +549,36 @@ def test_changed_task_prompt_is_a_replay_mismatch(source_run, tmp_path):
         (ep["episode_id"], "replay mismatch: the reset environment's task prompt differs from the recorded one")
     ]
     assert rep.n_branches_written == 2
+
+
+def _held_by_another_process(path: Path) -> bool:
+    import subprocess
+    import sys
+
+    code = "import sys; from harness import run_lock; print(run_lock.is_held(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent, check=True)
+    return done.stdout.strip() == "True"
+
+
+def test_continue_holds_the_out_lock_until_its_caller_is_done_and_refuses_a_busy_out(source_run, tmp_path):
+    import contextlib
+
+    from test_run_lock import hold_in_subprocess
+
+    src, _, _ = source_run
+    out = tmp_path / "cont"
+    with contextlib.ExitStack() as scope:
+        cont.run_continuations(src, out, branches=2, extra_steps=1, progress=False, lock_scope=scope)
+        assert _held_by_another_process(out)  # still held: `uqh continue` writes q_Z and the audit under it
+    assert not _held_by_another_process(out)
+    holder = hold_in_subprocess(out)
+    try:
+        with pytest.raises(UserError, match=f"is being written by pid {holder.pid}"):
+            cont.run_continuations(src, out, branches=2, extra_steps=1, progress=False)
+        assert uqh(["continue", str(src), "--out", str(out), "--branches", "2", "--extra-steps", "1",
+                    "--no-progress"]) == 2
+        assert uqh(["continue", str(src), "--out", str(out), "--qz-only"]) == 2
+    finally:
+        holder.kill()
+        holder.wait()

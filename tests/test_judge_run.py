@@ -61,7 +61,7 @@ def test_valid_judgments_recorded_with_calls_and_the_run_untouched(judged_run, t
     planned = N_TASKS * 2 * 2
     assert f"{planned}/{planned} made" in text and "scored=32" in text and "cost $0.0320" in text
     assert _digest(judged_run) == before  # the judged run is never modified
-    assert sorted(p.name for p in out.iterdir()) == [JUDGE_MANIFEST_FILE, JUDGMENTS_FILE]
+    assert sorted(p.name for p in out.iterdir()) == [JUDGE_MANIFEST_FILE, JUDGMENTS_FILE, "writer.lock"]
     js = _judgments(out)
     assert len(js) == planned and len({j.key for j in js}) == planned
     for req in requests:  # each reply is recorded as the judgment of the episode and metric it was asked about
@@ -297,3 +297,27 @@ def test_episodes_file_of_the_judged_run_is_read_torn_line_safe(judged_run, tmp_
                                     "--metrics", "GF", "--out", tmp_path / "j", "--no-progress")
     assert code == 0, err
     assert f"{N_TASKS}/{N_TASKS} made" in text
+
+
+def test_a_second_judge_writer_is_refused(judged_run, tmp_path, capsys):
+    """One writer per judge directory, as for run directories: while another process holds the writer lock, a
+    second `uqh judge` on the same --out is refused with one line naming the holder, and nothing is written."""
+    out = tmp_path / "judges"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from harness import run_lock\n"
+        "with run_lock.hold(sys.argv[1]):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(60)\n"), str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with FakeOpenAIServer(judge) as srv:
+            code, _, err = uqh_judge(capsys, judged_run, "--judge-model", "openai/judge", "--api-base", srv.base_url,
+                                     "--metrics", "GF", "--out", out, "--no-progress")
+            assert srv.requests == []
+        assert code == 2 and f"pid {holder.pid}" in err and len(err.strip().splitlines()) == 1
+        assert sorted(p.name for p in out.iterdir()) == ["writer.lock"]
+    finally:
+        holder.kill()
+        holder.wait()

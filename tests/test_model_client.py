@@ -581,3 +581,75 @@ def test_a_new_transport_plugs_in_without_touching_the_client():
     bare = CannedTransport([_body("no logprobs here", logprobs=False)])
     c = _complete(make_model_client("my-provider/model", api_base=None, decoding=DecodingConfig(), transport=bare))
     assert c.tokens is None and c.call.has_logprobs is False and c.call.cost_usd is None
+
+
+# ------------------------------------------------------------------------------------- unreachable, timeouts, null
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens there once the socket is closed
+
+
+@pytest.mark.parametrize("transport", PATHS)
+@pytest.mark.parametrize("where,reason", [("dns", "DNS lookup failed"), ("refused", "connection refused")])
+def test_first_call_that_cannot_connect_fails_fast(transport, where, reason):
+    from harness.model_types import EndpointUnreachable
+
+    base = "http://nohost.invalid/v1" if where == "dns" else f"http://127.0.0.1:{_closed_port()}/v1"
+    client = make_model_client("openai/fake", api_base=base, decoding=DecodingConfig(), max_retries=6,
+                               transport=transport, backoff_initial_s=5.0)  # a single retry would take 5 s
+    t0 = time.perf_counter()
+    with pytest.raises(EndpointUnreachable) as exc:
+        _complete(client)
+    assert time.perf_counter() - t0 < 4.0
+    msg = str(exc.value)
+    assert msg.startswith(f"openai/fake: cannot reach {base}: {reason}")
+    assert "ssl" not in msg.lower() and "\n" not in msg and exc.value.retries == 0
+
+
+def test_refused_connection_after_a_success_is_retried(fake_server):
+    """Once the endpoint has answered, a refused connection is a restarting server: transient, retried."""
+    from harness.model_types import EndpointUnreachable
+
+    srv = fake_server(STEP).start()
+    client = _client(srv, "aiohttp", max_retries=2)
+
+    async def go():
+        try:
+            first = await client.complete(MESSAGES)
+            srv.stop()
+            with pytest.raises(ModelCallFailed) as exc:
+                await client.complete(MESSAGES)
+            return first, exc.value
+        finally:
+            await client.aclose()
+
+    first, failure = asyncio.run(go())
+    assert first.text == STEP
+    assert not isinstance(failure, EndpointUnreachable)
+    assert "after 3 attempts (2 retries)" in str(failure) and failure.retries == 2
+
+
+@pytest.mark.parametrize("transport", PATHS)
+def test_timeout_is_per_call_and_named(fake_server, transport):
+    with fake_server(STEP, faults=["timeout"], timeout_sleep_s=30.0) as srv:
+        t0 = time.perf_counter()
+        with pytest.raises(ModelCallFailed) as exc:
+            _complete(_client(srv, transport, max_retries=0, timeout_s=0.3))
+        assert time.perf_counter() - t0 < 10.0  # the server would have answered after 30 s
+    assert "after 1 attempts (0 retries)" in str(exc.value)
+    if transport == "aiohttp":
+        assert "no answer within 0.3 s" in str(exc.value)
+
+
+@pytest.mark.parametrize("transport", PATHS)
+def test_null_content_is_recorded(fake_server, transport):
+    with fake_server(STEP, faults=["null_content"]) as srv:
+        c = _complete(_client(srv, transport))
+    assert c.text == "" and c.call.content_null is True and c.call.finish_reason == "content_filter"
+    with fake_server(STEP) as srv:
+        assert _complete(_client(srv, transport)).call.content_null is False

@@ -128,6 +128,8 @@ def test_checkpointed_episode_resumes_from_last_step(fake_server, tmp_path):
         resumed_requests = srv.requests[n_before:]
     assert second.ok
     assert len(resumed_requests) == 1  # only step 2 was asked for
+    assert first.stats.calls == 0  # its one call belongs to an episode that did not finish in that session
+    assert second.stats.calls == 1  # the call restored from the checkpoint is not counted again
     assert [m["role"] for m in resumed_requests[0]["messages"]] == ["system", "user", "assistant", "user"]
     (ep,) = read_episodes(run)
     assert [s.t for s in ep.steps] == [1, 2] and ep.steps[0] == partial.steps[0] and ep.prefix_steps == 0
@@ -214,7 +216,7 @@ def test_workers_share_the_total_concurrency(fake_server, tmp_path, concurrency,
 
 def test_worker_preload_matches_the_model_path():
     """The fork server preloads litellm only when some call of the run goes through litellm."""
-    from harness.runner import _worker_preload
+    from harness.workers import worker_preload as _worker_preload
 
     direct = _worker_preload(make_config(), "openai/fake", "http://127.0.0.1:1/v1")
     assert "litellm" not in direct and "domains.arithmetic" in direct and "harness.runner" in direct
@@ -254,6 +256,8 @@ def test_episode_summary_counts_own_calls_and_cost_is_never_fake_zero():
     s = EpisodeSummary.of(ep)  # the copied prefix step (cost 9.0) is not this run's
     assert (s.calls, s.prompt_tokens, s.completion_tokens, s.cost_usd, s.unpriced_calls) == (3, 200, 20, 0.75, 1)
     assert s.calls_without_logprobs == 2
+    resumed = ep.model_copy(update={"info": {"resumed_after_step": 2}, "prefix_steps": 0})  # steps 1-2 restored
+    assert (EpisodeSummary.of(resumed).calls, EpisodeSummary.of(resumed).cost_usd) == (2, 0.25)
     stats = BatchStats(total=4, already_done=1)
     stats.add(s)
     stats.add_error("model call failed: boom")
@@ -261,6 +265,17 @@ def test_episode_summary_counts_own_calls_and_cost_is_never_fake_zero():
     only_unpriced = BatchStats(total=1)
     only_unpriced.add(EpisodeSummary(stop_reason="clean", calls=2, unpriced_calls=2))
     assert only_unpriced.cost_text() == "cost n/a (unpriced model)"
+
+
+def test_retries_counted_for_finished_and_failed_calls(fake_server, tmp_path):
+    config = make_config(n_tasks=2)
+    with fake_server(solver, faults=["500", "500", "429"]) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        summary = run_batch(config, tmp_path / "run", concurrency=1, progress=False,
+                            client_factory=fast_client_factory(max_retries=1))
+    # episode 1: its first call fails after 1 retry (2 x 500); episode 2: its first call succeeds after a 429
+    assert summary.stats.infra_errors == 1 and summary.stats.done == 1
+    assert summary.stats.retries == 2
 
 
 def test_dead_workers_episodes_counted_not_written(fake_server, tmp_path):
