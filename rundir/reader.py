@@ -31,11 +31,13 @@ from rundir.schema import (
     SCHEMA_VERSION,
     SIDECAR_FILE,
     SKIPPED_FILE,
+    STOP_FILE,
     Episode,
     LogprobRow,
     Manifest,
     PartialEpisode,
     SkippedPrefix,
+    StopDecision,
     StopReason,
 )
 
@@ -229,6 +231,11 @@ class RunDir:
     def skipped_prefixes(self) -> list[SkippedPrefix]:
         """A continuation run's prefixes that failed the replay check (empty for other runs)."""
         return list(read_jsonl(self.path / SKIPPED_FILE, SkippedPrefix))
+
+    def stop_decisions(self) -> dict[str, StopDecision]:
+        """A sequential continuation run's per-prefix stop decisions by episode id (empty for a fixed design or
+        another run)."""
+        return {d.episode_id: d for d in read_jsonl(self.path / STOP_FILE, StopDecision)}
 
     # ------------------------------------------------------------------ what the writer's repair needs
 

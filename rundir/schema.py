@@ -7,8 +7,9 @@ A run directory holds
 - ``logprobs.jsonl``   -- the sidecar: one :class:`LogprobRow` per model call (every attempt, repairs included);
 - ``checkpoints/``     -- one :class:`PartialEpisode` per in-flight episode, removed when the episode finishes;
 
-and a continuation run directory (``uqh continue``) also ``qz.jsonl`` (:mod:`rundir.qz_file`) and
-``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`).
+and a continuation run directory (``uqh continue``) also ``qz.jsonl`` (:mod:`rundir.qz_file`),
+``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`) and, for a sequential stop rule, ``stop_decisions.jsonl``
+(:class:`StopDecision`).
 
 Every record carries ``schema_version``. Nothing outside :mod:`rundir` reads these files: every reader goes
 through :class:`rundir.RunDir`, so that a torn last line from a crash is never mistaken for data and every part
@@ -20,7 +21,7 @@ import hashlib
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +35,7 @@ CHECKPOINT_DIR = "checkpoints"
 #: Files of a continuation run directory (``uqh continue``).
 QZ_FILE = "qz.jsonl"
 SKIPPED_FILE = "skipped_prefixes.jsonl"
+STOP_FILE = "stop_decisions.jsonl"
 AUDIT_JSON = "audit.json"
 AUDIT_MD = "audit.md"
 
@@ -90,10 +92,40 @@ class LogprobRow(_Record):
 # --------------------------------------------------------------------------------------- steps
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 class Usage(_Record):
+    """Token counts of one call as the provider reported them (null: not reported).
+
+    ``prompt_tokens`` counts every prompt token, cached ones included (OpenAI's convention; litellm normalises
+    Anthropic's to it). The cache fields were added after schema version 1 shipped: they are left out of the JSON
+    while null, so older run directories and calls without cache information read and write as before.
+    """
+
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
+    cached_prompt_tokens: Annotated[
+        int | None,
+        Field(description="Prompt tokens read from the provider's prompt cache (OpenAI "
+                          "usage.prompt_tokens_details.cached_tokens, Anthropic cache_read_input_tokens); included in "
+                          "prompt_tokens; null when the provider does not say.", exclude_if=_is_none),
+    ] = None
+    cache_write_prompt_tokens: Annotated[
+        int | None,
+        Field(description="Prompt tokens written to the provider's prompt cache (Anthropic "
+                          "cache_creation_input_tokens, billed above the input rate); included in prompt_tokens; null "
+                          "when the provider does not say.", exclude_if=_is_none),
+    ] = None
+
+    @property
+    def uncached_prompt_tokens(self) -> int | None:
+        """Prompt tokens not read from the cache (cache writes included); None when prompt_tokens is unknown."""
+        if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens - (self.cached_prompt_tokens or 0)
 
 
 class CallRecord(_Record):
@@ -287,6 +319,26 @@ class SkippedPrefix(_Record):
 
     episode_id: str
     reason: Annotated[str, Field(description="Why the prefix could not be replayed faithfully.")]
+
+
+class StopDecision(_Record):
+    """One line of a continuation run's ``stop_decisions.jsonl`` (``--stop-rule ci:H``): where the sequential
+    design left a prefix, rewritten after every round (:mod:`harness.stop_rules`)."""
+
+    episode_id: Annotated[str, Field(description="The censored source episode (prefix).")]
+    stop_rule: Annotated[str, Field(description="The rule that decided, e.g. 'ci:0.2'.")]
+    branches: Annotated[int, Field(description="Branches of this prefix run (finished), indices 0..branches-1.", ge=0)]
+    resolved: Annotated[int, Field(description="Of them, branches that ended clean (with an outcome).", ge=0)]
+    successes: Annotated[int, Field(description="Of the resolved branches, those with Y = 1.", ge=0)]
+    interval: Annotated[
+        tuple[float, float],
+        Field(description="95% beta-binomial confidence sequence for q_Z after these outcomes (valid at any stop)."),
+    ]
+    stopped_by: Annotated[
+        Literal["half_width", "max_branches"] | None,
+        Field(description="Why the prefix got no more branches; null while open (a branch of the round failed: "
+                          "re-run the command to resume)."),
+    ] = None
 
 
 def export_json_schemas() -> dict[str, Any]:
