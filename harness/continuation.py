@@ -368,6 +368,7 @@ def run_rounds(
     max_branches = config.continuation["branches"]
     open_prefixes = list(prefixes)
     decisions: dict[str, StopDecision] = {}
+    planned_of: dict[str, int] = {}  # branches planned per prefix so far (its last round's target)
     summaries = []
     done = _finished_branches(out_dir)
     planned = 0
@@ -379,6 +380,7 @@ def run_rounds(
             done = _finished_branches(out_dir)
         still_open = []
         for ep in open_prefixes:
+            planned_of[ep.episode_id] = target
             outcomes = []
             for k in range(target):  # contiguous from branch 0: a decision never skips a missing branch
                 branch = done.get(branch_episode_id(ep.episode_id, k))
@@ -394,20 +396,15 @@ def run_rounds(
         if not open_prefixes:
             break
     ordered = [decisions[ep.episode_id] for ep in prefixes if ep.episode_id in decisions]
-    planned_total = sum(d.branches if d.stopped_by else _planned_of(d, rule, max_branches) for d in ordered)
+    written = sum(branch_episode_id(eid, k) in done for eid, n in planned_of.items() for k in range(n))
     return ContinueReport(
         out_dir=out_dir,
         n_prefixes=n_prefixes,
         skipped=list(skipped),
-        n_branches_planned=planned_total,
-        n_branches_written=sum(d.branches for d in ordered),
+        n_branches_planned=sum(planned_of.values()),
+        n_branches_written=written,
         summary=summaries,
         stop_rule=rule.text,
         decisions=ordered,
         n_branches_max=len(prefixes) * max_branches,
     )
-
-
-def _planned_of(decision: StopDecision, rule: StopRule, max_branches: int) -> int:
-    """Branches an open prefix's current round planned: the first round target above what it has."""
-    return next(t for t in rule.rounds(max_branches) if t > decision.branches)
