@@ -15,6 +15,8 @@ subset), ``M`` independent continuation branches under the same model, prompt, d
    Branches are written by the batch runner, so the continuation directory is resumable and crash-safe like
    any run; its manifest's ``RunConfig.continuation`` records the source run directory, the source config hash,
    ``branches``, ``extra_steps`` and the continued prefix ids. The source run directory is only read.
+   With ``--stop-rule ci:H`` (:mod:`harness.stop_rules`) the branches run in rounds and a prefix stops once its
+   interval for q_Z is narrow enough (:func:`run_rounds`); branch k is the same episode under every rule.
 3. **q_Z** is not computed here (the write path never imports scoring): :func:`scoring.qz_audit.estimate_qz`
    reads the finished continuation run directory, and ``reports.continuation_audit`` writes ``qz.jsonl`` and the
    Table 7/8-shaped audit.

@@ -83,9 +83,11 @@ def confidence_sequence(
         return 0.0, 1.0
     threshold = -math.log1p(-level)  # log(1/alpha)
     centre = successes / n
+    s, f = successes, n - successes
+    log_marginal = _log_beta(prior[0] + s, prior[1] + f) - _log_beta(*prior)
 
-    def outside(p: float) -> bool:
-        return log_mixture_ratio(p, successes, n, prior) >= threshold
+    def outside(p: float) -> bool:  # log M_n(p) >= log(1/alpha), for 0 < p < 1
+        return log_marginal - s * math.log(p) - f * math.log1p(-p) >= threshold
 
     def edge(inside: float, out: float) -> float:
         for _ in range(_BISECTION_STEPS):

@@ -200,8 +200,8 @@ class LitellmTransport:
         for key in self._dropped:
             kw.pop(key, None)
         if self._dropped:
-            log.warning("%s: the provider does not accept %s; not sent (calls are not seeded / have no logprobs "
-                        "where that is what is missing)", endpoint.model, ", ".join(self._dropped))
+            log.warning("%s: the provider does not accept %s; not sent (its calls are recorded without a seed "
+                        "or logprobs where those are the ones missing)", endpoint.model, ", ".join(self._dropped))
         self.sends_seed = "seed" not in self._dropped
         if needs_cache_control(endpoint.model):
             kw["cache_control_injection_points"] = [dict(p) for p in CACHE_CONTROL_POINTS]
