@@ -15,6 +15,8 @@ subset), ``M`` independent continuation branches under the same model, prompt, d
    Branches are written by the batch runner, so the continuation directory is resumable and crash-safe like
    any run; its manifest's ``RunConfig.continuation`` records the source run directory, the source config hash,
    ``branches``, ``extra_steps`` and the continued prefix ids. The source run directory is only read.
+   With ``--stop-rule ci:H`` (:mod:`harness.stop_rules`) the branches run in rounds and a prefix stops once its
+   interval for q_Z is narrow enough (:func:`run_rounds`); branch k is the same episode under every rule.
 3. **q_Z** is not computed here (the write path never imports scoring): :func:`scoring.qz_audit.estimate_qz`
    reads the finished continuation run directory, and ``reports.continuation_audit`` writes ``qz.jsonl`` and the
    Table 7/8-shaped audit.
@@ -23,14 +25,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.stop_rules import FIXED, StopRule, decide, parse_stop_rule, resolved_outcome
 from rundir.atomic import atomic_write_text
 from rundir.errors import RunDirWriteError, UserError
 from rundir.reader import RunDir
-from rundir.schema import MANIFEST_FILE, SKIPPED_FILE, Episode, Manifest, RunConfig, SkippedPrefix, StopReason
+from rundir.schema import (
+    MANIFEST_FILE,
+    SKIPPED_FILE,
+    STOP_FILE,
+    Episode,
+    Manifest,
+    RunConfig,
+    SkippedPrefix,
+    StopDecision,
+    StopReason,
+)
 
 
 # ------------------------------------------------------------------------------------------ source run
@@ -84,9 +97,13 @@ def continuation_config(
     branches: int,
     extra_steps: int,
     api_base: str | None = None,
+    stop_rule: StopRule = FIXED,
 ) -> RunConfig:
     """The continuation run's config: the source config (same model, prompt, decoding, domain options) with a
-    step budget of ``Z + K`` and ``continuation`` recording source run, source config hash, M, K and the prefixes."""
+    step budget of ``Z + K`` and ``continuation`` recording source run, source config hash, M, K and the prefixes.
+
+    A sequential ``stop_rule`` adds ``stop_rule`` and its ``rounds`` (so resuming with another rule is refused);
+    the fixed design adds nothing, so its config and hash are what they were before stop rules existed."""
     if branches < 1:
         raise UserError("--branches must be at least 1")
     if extra_steps < 1:
@@ -103,6 +120,8 @@ def continuation_config(
             "prefix_ids": [ep.episode_id for ep in prefixes],
         },
     }
+    if not stop_rule.is_fixed:
+        update["continuation"].update(stop_rule=stop_rule.text, rounds=stop_rule.rounds(branches))
     if api_base is not None:
         update["api_base"] = api_base
     return cfg.model_copy(update=update, deep=True)
@@ -115,25 +134,25 @@ def branch_seed(run_seed: int, source_episode_id: str, branch_index: int) -> int
     return derive_seed(run_seed, branch_episode_id(source_episode_id, branch_index))
 
 
-def branch_specs(config: RunConfig, prefixes: Sequence[Episode], branches: int) -> list:
-    """One :class:`harness.loop.EpisodeSpec` per (prefix, branch): a :class:`harness.loop.Branch` of the source
-    episode (its steps copied), step budget ``Z + K``."""
+def branch_spec(config: RunConfig, prefix: Episode, k: int):
+    """The :class:`harness.loop.EpisodeSpec` of branch ``k`` of ``prefix``: a :class:`harness.loop.Branch` of the
+    source episode (its steps copied), step budget ``Z + K``. The same episode whichever stop rule runs it."""
     from harness.loop import Branch, EpisodeSpec, branch_episode_id
 
-    specs = []
-    for ep in prefixes:
-        for k in range(branches):
-            specs.append(
-                EpisodeSpec(
-                    episode_id=branch_episode_id(ep.episode_id, k),
-                    task_id=ep.task_id,
-                    sample_index=ep.sample_index,
-                    seed=branch_seed(config.decoding.seed, ep.episode_id, k),
-                    step_budget=len(ep.steps) + config.continuation["extra_steps"],
-                    start=Branch(ep, index=k),
-                )
-            )
-    return specs
+    return EpisodeSpec(
+        episode_id=branch_episode_id(prefix.episode_id, k),
+        task_id=prefix.task_id,
+        sample_index=prefix.sample_index,
+        seed=branch_seed(config.decoding.seed, prefix.episode_id, k),
+        step_budget=len(prefix.steps) + config.continuation["extra_steps"],
+        start=Branch(prefix, index=k),
+    )
+
+
+def branch_specs(config: RunConfig, prefixes: Sequence[Episode], branches: int, *, first: int = 0) -> list:
+    """Branches ``first .. branches-1`` of every prefix (:func:`branch_spec`), grouped by prefix (so a single-slot
+    llama.cpp server reuses a prefix's KV cache across its branches)."""
+    return [branch_spec(config, ep, k) for ep in prefixes for k in range(first, branches)]
 
 
 # ------------------------------------------------------------------------------------------ replay check
@@ -220,6 +239,11 @@ class ContinueReport:
     n_branches_planned: int
     n_branches_written: int
     summary: Any = None
+    stop_rule: str = "fixed"
+    #: Sequential rules: where each continued prefix was left (``stop_decisions.jsonl``).
+    decisions: list[StopDecision] = field(default_factory=list)
+    #: Branches the fixed design would run on the same prefixes (prefixes x ``--branches``).
+    n_branches_max: int = 0
 
     @property
     def n_branches_missing(self) -> int:
@@ -246,14 +270,17 @@ def run_continuations(
     lock_scope: contextlib.ExitStack | None = None,
     timeout_s: float | None = None,
     max_retries: int | None = None,
+    stop_rule: str | StopRule = FIXED,
 ) -> ContinueReport:
     """Replay-check the selected censored prefixes of ``source_dir`` and run ``branches`` continuation branches of
     each faithful one into ``out_dir`` (created, or resumed when it holds the same continuation config).
 
-    ``extra_steps`` defaults to the source step budget. The source directory is only read. ``out_dir``'s writer
-    lock is taken before the first write and held until ``lock_scope`` closes (default: until this returns), so
-    a caller that writes more (the q_Z file) keeps it. ``timeout_s`` / ``max_retries``: the model client's per
-    call (None: the batch runner's defaults).
+    ``extra_steps`` defaults to the source step budget. The source directory is only read. ``stop_rule``
+    (:mod:`harness.stop_rules`): ``fixed`` runs all ``branches`` at once; ``ci:H`` runs them in rounds and stops
+    a prefix early (:func:`run_rounds`), ``branches`` being the maximum. ``out_dir``'s writer lock is taken before
+    the first write and held until ``lock_scope`` closes (default: until this returns), so a caller that writes
+    more (the q_Z file) keeps it. ``timeout_s`` / ``max_retries``: the model client's per call (None: the batch
+    runner's defaults).
     """
     from harness import run_lock
     from harness.build import check_endpoint_url
@@ -265,9 +292,11 @@ def run_continuations(
     manifest, episodes = load_source(source_dir)
     if _inside(out_dir, source_dir) or _inside(source_dir, out_dir):
         raise UserError("--out must be a directory outside the source run directory (the source is never modified)")
+    rule = stop_rule if isinstance(stop_rule, StopRule) else parse_stop_rule(stop_rule)
     prefixes = select_prefixes(manifest, episodes, n=n_prefixes, ids=ids)
     k = manifest.config.step_budget if extra_steps is None else extra_steps
-    config = continuation_config(manifest, source_dir, prefixes, branches=branches, extra_steps=k, api_base=api_base)
+    config = continuation_config(manifest, source_dir, prefixes, branches=branches, extra_steps=k, api_base=api_base,
+                                 stop_rule=rule)
     check_out_dir(out_dir)  # also refuses, naming it, another process writing out_dir
     if (out_dir / MANIFEST_FILE).exists():
         check_resumable(out_dir, config)  # resume refuses a different config: check now, before any replay work
@@ -284,7 +313,6 @@ def run_continuations(
         skipped = asyncio.run(check_replays(domain, manifest.config, prefixes))
     skipped_ids = {s.episode_id for s in skipped}
     keep = [ep for ep in prefixes if ep.episode_id not in skipped_ids]
-    specs = branch_specs(config, keep, branches)
     with contextlib.ExitStack() as own_scope:
         scope = lock_scope if lock_scope is not None else own_scope
         # Create the run directory first so that the skipped prefixes are recorded even if the run is interrupted;
@@ -299,9 +327,13 @@ def run_continuations(
             _write_skipped(out_dir, skipped)
         except OSError as exc:
             raise RunDirWriteError(out_dir, exc) from None
+        options = {k: v for k, v in (("timeout_s", timeout_s), ("max_retries", max_retries)) if v is not None}
+        if not rule.is_fixed:
+            return run_rounds(config, out_dir, keep, rule, n_prefixes=len(prefixes), skipped=skipped,
+                              concurrency=concurrency, progress=progress, client_factory=client_factory, **options)
+        specs = branch_specs(config, keep, branches)
         summary = None
         if specs:
-            options = {k: v for k, v in (("timeout_s", timeout_s), ("max_retries", max_retries)) if v is not None}
             summary = run_batch(config, out_dir, specs=specs, concurrency=concurrency, progress=progress,
                                 client_factory=client_factory, **options)
         planned = {s.episode_id for s in specs}
@@ -313,4 +345,89 @@ def run_continuations(
             n_branches_planned=len(specs),
             n_branches_written=written,
             summary=summary,
+            n_branches_max=len(specs),
         )
+
+
+# ------------------------------------------------------------------------------------------ sequential design
+
+
+def _finished_branches(out_dir: Path) -> dict[str, Episode]:
+    return {ep.episode_id: ep for ep in RunDir.open(out_dir).episodes() if ep.source_episode_id is not None}
+
+
+def _write_decisions(out_dir: Path, decisions: Sequence[StopDecision]) -> None:
+    atomic_write_text(Path(out_dir) / STOP_FILE, "".join(d.model_dump_json() + "\n" for d in decisions))
+
+
+def run_rounds(
+    config: RunConfig,
+    out_dir: Path,
+    prefixes: Sequence[Episode],
+    rule: StopRule,
+    *,
+    n_prefixes: int,
+    skipped: Sequence[SkippedPrefix] = (),
+    concurrency: int | None = None,
+    progress: bool = True,
+    client_factory=None,
+    **batch_options,
+) -> ContinueReport:
+    """The sequential design: branches in rounds (``rule.rounds(M)``: cumulative branches per prefix), a decision
+    per open prefix after each round (:func:`harness.stop_rules.decide`), ``stop_decisions.jsonl`` rewritten after
+    each round.
+
+    Branch ``k`` of a prefix is :func:`branch_spec` ``k``, as in the fixed design, so a sequential run is a prefix
+    of the fixed run. A decision reads only branches ``0 .. round target - 1`` from the run directory; a prefix
+    whose round lost a branch (model failure) stays open and gets no further round in this call. Re-running
+    replays the rounds (finished branches are not run again), runs what is missing and so takes the same
+    decisions on the same recorded outcomes -- resume needs no state beyond the episodes.
+    """
+    from harness.loop import branch_episode_id
+    from harness.runner import run_batch
+
+    max_branches = config.continuation["branches"]
+    open_prefixes = list(prefixes)
+    decisions: dict[str, StopDecision] = {}
+    planned_of: dict[str, int] = {}  # branches planned per prefix so far (its last round's target)
+    summaries = []
+    done = _finished_branches(out_dir)
+    planned = 0
+    for target in rule.rounds(max_branches):
+        specs = branch_specs(config, open_prefixes, target, first=planned)
+        if any(s.episode_id not in done for s in specs):
+            summaries.append(run_batch(config, out_dir, specs=specs, concurrency=concurrency, progress=progress,
+                                       client_factory=client_factory, **batch_options))
+            done = _finished_branches(out_dir)
+            if summaries[-1].stopped is not None:  # a signal or a write failure: no further round
+                break
+        still_open = []
+        for ep in open_prefixes:
+            planned_of[ep.episode_id] = target
+            outcomes = []
+            for k in range(target):  # contiguous from branch 0: a decision never skips a missing branch
+                branch = done.get(branch_episode_id(ep.episode_id, k))
+                if branch is None:
+                    break
+                outcomes.append(resolved_outcome(branch))
+            d = decide(rule, ep.episode_id, outcomes, planned=target, max_branches=max_branches)
+            decisions[ep.episode_id] = d
+            if d.stopped_by is None and len(outcomes) == target:
+                still_open.append(ep)
+        _write_decisions(out_dir, [decisions[ep.episode_id] for ep in prefixes if ep.episode_id in decisions])
+        open_prefixes, planned = still_open, target
+        if not open_prefixes:
+            break
+    ordered = [decisions[ep.episode_id] for ep in prefixes if ep.episode_id in decisions]
+    written = sum(branch_episode_id(eid, k) in done for eid, n in planned_of.items() for k in range(n))
+    return ContinueReport(
+        out_dir=out_dir,
+        n_prefixes=n_prefixes,
+        skipped=list(skipped),
+        n_branches_planned=sum(planned_of.values()),
+        n_branches_written=written,
+        summary=summaries[-1] if summaries else None,
+        stop_rule=rule.text,
+        decisions=ordered,
+        n_branches_max=len(prefixes) * max_branches,
+    )

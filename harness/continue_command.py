@@ -1,7 +1,7 @@
 """`uqh continue`: Monte Carlo continuation branches from censored (max_steps) prefixes, then q_Z and the audit.
 
     uqh continue RUN_DIR --branches M --extra-steps K [--prefixes N | --ids ID ...] [--min-valid 5]
-                 --out CONT_DIR [--concurrency C] [--qz-method hybrid|mc|plugin]
+                 --out CONT_DIR [--concurrency C] [--qz-method hybrid|mc|plugin] [--stop-rule fixed|ci:H]
 
 Re-running the same command resumes an interrupted continuation run (finished branches are kept).
 With ``--qz-only`` no model is called: q_Z and the audit are recomputed from the branches already in CONT_DIR.
@@ -13,7 +13,11 @@ import argparse
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="source run directory (read only)")
-    p.add_argument("--branches", "-M", type=int, default=10, help="continuation branches per prefix (default 10)")
+    p.add_argument("--branches", "-M", type=int, default=10,
+                   help="continuation branches per prefix (default 10); the maximum under a sequential --stop-rule")
+    p.add_argument("--stop-rule", default="fixed", metavar="RULE",
+                   help="fixed (default: M branches per prefix, the paper's design) or ci:H (rounds of branches; a "
+                        "prefix stops once its 95%% anytime-valid interval for q_Z has half-width <= H, else at M)")
     p.add_argument("--extra-steps", "-K", type=int, help="extra step budget per branch (default: the source budget)")
     sel = p.add_mutually_exclusive_group()
     sel.add_argument("--prefixes", type=int, metavar="N", help="continue the first N max_steps episodes (canonical order)")
@@ -71,6 +75,9 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
 
     parse_score(args.score)  # bad audit settings fail before any model call
     check_scheme(args.weights)
+    from harness.stop_rules import parse_stop_rule
+
+    stop_rule = parse_stop_rule(args.stop_rule)
     if args.qz_only:
         if not (Path(args.out) / "manifest.json").is_file():
             raise UserError(f"{args.out} is not a continuation run directory (no manifest.json); run `uqh continue` "
@@ -96,6 +103,7 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
             lock_scope=lock_scope,
             timeout_s=args.timeout,
             max_retries=args.max_retries,
+            stop_rule=stop_rule,
         )
         for s in report.skipped:
             print(f"skipped {s.episode_id}: {s.reason}")
@@ -103,6 +111,8 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
             f"{report.n_prefixes} prefixes selected, {len(report.skipped)} skipped (not replayable), "
             f"{report.n_branches_written} branches written to {args.out}"
         )
+        if report.decisions:
+            print(stop_summary(report))
         stopped = report.summary.stopped if report.summary is not None else None
         if stopped is not None:
             print(f"uqh continue: {stopped.message}; {report.n_branches_missing} branches not finished; {stopped.hint}",
@@ -123,3 +133,17 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
     print(f"q_Z file: {Path(args.out) / 'qz.jsonl'}  (use: uqh score {estimate.source_run_dir} --censoring exact "
           f"--q-z {Path(args.out) / 'qz.jsonl'})")
     return 0
+
+
+def stop_summary(report) -> str:
+    """One line on what a sequential stop rule did."""
+    by = {"half_width": 0, "max_branches": 0, None: 0}
+    for d in report.decisions:
+        by[d.stopped_by] += 1
+    share = report.n_branches_written / report.n_branches_max if report.n_branches_max else 0.0
+    line = (f"stop rule {report.stop_rule}: {by['half_width']} prefixes stopped at the half-width, "
+            f"{by['max_branches']} at --branches; {report.n_branches_written} of at most {report.n_branches_max} "
+            f"branches run ({100 * share:.0f}%)")
+    if by[None]:
+        line += f"; {by[None]} prefixes open (a branch failed; re-run to resume)"
+    return line

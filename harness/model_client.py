@@ -34,8 +34,10 @@ What every transport guarantees:
   A response without logprobs gives ``tokens=None``, ``has_logprobs=False`` and one warning per client.
 - ``Completion.text`` is the full raw text: litellm moves a leading ``<think>...</think>`` into
   ``reasoning_content``; it is put back (the joined logprob tokens are preferred when they reproduce it).
-- Usage is copied from the response; cost is what the provider billed when it says so (OpenRouter's
-  ``usage.cost``), else litellm's price for the model, or ``None`` (never 0) when the model is unpriced.
+- Usage is copied from the response, cached prompt tokens included (``prompt_tokens_details.cached_tokens``,
+  Anthropic's cache read/creation counts); cost is what the provider billed when it says so (OpenRouter's
+  ``usage.cost``), else litellm's price for the model with cached tokens at its cache rates, or ``None``
+  (never 0) when the model is unpriced.
 """
 from __future__ import annotations
 
@@ -281,14 +283,31 @@ def _reasoning_of(message: Any) -> str | None:
     return None
 
 
+def _count(obj: Any, key: str) -> int | None:
+    value = _get(obj, key)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _first_count(*found: int | None) -> int | None:
+    return next((v for v in found if v is not None), None)
+
+
 def _usage_of(resp: Any) -> Usage:
     usage = _get(resp, "usage")
-
-    def _int(key: str) -> int | None:
-        value = _get(usage, key)
-        return int(value) if isinstance(value, (int, float)) else None
-
-    return Usage(prompt_tokens=_int("prompt_tokens"), completion_tokens=_int("completion_tokens"), total_tokens=_int("total_tokens"))
+    details = _get(usage, "prompt_tokens_details")
+    return Usage(
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
+        total_tokens=_count(usage, "total_tokens"),
+        # OpenAI-style details (also what litellm fills in for Anthropic), then Anthropic's and DeepSeek's own names
+        cached_prompt_tokens=_first_count(
+            _count(details, "cached_tokens"), _count(usage, "cache_read_input_tokens"),
+            _count(usage, "prompt_cache_hit_tokens"),
+        ),
+        cache_write_prompt_tokens=_first_count(
+            _count(usage, "cache_creation_input_tokens"), _count(details, "cache_creation_tokens"),
+        ),
+    )
 
 
 @lru_cache(maxsize=1)
@@ -330,14 +349,19 @@ def _provider_cost(resp: Any) -> float | None:
 
 
 def cost_usd(model: str, usage: Usage) -> float | None:
-    """USD cost of one call from litellm's price map; ``None`` when the model is unpriced or usage unknown."""
+    """USD cost of one call from litellm's price map; ``None`` when the model is unpriced or usage unknown.
+
+    Cached prompt tokens (reads and writes, both part of ``prompt_tokens``) are priced at the map's cache rates
+    where it has them (litellm falls back to the input rate where it has none)."""
     if usage.prompt_tokens is None or usage.completion_tokens is None or not _is_priced(model):
         return None
     import litellm
 
     try:
         prompt_cost, completion_cost = litellm.cost_per_token(
-            model=model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
+            model=model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+            cache_read_input_tokens=usage.cached_prompt_tokens or 0,
+            cache_creation_input_tokens=usage.cache_write_prompt_tokens or 0,
         )
     except Exception:  # noqa: BLE001
         return None
@@ -513,7 +537,7 @@ class ModelClientImpl:
             latency_s=latency_s,
             retries=retries,
             finish_reason=_get(choice, "finish_reason"),
-            seed=seed,
+            seed=seed if getattr(self.transport, "sends_seed", True) else None,  # recorded only if sent
             has_logprobs=tokens is not None,
             content_null=content is None,
         )

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 from rundir.schema import DecodingConfig
+
+log = logging.getLogger(__name__)
 
 GRAMMAR_PATH = Path(__file__).resolve().parent.parent / "prompts" / "four_tags.gbnf"
 
@@ -134,8 +137,49 @@ class _PerLoop:
                 pass
 
 
+#: litellm providers that serve Claude models and cache a prompt only where ``cache_control`` marks it (OpenAI,
+#: DeepSeek, Gemini 2.5 and most OpenRouter routes cache automatically, with nothing to mark).
+CACHE_CONTROL_PROVIDERS = frozenset({"anthropic", "bedrock", "vertex_ai", "azure_ai", "openrouter"})
+#: Where the marks go (litellm's ``cache_control_injection_points``): the system prompt, shared by every call of a
+#: run, and the last message, so each call caches its whole conversation and the next call of the episode -- or
+#: every other branch of a prefix, whose first request is byte-identical -- reads it back. 2 of the 4 breakpoints
+#: Anthropic allows.
+CACHE_CONTROL_POINTS = ({"location": "message", "role": "system"}, {"location": "message", "index": -1})
+#: Request parameters a provider may reject outright (litellm raises UnsupportedParamsError for them).
+_OPTIONAL_PARAMS = ("seed", "logprobs", "top_logprobs", "reasoning_effort")
+
+
+def needs_cache_control(model: str) -> bool:
+    """Whether prompt caching for ``model`` needs explicit ``cache_control`` marks (Claude models)."""
+    import litellm
+
+    try:
+        provider = litellm.get_llm_provider(model)[1]
+    except Exception:  # noqa: BLE001 - an unroutable model fails on its first call, not here
+        return False
+    return provider in CACHE_CONTROL_PROVIDERS and "claude" in model.lower()
+
+
+def unsupported_params(model: str, params: Any) -> list[str]:
+    """The keys of ``params`` (plus ``seed``) that litellm says ``model``'s provider does not accept."""
+    import litellm
+
+    try:
+        supported = litellm.get_supported_openai_params(model=model)
+    except Exception:  # noqa: BLE001
+        return []
+    if supported is None:
+        return []
+    wanted = set(params) | {"seed"}
+    return [k for k in _OPTIONAL_PARAMS if k in wanted and k not in supported]
+
+
 class LitellmTransport:
-    """``litellm.acompletion`` (litellm's own retries off: the client retries)."""
+    """``litellm.acompletion`` (litellm's own retries off: the client retries).
+
+    For Claude models it marks the prompt for caching (:data:`CACHE_CONTROL_POINTS`); parameters the provider
+    rejects (e.g. Anthropic: ``seed``, ``logprobs``) are not sent, with one warning naming them.
+    """
 
     name: ClassVar[str] = "litellm"
     #: Talks to an OpenAI-compatible URL only (needs ``openai/NAME`` and always a key).
@@ -152,13 +196,22 @@ class LitellmTransport:
             kw["api_base"] = endpoint.api_base
         if endpoint.api_key is not None:
             kw["api_key"] = endpoint.api_key
+        self._dropped = unsupported_params(endpoint.model, kw)
+        for key in self._dropped:
+            kw.pop(key, None)
+        if self._dropped:
+            log.warning("%s: the provider does not accept %s; not sent (its calls are recorded without a seed "
+                        "or logprobs where those are the ones missing)", endpoint.model, ", ".join(self._dropped))
+        self.sends_seed = "seed" not in self._dropped
+        if needs_cache_control(endpoint.model):
+            kw["cache_control_injection_points"] = [dict(p) for p in CACHE_CONTROL_POINTS]
         self._kwargs = kw
 
     async def send(self, messages: list[dict], seed: int | None) -> Any:
         import litellm
 
         kw = dict(self._kwargs)
-        if seed is not None:
+        if seed is not None and self.sends_seed:
             kw["seed"] = seed
         return await litellm.acompletion(
             model=self.endpoint.model, messages=messages, timeout=self.endpoint.timeout_s, num_retries=0,

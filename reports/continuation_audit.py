@@ -34,6 +34,8 @@ def audit_tables(audit) -> str:
     )
     lines.append("")
     d = audit.distribution
+    if audit.cost is not None:
+        lines += cost_table(audit.cost, d) + [""]
     lines += [
         f"| Diagnostic (n = {d.n}) | Value |",
         "|---|---|",
@@ -62,6 +64,45 @@ def audit_tables(audit) -> str:
         lines += ["", "Conditional-projection identity: max_i |TPS_exact-MC - branch average| = "
                   f"{audit.identity_max_error:.3g}"]
     return "\n".join(lines)
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def cost_table(cost, distribution) -> list[str]:
+    """The run's branches, calls, prompt tokens (cached / uncached) and cost next to mean q_hat_Z^MC and its CI."""
+    branches = f"{_n(cost.branches)} of {_n(cost.branches_max)}" if cost.branches_max else _n(cost.branches)
+    if cost.branches_max:
+        branches += f" ({100 * cost.branches / cost.branches_max:.0f}%)"
+    if cost.calls_reporting_cache:
+        cached = f"{_n(cost.cached_prompt_tokens)} / {_n(cost.uncached_prompt_tokens)}"
+        if cost.calls_reporting_cache < cost.calls:
+            cached += f" ({cost.calls - cost.calls_reporting_cache} calls did not report)"
+    else:
+        cached = f"not reported / {_n(cost.prompt_tokens)}"
+    if cost.unpriced_calls == cost.calls:
+        price = "NA (unpriced)"
+    else:
+        price = f"{cost.cost_usd:.4f}" + (f" + {cost.unpriced_calls} unpriced calls" if cost.unpriced_calls else "")
+    d = distribution
+    rows = [
+        "| Stop rule | Branches run (of max) | Model calls | Prompt tokens cached / uncached | Completion tokens | "
+        "Cost (USD) | Mean q_hat_Z^MC [95% CI] |",
+        "|---|---|---|---|---|---|---|",
+        f"| {cost.stop_rule} | {branches} | {_n(cost.calls)} | {cached} | {_n(cost.completion_tokens)} | {price} | "
+        f"{_f(d.mean)} [{_f(d.ci[0])}, {_f(d.ci[1])}] |",
+    ]
+    notes = []
+    if cost.stop_rule != "fixed":
+        note = (f"{cost.stopped_half_width} prefixes stopped at the half-width, {cost.stopped_max_branches} at "
+                f"--branches {cost.max_branches}")
+        notes.append(note + (f", {cost.open} open (a branch failed: re-run to resume)" if cost.open else ""))
+    if cost.cache_write_prompt_tokens:
+        notes.append(f"{_n(cost.cache_write_prompt_tokens)} uncached prompt tokens were written to the cache")
+    if cost.decision_mismatch:
+        notes.append(f"WARNING: {cost.decision_mismatch} recorded stop decisions disagree with the branches found")
+    return rows + ([f"({'; '.join(notes)}.)"] if notes else [])
 
 
 def audit_text(audit) -> str:

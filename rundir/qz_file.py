@@ -4,6 +4,14 @@ One JSON object per line::
 
     {"episode_id": "<task_id>#<k>", "q_hat_z": 0.4, "n_valid": 10, "method": "mc"}
 
+A sequential continuation run (``uqh continue --stop-rule ci:H``) adds, per continued prefix, ``branches`` (run),
+``stop_rule`` and, for Monte Carlo records, ``interval`` (the 95% confidence sequence the rule stopped on)::
+
+    {"episode_id": "t#0", "q_hat_z": 0.0, "n_valid": 7, "method": "mc", "branches": 7, "stop_rule": "ci:0.2",
+     "interval": [0.0, 0.31]}
+
+They are optional and left out when absent, so a fixed-design file is unchanged and older files still read.
+
 ``uqh continue`` writes it with :func:`write_qz_file`; ``uqh score
 --censoring exact --q-z FILE`` reads it with :func:`read_qz_file`. ``q_hat_z`` is the plug-in weight of the
 exact reduced censored score, Eq. (4) / Eq. (16) of the paper.
@@ -20,6 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rundir.errors import UserError
 
 
+def _is_none(value) -> bool:
+    return value is None
+
+
 class QzRecord(BaseModel):
     """One line of a q_Z file."""
 
@@ -29,6 +41,19 @@ class QzRecord(BaseModel):
     q_hat_z: Annotated[float, Field(description="Estimated P(Y=1 | H_Z) for the stopped prefix, in [0, 1].")]
     n_valid: Annotated[int, Field(description="Continuation branches (or labels) the estimate rests on.", ge=0)]
     method: Annotated[Literal["mc", "plugin", "hybrid"], Field(description="Estimator route of Appendix H.1.")]
+    branches: Annotated[
+        int | None,
+        Field(description="Sequential stop rules: continuation branches run for this prefix.", ge=0,
+              exclude_if=_is_none),
+    ] = None
+    stop_rule: Annotated[
+        str | None, Field(description="Sequential stop rules: the rule, e.g. 'ci:0.2'.", exclude_if=_is_none)
+    ] = None
+    interval: Annotated[
+        tuple[float, float] | None,
+        Field(description="Sequential stop rules, mc records: the 95% confidence sequence for q_Z at the stop "
+                          "(valid under optional stopping; harness.stop_rules).", exclude_if=_is_none),
+    ] = None
 
     @field_validator("q_hat_z")
     @classmethod

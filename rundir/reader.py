@@ -35,12 +35,14 @@ from rundir.schema import (
     SIDECAR_FILE,
     SKIPPED_FILE,
     SKIPPED_SAMPLES_FILE,
+    STOP_FILE,
     Episode,
     LogprobRow,
     Manifest,
     PartialEpisode,
     SkippedPrefix,
     SkippedSample,
+    StopDecision,
     StopReason,
 )
 
@@ -244,6 +246,11 @@ class RunDir:
         for rec in read_jsonl(self.path / SKIPPED_SAMPLES_FILE, SkippedSample):
             seen.setdefault(rec.episode_id, rec)
         return list(seen.values())
+
+    def stop_decisions(self) -> dict[str, StopDecision]:
+        """A sequential continuation run's per-prefix stop decisions by episode id (empty for a fixed design or
+        another run)."""
+        return {d.episode_id: d for d in read_jsonl(self.path / STOP_FILE, StopDecision)}
 
     # ------------------------------------------------------------------ integrity (the writer, uqh repair)
 

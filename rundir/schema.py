@@ -9,9 +9,10 @@ A run directory holds
 - ``writer.lock``      -- the writer's lock file (who writes the directory now; never data);
 - ``*.quarantine``     -- lines ``uqh repair`` moved out of a JSONL file because they were not valid records;
 
-and a continuation run directory (``uqh continue``) also ``qz.jsonl`` (:mod:`rundir.qz_file`) and
-``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`); a run with sequential sampling (``uqh run
---stop-on-consensus``) also ``skipped_samples.jsonl`` (:class:`SkippedSample`).
+and a continuation run directory (``uqh continue``) also ``qz.jsonl`` (:mod:`rundir.qz_file`),
+``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`) and, for a sequential stop rule, ``stop_decisions.jsonl``
+(:class:`StopDecision`); a run with sequential sampling (``uqh run --stop-on-consensus``) also
+``skipped_samples.jsonl`` (:class:`SkippedSample`).
 
 Every record carries ``schema_version``. Nothing outside :mod:`rundir` reads these files: every reader goes
 through :class:`rundir.RunDir`, so that a torn last line from a crash is never mistaken for data and every part
@@ -46,6 +47,7 @@ SKIPPED_SAMPLES_FILE = "skipped_samples.jsonl"
 #: ``Episode.info`` key of the episode's canonical answer class (``Domain.canonical_answer``), recorded when the
 #: episode finishes: a string, or null for the explicit "no answer" class. Absent in runs recorded before it.
 CANONICAL_ANSWER_KEY = "canonical_answer"
+STOP_FILE = "stop_decisions.jsonl"
 AUDIT_JSON = "audit.json"
 AUDIT_MD = "audit.md"
 
@@ -102,10 +104,40 @@ class LogprobRow(_Record):
 # --------------------------------------------------------------------------------------- steps
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 class Usage(_Record):
+    """Token counts of one call as the provider reported them (null: not reported).
+
+    ``prompt_tokens`` counts every prompt token, cached ones included (OpenAI's convention; litellm normalises
+    Anthropic's to it). The cache fields were added after schema version 1 shipped: they are left out of the JSON
+    while null, so older run directories and calls without cache information read and write as before.
+    """
+
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
+    cached_prompt_tokens: Annotated[
+        int | None,
+        Field(description="Prompt tokens read from the provider's prompt cache (OpenAI "
+                          "usage.prompt_tokens_details.cached_tokens, Anthropic cache_read_input_tokens); included in "
+                          "prompt_tokens; null when the provider does not say.", exclude_if=_is_none),
+    ] = None
+    cache_write_prompt_tokens: Annotated[
+        int | None,
+        Field(description="Prompt tokens written to the provider's prompt cache (Anthropic "
+                          "cache_creation_input_tokens, billed above the input rate); included in prompt_tokens; null "
+                          "when the provider does not say.", exclude_if=_is_none),
+    ] = None
+
+    @property
+    def uncached_prompt_tokens(self) -> int | None:
+        """Prompt tokens not read from the cache (cache writes included); None when prompt_tokens is unknown."""
+        if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens - (self.cached_prompt_tokens or 0)
 
 
 class CallRecord(_Record):
@@ -122,7 +154,9 @@ class CallRecord(_Record):
     content_null: Annotated[
         bool,
         Field(description="The provider's message content was null (a refusal, a filtered or a reasoning-only "
-                          "answer; see finish_reason): recorded as an empty text, which the parser rejects."),
+                          "answer; see finish_reason): recorded as an empty text, which the parser rejects. Written "
+                          "only when true, so records of ordinary calls keep their earlier form.",
+              exclude_if=lambda v: v is False),
     ] = False
 
 
@@ -348,6 +382,26 @@ class SkippedSample(_Record):
     mode: Annotated[str | None, Field(description="The certified canonical class (null: the no-answer class).")]
     statistic: Annotated[float, Field(description="The rule's statistic at the stop (margin or e-value).")]
     threshold: Annotated[float, Field(description="The value the statistic had to exceed.")]
+
+
+class StopDecision(_Record):
+    """One line of a continuation run's ``stop_decisions.jsonl`` (``--stop-rule ci:H``): where the sequential
+    design left a prefix, rewritten after every round (:mod:`harness.stop_rules`)."""
+
+    episode_id: Annotated[str, Field(description="The censored source episode (prefix).")]
+    stop_rule: Annotated[str, Field(description="The rule that decided, e.g. 'ci:0.2'.")]
+    branches: Annotated[int, Field(description="Branches of this prefix run (finished), indices 0..branches-1.", ge=0)]
+    resolved: Annotated[int, Field(description="Of them, branches that ended clean (with an outcome).", ge=0)]
+    successes: Annotated[int, Field(description="Of the resolved branches, those with Y = 1.", ge=0)]
+    interval: Annotated[
+        tuple[float, float],
+        Field(description="95% beta-binomial confidence sequence for q_Z after these outcomes (valid at any stop)."),
+    ]
+    stopped_by: Annotated[
+        Literal["half_width", "max_branches"] | None,
+        Field(description="Why the prefix got no more branches; null while open (a branch of the round failed: "
+                          "re-run the command to resume)."),
+    ] = None
 
 
 def export_json_schemas() -> dict[str, Any]:

@@ -50,6 +50,32 @@ class AuditCounts(BaseModel):
     without_estimate: int = 0
 
 
+class RunCost(BaseModel):
+    """What the continuation branches of a run used (their own calls; the copied prefix steps are not theirs)."""
+
+    stop_rule: str = "fixed"
+    max_branches: int = 0  # --branches: M (fixed) or the maximum (sequential)
+    prefixes: int = 0  # prefixes with at least one branch
+    branches: int = 0
+    branches_max: int = 0  # prefixes x max_branches: what the fixed design runs on the same prefixes
+    stopped_half_width: int = 0
+    stopped_max_branches: int = 0
+    open: int = 0
+    decision_mismatch: int = 0  # recorded decisions whose counts differ from the branches found
+    calls: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    cache_write_prompt_tokens: int = 0
+    calls_reporting_cache: int = 0  # calls whose usage said how many prompt tokens were cached
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0
+
+    @property
+    def uncached_prompt_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_prompt_tokens
+
+
 class SensitivityRow(BaseModel):
     mean_q: float
     difference: qz.MeanCI
@@ -87,6 +113,7 @@ class ContinuationAudit(BaseModel):
     identity_max_error: float | None = None
     per_prefix: list[PrefixScore] = []
     settings: AuditSettings | None = None
+    cost: RunCost | None = None
 
 
 @dataclass
@@ -120,6 +147,38 @@ def _confidences(steps) -> np.ndarray | None:
     if any(v is None for v in vals):
         return None
     return np.asarray(vals, dtype=float)
+
+
+def run_cost(cont: RunDir, branches: Sequence[Episode]) -> RunCost:
+    """Branches, model calls, prompt tokens (cached / uncached), completion tokens and cost of ``branches`` (only
+    their own calls: steps after ``prefix_steps`` and a failed step), with the stop rule's outcome."""
+    info = cont.config.continuation or {}
+    m = int(info.get("branches", 0))
+    out = RunCost(stop_rule=info.get("stop_rule", "fixed"), max_branches=m, branches=len(branches),
+                  prefixes=len({b.source_episode_id for b in branches}))
+    out.branches_max = out.prefixes * m
+    for br in branches:
+        for att in [a for st in br.steps[br.prefix_steps:] for a in st.attempts] + list(br.failed_step or []):
+            call, u = att.call, att.call.usage
+            out.calls += 1
+            out.prompt_tokens += u.prompt_tokens or 0
+            out.completion_tokens += u.completion_tokens or 0
+            if u.cached_prompt_tokens is not None:
+                out.calls_reporting_cache += 1
+                out.cached_prompt_tokens += u.cached_prompt_tokens
+            out.cache_write_prompt_tokens += u.cache_write_prompt_tokens or 0
+            if call.cost_usd is None:
+                out.unpriced_calls += 1
+            else:
+                out.cost_usd += call.cost_usd
+    for d in cont.stop_decisions().values():
+        if d.stopped_by == "half_width":
+            out.stopped_half_width += 1
+        elif d.stopped_by == "max_branches":
+            out.stopped_max_branches += 1
+        else:
+            out.open += 1
+    return out
 
 
 def source_of(cont: RunDir) -> RunDir:
@@ -248,12 +307,23 @@ def estimate_qz(
         meth = np.where(np.isfinite(q_hat), "plugin", "none")
     else:
         q_hat, meth = qz.hybrid(primary.q_hat, primary.retained, plugin_q if plugin_q is not None else np.full(n, np.nan))
+    decisions = cont.stop_decisions()  # sequential stop rules only: what the harness decided, never recomputed here
+    mismatch = sum(
+        1 for eid, d in decisions.items()
+        if eid in index and (d.resolved, d.successes) != (int(primary.n_resolved[index[eid]]),
+                                                          int(primary.n_success[index[eid]]))
+    )
     records = []
     for i, ep in enumerate(prefixes):
         if meth[i] == "none":
             continue
         nv = int(primary.n_resolved[i]) if meth[i] == "mc" else int(plugin_n_valid[i])
-        records.append(QzRecord(episode_id=ep.episode_id, q_hat_z=float(q_hat[i]), n_valid=nv, method=str(meth[i])))
+        d = decisions.get(ep.episode_id)
+        extra = {} if d is None else {
+            "branches": d.branches, "stop_rule": d.stop_rule, "interval": d.interval if meth[i] == "mc" else None,
+        }
+        records.append(QzRecord(episode_id=ep.episode_id, q_hat_z=float(q_hat[i]), n_valid=nv, method=str(meth[i]),
+                                **extra))
 
     audit = continuation_audit(
         prefixes, mc, b_idx_a, b_status_a, b_eps, rule=rule, weights=weights, n_boot=n_boot, seed=seed
@@ -270,6 +340,7 @@ def estimate_qz(
         "records_plugin": int(np.sum(meth == "plugin")),
         "without_estimate": int(np.sum(meth == "none")),
     })
+    audit.cost = run_cost(cont, branches).model_copy(update={"decision_mismatch": mismatch})
     audit.settings = AuditSettings(
         source_run_dir=str(source.path), min_valid=min_valid, method=method, rule=rule, weights=weights,
         n_boot=n_boot, seed=seed, plugin_features=list(qz.FEATURE_NAMES), plugin_note=plugin_note,

@@ -32,6 +32,17 @@ Faults (consumed one per request, in order, before normal service):
 ``"no_choices"`` (HTTP 200, a chat.completion with an empty ``choices`` list) and ``"null_content"`` (HTTP 200,
 a completion whose message content is null, finish_reason ``content_filter``).
 
+Prompt caching (``prompt_cache=True``): the server remembers every message-boundary prefix of the requests it
+served and reports, OpenAI-style, ``usage.prompt_tokens_details.cached_tokens`` = the prompt tokens of the longest
+remembered prefix of the request (automatic prefix caching, as OpenAI, DeepSeek and OpenRouter do it).
+
+``POST /v1/messages`` answers in the Anthropic Messages format (what litellm's ``anthropic/...`` models send
+when given this server's root URL as ``api_base``; no logprobs, as Anthropic has none). Its cache works the
+Anthropic way whether or not ``prompt_cache`` is set: only prefixes ending at a ``cache_control`` block are
+cached; ``usage`` reports ``cache_read_input_tokens`` (the longest marked prefix cached before),
+``cache_creation_input_tokens`` (up to the last mark, when not cached yet) and ``input_tokens`` (the rest). The
+responder sees the request converted to the chat shape (system + messages, text only).
+
 With ``quirky_top_logprobs=True`` every position lists 6 alternatives including a duplicate string and
 ``bytes: null`` -- the shape llama-cpp-python returns -- so clients' normalisation can be tested end to end.
 """
@@ -39,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import math
 import re
@@ -184,6 +196,7 @@ def build_response_body(
     quirky: bool,
     prompt_tokens: int,
     usage_cost: float | None = None,
+    cached_tokens: int | None = None,
 ) -> bytes:
     """The exact JSON bytes the server sends for one completion (the expensive part is cached per text)."""
     choice, n_tokens = _choice_json(text, max_tokens, logprobs, top_logprobs, quirky)
@@ -201,6 +214,8 @@ def build_response_body(
     }
     if usage_cost is not None:  # OpenRouter reports the billed USD cost of each call in usage.cost
         usage_obj["cost"] = usage_cost
+    if cached_tokens is not None:  # OpenAI-style prompt caching report
+        usage_obj["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     usage = json.dumps(usage_obj)
     return f'{head[:-1]}, "choices": [{choice}], "usage": {usage}}}'.encode()
 
@@ -234,6 +249,7 @@ class FakeOpenAIServer:
         port: int = 0,
         record_requests: bool = True,
         usage_cost: float | None = None,
+        prompt_cache: bool = False,
     ) -> None:
         for f in faults or ():
             if f not in FAULTS:
@@ -246,6 +262,8 @@ class FakeOpenAIServer:
         self.quirky_top_logprobs = quirky_top_logprobs
         self.record_requests = record_requests
         self.usage_cost = usage_cost  # when set, every answer reports usage.cost (as OpenRouter does)
+        self.prompt_cache = prompt_cache  # when set, answers report prompt_tokens_details.cached_tokens
+        self._cached_prefixes: set[str] = set()  # keys of the message prefixes seen (chat) or marked (messages)
         self.requests: list[dict] = []
         self.faults_served: list[str] = []
         self.responder_errors: list[BaseException] = []  # exceptions raised by a callable responder
@@ -270,6 +288,11 @@ class FakeOpenAIServer:
         if self.port is None:
             raise RuntimeError("server not started")
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """The server without ``/v1`` (litellm's ``anthropic/...`` models append ``/v1/messages`` to api_base)."""
+        return self.base_url[: -len("/v1")]
 
     def start(self) -> "FakeOpenAIServer":
         if self._thread is not None:
@@ -328,6 +351,7 @@ class FakeOpenAIServer:
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._anthropic_messages)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
         app.router.add_get("/_answered", self._answered)
@@ -433,6 +457,8 @@ class FakeOpenAIServer:
             return web.Response(
                 status=400, body=_error_body(400, msg, "invalid_request_error"), content_type="application/json"
             )
+        messages = body.get("messages", [])
+        cached = self._remember_prefixes(messages) if self.prompt_cache else None
         want_logprobs = bool(body.get("logprobs")) and self.logprobs and fault != "no_logprobs"
         top_n = body.get("top_logprobs")
         top_n = int(top_n) if top_n is not None else 0
@@ -444,14 +470,96 @@ class FakeOpenAIServer:
             logprobs=want_logprobs,
             top_logprobs=top_n,
             quirky=self.quirky_top_logprobs,
-            prompt_tokens=count_prompt_tokens(body.get("messages", [])),
+            prompt_tokens=count_prompt_tokens(messages),
             usage_cost=self.usage_cost,
+            cached_tokens=cached,
         )
         if fault == "malformed":
             payload = payload[: max(1, len(payload) // 2)]
         else:
             self.answered_at.append(time.time())
         return web.Response(body=payload, content_type="application/json")
+
+
+    # ----------------------------------------------------------------------------- prompt caching
+
+    def _remember_prefixes(self, messages: list[dict]) -> int:
+        """Automatic prefix caching: the prompt tokens of the longest message prefix served before; then remember
+        every prefix of this request."""
+        keys = _prefix_keys(messages)
+        with self._lock:
+            hit = max((j for j, k in enumerate(keys, start=1) if k in self._cached_prefixes), default=0)
+            self._cached_prefixes.update(keys)
+        return count_prompt_tokens(messages[:hit]) if hit else 0
+
+    async def _anthropic_messages(self, request: web.Request) -> web.Response:
+        """The Anthropic Messages API (text only), with Anthropic's explicit prompt cache."""
+        body = json.loads(await request.read())
+        with self._lock:
+            self.n_requests += 1
+            if self.record_requests:
+                self.requests.append(body)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        blocks = _anthropic_blocks(body)  # [(role, text, marked)]
+        chat = [{"role": "system", "content": "".join(t for r, t, _ in blocks if r == "system")}] if any(
+            r == "system" for r, _, _ in blocks) else []
+        for m in body.get("messages", []):
+            c = m.get("content")
+            chat.append({"role": m.get("role"), "content": c if isinstance(c, str) else "".join(
+                p.get("text", "") for p in c if isinstance(p, dict))})
+        try:
+            text = self._next_text({"model": body.get("model"), "messages": chat, "seed": None})
+        except Exception as exc:  # noqa: BLE001 - a broken responder is a test bug
+            self.responder_errors.append(exc)
+            return web.Response(status=400, body=_error_body(400, f"responder raised {exc}", "invalid_request_error"),
+                                content_type="application/json")
+        content, tokens, finish = _completion_parts(text, body.get("max_tokens"))
+        keys = _prefix_keys([{"role": r, "content": t} for r, t, _ in blocks], api="messages")
+        marks = [i for i, (_, _, marked) in enumerate(blocks) if marked]
+        size = [count_prompt_tokens([{"content": t} for _, t, _ in blocks[: i + 1]]) for i in marks]
+        total = count_prompt_tokens([{"content": t} for _, t, _ in blocks])
+        with self._lock:
+            read = max((n for i, n in zip(marks, size) if keys[i] in self._cached_prefixes), default=0)
+            write = size[-1] - read if marks and keys[marks[-1]] not in self._cached_prefixes else 0
+            self._cached_prefixes.update(keys[i] for i in marks)
+        answer = {
+            "id": "msg_fake", "type": "message", "role": "assistant", "model": body.get("model"),
+            "content": [{"type": "text", "text": content}],
+            "stop_reason": "max_tokens" if finish == "length" else "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": total - read - write, "output_tokens": len(tokens),
+                      "cache_read_input_tokens": read, "cache_creation_input_tokens": write},
+        }
+        self.answered_at.append(time.time())
+        return web.Response(body=json.dumps(answer).encode(), content_type="application/json")
+
+
+def _prefix_keys(messages: list[dict], api: str = "chat") -> list[str]:
+    """Key of every message prefix ``messages[:j]`` (j = 1..n): a running sha256 of the messages' JSON (one cache
+    per ``api``)."""
+    keys, h = [], hashlib.sha256(api.encode())
+    for m in messages:
+        h.update(json.dumps(m, sort_keys=True).encode())
+        keys.append(h.copy().hexdigest())
+    return keys
+
+
+def _anthropic_blocks(body: dict) -> list[tuple[str, str, bool]]:
+    """(role, text, has cache_control) of every text block: the system blocks, then each message's blocks."""
+    out = []
+    system = body.get("system")
+    if isinstance(system, str):
+        out.append(("system", system, False))
+    for b in system if isinstance(system, list) else ():
+        out.append(("system", b.get("text", ""), b.get("cache_control") is not None))
+    for m in body.get("messages", []):
+        c = m.get("content")
+        if isinstance(c, str):
+            out.append((m.get("role"), c, False))
+            continue
+        for b in c or ():
+            out.append((m.get("role"), b.get("text", ""), b.get("cache_control") is not None))
+    return out
 
 
 def _main(argv: list[str] | None = None) -> int:

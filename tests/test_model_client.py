@@ -653,3 +653,86 @@ def test_null_content_is_recorded(fake_server, transport):
     assert c.text == "" and c.call.content_null is True and c.call.finish_reason == "content_filter"
     with fake_server(STEP) as srv:
         assert _complete(_client(srv, transport)).call.content_null is False
+
+
+# ------------------------------------------------------------------------------------- prompt caching
+
+
+@pytest.mark.parametrize("transport", PATHS)
+def test_cached_prompt_tokens_recorded_and_priced_at_the_cache_rate(fake_server, transport):
+    """The fake server caches like OpenAI and reports usage.prompt_tokens_details.cached_tokens: the second identical
+    request is read whole from the cache, a longer one up to the shared prefix; the cost uses gpt-4o's cached rate."""
+    import litellm
+
+    price = litellm.model_cost["gpt-4o"]
+    longer = MESSAGES + [{"role": "assistant", "content": STEP}, {"role": "user", "content": "Observation: ok"}]
+    with fake_server(STEP, prompt_cache=True) as srv:
+        client = _client(srv, transport, model="openai/gpt-4o")
+
+        async def go():
+            try:
+                return [await client.complete(m) for m in (MESSAGES, MESSAGES, longer)]
+            finally:
+                await client.aclose()
+
+        first, again, extended = asyncio.run(go())
+    from fake_openai_server import count_prompt_tokens
+
+    assert first.call.usage.cached_prompt_tokens == 0
+    assert again.call.usage.cached_prompt_tokens == again.call.usage.prompt_tokens == count_prompt_tokens(MESSAGES)
+    assert extended.call.usage.cached_prompt_tokens == count_prompt_tokens(MESSAGES) < extended.call.usage.prompt_tokens
+    for c in (first, again, extended):
+        u = c.call.usage
+        assert u.cache_write_prompt_tokens is None and u.uncached_prompt_tokens == u.prompt_tokens - u.cached_prompt_tokens
+        expect = (u.uncached_prompt_tokens * price["input_cost_per_token"]
+                  + u.cached_prompt_tokens * price["cache_read_input_token_cost"]
+                  + u.completion_tokens * price["output_cost_per_token"])
+        assert c.call.cost_usd == pytest.approx(expect, rel=1e-12)
+    assert price["cache_read_input_token_cost"] < price["input_cost_per_token"]
+    assert again.call.cost_usd < first.call.cost_usd
+
+
+def test_usage_cache_fields_from_each_provider_style():
+    from harness.model_client import _usage_of, cost_usd
+    from rundir.schema import Usage
+
+    base = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}
+    openai_style = {"usage": {**base, "prompt_tokens_details": {"cached_tokens": 800}}}
+    anthropic_style = {"usage": {**base, "cache_read_input_tokens": 700, "cache_creation_input_tokens": 200}}
+    deepseek_style = {"usage": {**base, "prompt_cache_hit_tokens": 600, "prompt_cache_miss_tokens": 400}}
+    silent = {"usage": base}
+    assert (_usage_of(openai_style).cached_prompt_tokens, _usage_of(openai_style).cache_write_prompt_tokens) == (800, None)
+    assert (_usage_of(anthropic_style).cached_prompt_tokens, _usage_of(anthropic_style).cache_write_prompt_tokens) == (
+        700, 200)
+    assert _usage_of(deepseek_style).cached_prompt_tokens == 600
+    assert (_usage_of(silent).cached_prompt_tokens, _usage_of(silent).cache_write_prompt_tokens) == (None, None)
+    # a model without a cache rate in the price map pays the input rate for cached tokens too (litellm's fallback)
+    import litellm
+
+    assert "cache_read_input_token_cost" not in litellm.model_cost["gpt-3.5-turbo"]
+    plain = Usage(prompt_tokens=1000, completion_tokens=10)
+    cached = Usage(prompt_tokens=1000, completion_tokens=10, cached_prompt_tokens=800)
+    assert cost_usd("gpt-3.5-turbo", cached) == pytest.approx(cost_usd("gpt-3.5-turbo", plain))
+    # Anthropic: reads at the read rate, writes at the write rate, the rest at the input rate
+    p = litellm.model_cost["claude-haiku-4-5"]
+    u = _usage_of(anthropic_style)
+    assert cost_usd("anthropic/claude-haiku-4-5", u) == pytest.approx(
+        100 * p["input_cost_per_token"] + 700 * p["cache_read_input_token_cost"]
+        + 200 * p["cache_creation_input_token_cost"] + 10 * p["output_cost_per_token"], rel=1e-12)
+
+
+def test_claude_models_get_cache_control_and_no_rejected_parameters():
+    from harness.transports import Endpoint, LitellmTransport, needs_cache_control, unsupported_params
+
+    assert needs_cache_control("anthropic/claude-haiku-4-5") and needs_cache_control("openrouter/anthropic/claude-3.5-sonnet")
+    assert not needs_cache_control("openai/gpt-4o") and not needs_cache_control("openrouter/google/gemma-4-31b-it")
+    assert not needs_cache_control("deepseek/deepseek-chat")
+    assert set(unsupported_params("anthropic/claude-haiku-4-5", {"logprobs": True, "top_logprobs": 5})) == {
+        "seed", "logprobs", "top_logprobs"}
+    assert unsupported_params("hosted_vllm/x", {"logprobs": True, "top_logprobs": 5}) == []
+    t = LitellmTransport(Endpoint("anthropic/claude-haiku-4-5", "http://127.0.0.1:9", "k", 5.0, DecodingConfig()))
+    assert not t.sends_seed and "logprobs" not in t._kwargs
+    assert t._kwargs["cache_control_injection_points"] == [{"location": "message", "role": "system"},
+                                                           {"location": "message", "index": -1}]
+    t = LitellmTransport(Endpoint("hosted_vllm/x", "http://127.0.0.1:9", "k", 5.0, DecodingConfig()))
+    assert t.sends_seed and t._kwargs["logprobs"] and "cache_control_injection_points" not in t._kwargs

@@ -79,3 +79,24 @@ def test_malformed_line_names_file_and_line(tmp_path):
     (run_dir / EPISODES_FILE).write_text("".join(lines))
     with pytest.raises(UserError, match=r"episodes.jsonl:4: not a valid Episode record"):
         RunDir.open(run_dir).episodes()
+
+
+def test_cache_fields_are_additive_and_old_records_rewrite_byte_for_byte():
+    """Usage's cached-token counts and QzRecord's stop-rule fields are optional: records written before them read,
+    and re-serialise to the same bytes while the new fields are absent."""
+    from rundir.qz_file import QzRecord
+    from rundir.schema import Episode, Usage
+
+    old_lines = (PRE_CHANGE / EPISODES_FILE).read_bytes().splitlines()
+    for line in old_lines:
+        ep = Episode.model_validate_json(line)
+        assert all(a.call.usage.cached_prompt_tokens is None for s in ep.steps for a in s.attempts)
+        assert ep.model_dump_json().encode() == line
+    u = Usage(prompt_tokens=10, completion_tokens=2, cached_prompt_tokens=8, cache_write_prompt_tokens=0)
+    assert Usage.model_validate_json(u.model_dump_json()) == u and u.uncached_prompt_tokens == 2
+    assert "cached_prompt_tokens" not in Usage(prompt_tokens=1).model_dump_json()
+    old = '{"episode_id":"t#0","q_hat_z":0.25,"n_valid":4,"method":"mc"}'
+    assert QzRecord.model_validate_json(old).model_dump_json() == old
+    new = QzRecord(episode_id="t#0", q_hat_z=0.0, n_valid=5, method="mc", branches=5, stop_rule="ci:0.3",
+                   interval=(0.0, 0.585))
+    assert QzRecord.model_validate_json(new.model_dump_json()) == new
