@@ -114,6 +114,8 @@ class _Tau2Domain(Domain):
     )
     needs_user_model: ClassVar[bool] = True  # `uqh run` refuses to start without --user-model
     default_observation_chars: ClassVar[int | None] = None  # observations are never cut (see __init__)
+    #: Modules a worker fork server imports once (``harness.runner``): tau2 and its DBs, ~1 s of CPU per worker.
+    worker_preload: ClassVar[tuple[str, ...]] = ("domains.tau2.preload",)
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = None):
         # Tau2 observations (tool JSON, user replies) are never truncated: the policy depends on every field.

@@ -123,3 +123,25 @@ def test_tau2_continuation_branches_replay_the_censored_prefix(fake_server, tmp_
         assert (b.stop_reason, b.outcome, b.reward, b.n_steps) == (StopReason.clean, 1, 1.0, 3)
         assert b.reward_info["tau2"]["db_check"]["db_match"] is True
 
+
+def test_worker_fork_server_preloads_tau2_and_its_dbs():
+    """`--workers N` forks workers from a server that imported tau2 and parsed the DBs once (domains.tau2.preload),
+    leaving litellm's process-wide flags as they were."""
+    import subprocess
+    import sys
+
+    from harness.runner import _worker_preload
+
+    config = RunConfig(domain="tau2-retail", task_ids=[RETAIL_TASK], model="openai/fake", step_budget=5,
+                       prompt_sha256="x", package_version="0", user_model="openai/fake-user")
+    assert "domains.tau2.preload" in _worker_preload(config, "openai/fake", "http://127.0.0.1:1/v1")
+    probe = (
+        "import litellm; before = (litellm.drop_params, litellm.cache)\n"
+        "import domains.tau2.preload\n"
+        "from domains.tau2 import shared_db as s\n"
+        "assert sorted(s._shared) == ['airline', 'retail', 'telecom'], s._shared\n"
+        "assert (litellm.drop_params, litellm.cache) == before\n"
+        "import sys; assert 'tau2.evaluator.evaluator' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
