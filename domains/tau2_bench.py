@@ -101,7 +101,9 @@ KNOWN_OPTIONS = {"split", "max_hops", "max_errors", "transfer_as_env_terminated"
 #: Threads for the simulated users' (synchronous) litellm calls; created on demand, so idle slots cost nothing.
 USER_THREADS = 512
 
+
 # --------------------------------------------------------------------------------------- domains
+
 
 class _Tau2Domain(Domain):
     tau2_domain: ClassVar[str]
@@ -279,13 +281,16 @@ class _Tau2Domain(Domain):
             "evaluation": "tau2.evaluator.evaluate_simulation(EvaluationType.ALL)",
         }
 
+
 @register_domain("tau2-airline")
 class Tau2Airline(_Tau2Domain):
     tau2_domain = "airline"
 
+
 @register_domain("tau2-retail")
 class Tau2Retail(_Tau2Domain):
     tau2_domain = "retail"
+
 
 @register_domain("tau2-telecom")
 class Tau2Telecom(_Tau2Domain):
