@@ -211,6 +211,9 @@ class Domain(abc.ABC):
     needs_user_model: ClassVar[bool] = False
     #: The :class:`Runtime` keys the domain reads (from :meth:`prepare_runtime`) besides ``run_dir``.
     runtime_keys: ClassVar[frozenset[str]] = frozenset()
+    #: Modules the `--workers` fork server imports once for this domain (what each worker would otherwise load on
+    #: first use, e.g. Tau2's package and its parsed databases).
+    worker_preload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
         self.options: dict[str, Any] = dict(options or {})

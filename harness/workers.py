@@ -146,9 +146,11 @@ def worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[
     from harness.model_client import is_openai_compatible_url
 
     modules = list(_WORKER_PRELOAD)
-    domain_module = get_domain_class(config.domain).__module__
-    if domain_module.startswith("domains."):  # not a class registered from elsewhere (tests, notebooks)
-        modules.append(domain_module)
+    cls = get_domain_class(config.domain)
+    if cls.__module__.startswith("domains."):  # not a class registered from elsewhere (tests, notebooks)
+        modules.append(cls.__module__)
+        # What a domain's workers would each load on first use (e.g. Tau2: the tau2 package and its DBs).
+        modules.extend(cls.worker_preload)
     if not is_openai_compatible_url(model, api_base) or config.user_model:
         modules.append("litellm")
     return modules

@@ -144,10 +144,10 @@ def test_dash_d_sets_tau2_options_into_the_manifest(fake_server, tmp_path, monke
     assert uqh("--domain", "tau2-retail", "--task-ids", RETAIL_TASK, "--step-budget", "1", "--model", "openai/agent",
                "--api-base", srv.base_url, "--user-model", "openai/user", "--user-api-base", srv.base_url,
                "--max-tokens", "256", "--out", str(out), "--no-progress",
-               "-D", "max_hops=7", "-D", "native_user_stops=true") == 0
+               "-D", "max_hops=7", "-D", "transfer_as_env_terminated=true") == 0
     m = read_manifest(out)
-    assert m.config.domain_options == {"max_hops": 7, "native_user_stops": True}
-    assert m.info["max_hops"] == 7 and m.info["native_user_stops"] is True
+    assert m.config.domain_options == {"max_hops": 7, "transfer_as_env_terminated": True}
+    assert m.info["max_hops"] == 7 and m.info["transfer_as_env_terminated"] is True
 
 
 @pytest.mark.parametrize(
@@ -156,8 +156,8 @@ def test_dash_d_sets_tau2_options_into_the_manifest(fake_server, tmp_path, monke
         (["--domain", "webshop", "-D", "colour=blue"],
          "unknown webshop option(s) colour; known: split, data, n_products, goal_seed, goals_file, page_chars"),
         (["--domain", "tau2-retail", "--user-model", "openai/u", "-D", "max_hop=3"],
-         "unknown option(s) for tau2-retail: max_hop; known: split, max_hops, max_errors, native_user_stops, "
-         "user_api_base"),
+         "unknown option(s) for tau2-retail: max_hop; known: split, max_hops, max_errors, transfer_as_env_terminated, "
+         "native_user_stops, user_api_base"),
         (["--domain", "tau2-retail", "--user-model", "openai/u", "-D", "max_hops=0"],
          "tau2-retail option max_hops must be a positive integer, got 0"),
         (["--domain", "tau2-retail", "--user-model", "openai/u", "-D", "native_user_stops=maybe"],
@@ -219,7 +219,7 @@ def test_options_validate_at_build_and_stay_out_of_the_config_when_unset():
     cfg = RunConfig(domain="tau2-retail", task_ids=["0"], model="openai/x", step_budget=3, prompt_sha256="p",
                     package_version="0", domain_options={"max_hops": "12"})
     domain = build_domain(cfg)
-    assert domain.max_hops == 12 and domain.max_errors == 10 and domain.settings.native_user_stops is False
+    assert domain.max_hops == 12 and domain.max_errors == 10 and domain.transfer_as_env_terminated is False
     with pytest.raises(UserError, match="unknown option"):
         build_domain(cfg.model_copy(update={"domain_options": {"max_hop": 1}}))
     d = draft(get_preset("paper-tau2-airline"), RunOverrides(tasks=2))

@@ -1,8 +1,9 @@
 """Tau2 domains: full episodes against the real tau2 environments, user simulator and evaluator.
 
-One fake OpenAI-compatible server plays both sides: requests whose system prompt is ours are the agent,
-requests whose system prompt is tau2's user-simulation guidelines are the simulated user. Each side's reply
-is chosen by how many turns that side has already taken in the request (so the script is deterministic).
+The scripted fake server, :func:`play` and the check every episode passes (tau2's own environment and
+``evaluate_simulation`` on the recorded conversation give the recorded DB hash and ``RewardInfo``) are in
+``tests/tau2_fixtures.py``. Tool errors: ``test_tau2_tool_errors.py``; replay: ``test_tau2_replay.py``; the shared
+DB: ``test_tau2_shared_db.py``; parity with tau2's orchestrator: ``test_tau2_parity.py``.
 """
 from __future__ import annotations
 
@@ -11,105 +12,29 @@ import json
 from pathlib import Path
 
 import pytest
+from tau2_fixtures import (  # noqa: F401 - re-exported for other test modules
+    ORDER,
+    RETAIL_TASK,
+    RETURN_ARGS,
+    SOLVED_AGENT,
+    TELECOM_TASK,
+    USER_LINES,
+    USER_OPEN,
+    Script,
+    ToolCallingServer,
+    make_domain,
+    play,
+    react,
+    respond,
+    tool,
+)
 
 from domains import domain_names, get_domain_class
-from domains.base import InvalidAction, ReplayMismatch
-from domains.tau2_bench import (
-    GREETING,
-    count_hops_and_errors,
-    message_from_dict,
-    parse_action,
-)
+from domains.base import InvalidAction
+from domains.tau2_bench import GREETING, parse_action
+from harness.loop import recorded_steps
 from rundir.errors import UserError
-from harness.loop import EpisodeSpec, recorded_steps, run_episode
-from harness.model_client import make_model_client
-from rundir.schema import DecodingConfig, StopReason
-
-AGENT_MARK = "You are a customer-support agent operating in the tau2-bench domain"
-USER_MARK = "# User Simulation Guidelines"
-
-# Retail base task 73: one gold write (a return), no communicate_info -> reward 1 iff the DB matches.
-RETAIL_TASK = "73"
-ORDER = "#W5272531"
-RETURN_ARGS = {
-    "order_id": ORDER,
-    "item_ids": ["7228247242", "2698416822", "8098621301", "3320557165"],
-    "payment_method_id": "credit_card_6824399",
-}
-TELECOM_TASK = "[mobile_data_issue]airplane_mode_on|user_abroad_roaming_enabled_off[PERSONA:None]"
-USER_DECODING = DecodingConfig(temperature=0.0, top_p=1.0, seed=7, max_tokens=64, logprobs=True)
-AGENT_DECODING = DecodingConfig(temperature=0.2, seed=42, max_tokens=256)
-
-
-def react(action: str, confidence: str = "0.8") -> str:
-    return (
-        f"<think>next step</think>\n<action>{action}</action>\n"
-        f"<confidence>{confidence}</confidence>\n<explanation>I think so.</explanation>"
-    )
-
-
-def tool(name: str, args: dict) -> str:
-    return react(f"Tool[{name}, {json.dumps(args)}]")
-
-
-def respond(text: str) -> str:
-    return react(f'Respond["{text}"]')
-
-
-class Script:
-    """Responder for the fake server: agent outputs and user replies, indexed by turns already taken."""
-
-    def __init__(self, agent: list[str], user: list[str]):
-        self.agent, self.user = agent, user
-        self.agent_requests: list[dict] = []
-        self.user_requests: list[dict] = []
-
-    def __call__(self, req: dict) -> str:
-        system = req["messages"][0]["content"]
-        n = sum(1 for m in req["messages"] if m["role"] == "assistant")
-        if system.startswith(AGENT_MARK):
-            self.agent_requests.append(req)
-            return self.agent[min(n, len(self.agent) - 1)]
-        assert system.startswith(USER_MARK), system[:80]
-        self.user_requests.append(req)
-        return self.user[min(n, len(self.user) - 1)]
-
-
-def make_domain(name: str, srv, **options):
-    domain = get_domain_class(name)(options)
-    domain.prepare_runtime(
-        {"user_model": "openai/fake-user", "user_api_base": srv.base_url, "user_decoding": USER_DECODING}
-    )
-    return domain
-
-
-def play(domain, srv, task_id: str, *, step_budget: int = 50, episode_seed: int = 1000):
-    async def go():
-        env = domain.make_env(task_id, episode_seed=episode_seed)
-        client = make_model_client("openai/fake-agent", api_base=srv.base_url, decoding=AGENT_DECODING, api_key="x")
-        try:
-            result = await run_episode(
-                env,
-                client,
-                spec=EpisodeSpec(episode_id=f"{task_id}#0", task_id=task_id, seed=5),
-                system_prompt=domain.system_prompt(),
-                step_budget=step_budget,
-            )
-        finally:
-            await client.aclose()
-        return env, result
-
-    return asyncio.run(go())
-
-
-SOLVED_AGENT = [
-    tool("get_order_details", {"order_id": ORDER}),
-    tool("return_delivered_order_items", RETURN_ARGS),
-    respond("Your return is processed; the refund goes to your credit card."),
-]
-USER_OPEN = "Hi, I want to return everything from order #W5272531."
-USER_LINES = [USER_OPEN, "###STOP###"]
-
+from rundir.schema import StopReason
 
 # ------------------------------------------------------------------------------------------ domain basics
 
@@ -131,6 +56,10 @@ def test_bad_options_are_user_errors():
         get_domain_class("tau2-retail")({"max_hop": 3})
     with pytest.raises(UserError, match="max_errors must be a positive integer"):
         get_domain_class("tau2-retail")({"max_errors": 0})
+    with pytest.raises(UserError, match="transfer_as_env_terminated must be true or false"):
+        get_domain_class("tau2-retail")({"transfer_as_env_terminated": "maybe"})
+    with pytest.raises(UserError, match="contradict"):
+        get_domain_class("tau2-retail")({"transfer_as_env_terminated": False, "native_user_stops": False})
     d = get_domain_class("tau2-retail")({})
     with pytest.raises(UserError, match="--user-model"):
         d.make_env("0", episode_seed=1)
@@ -163,8 +92,11 @@ def test_parse_action_grammar_and_messages():
     assert parse_action("  Tool[calculate,{}]\n", names) == ("tool", ("calculate", {}))
     assert parse_action('Respond["Say \\"hi\\"\\nthen go"]', names) == ("respond", 'Say "hi"\nthen go')
     assert parse_action('Respond["It is 5" tall"]', names) == ("respond", 'It is 5" tall')  # lenient on raw quotes
+    # A well-formed call to a tool the domain lacks parses: tau2 answers it with an error tool result.
+    assert parse_action('Tool[get_order, {"a": 1}]', names) == ("tool", ("get_order", {"a": 1}))
     cases = {
-        'Tool[get_order, {"a": 1}]': "unknown tool 'get_order'; the tools are: get_order_details, calculate",
+        "Tool[calculate {}]": "a tool call must look like Tool[tool_name, {...valid JSON object...}]; the tools are: "
+                              "get_order_details, calculate",
         "Tool[calculate, {expression: 1}]": "are not valid JSON",
         'Tool[calculate, ["2+2"]]': "must be a JSON object {...}, got list",
         "Tool[calculate]": "has no arguments",
@@ -185,7 +117,7 @@ def test_retail_task_solved_clean_outcome_1(fake_server):
     script = Script(SOLVED_AGENT, USER_LINES)
     with fake_server(script) as srv:
         domain = make_domain("tau2-retail", srv)
-        env, result = play(domain, srv, RETAIL_TASK)
+        _env, result = play(domain, srv, RETAIL_TASK)
     ep = result.episode
     assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.clean, 1, 1.0, 3)
     assert ep.task_prompt == f"Assistant: {GREETING}\nUser: {USER_OPEN}"
@@ -217,7 +149,7 @@ def test_wrong_db_write_is_clean_outcome_0(fake_server):
     wrong = dict(RETURN_ARGS, item_ids=RETURN_ARGS["item_ids"][:1])  # returns one item of four
     agent = [tool("return_delivered_order_items", wrong), respond("Done.")]
     with fake_server(Script(agent, USER_LINES)) as srv:
-        env, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
+        _env, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
     ep = result.episode
     assert (ep.stop_reason, ep.outcome, ep.reward) == (StopReason.clean, 0, 0.0)
     assert ep.reward_info["tau2"]["db_check"] == {"db_match": False, "db_reward": 0.0}
@@ -233,28 +165,17 @@ def test_step_budget_hit_is_max_steps(fake_server):
     assert ep.reward_info == {} and not env.done
 
 
-def test_malformed_action_repaired_then_exhausted_is_parse_error(fake_server):
-    agent = [
-        tool("get_order_detail", {"order_id": ORDER}),  # step 1, attempt 0: unknown tool -> repair
-        tool("get_order_details", {"order_id": ORDER}),  # step 1, attempt 1: fine
-        react("Tool[get_order_details, {order_id: W1}]"),  # step 2: invalid JSON
-        react("Respond[hello]"),  # unquoted
-        react("Finish[done]"),  # not in the grammar -> parse_error
-    ]
-    script = Script(agent, USER_LINES)
+def test_user_decodes_as_tau2_by_default_no_max_tokens(fake_server):
+    """Without a user_decoding the user runs at tau2's temperature 0.0 with no max_tokens cap (a cut user turn
+    could lose its stop marker), seeded per episode."""
+    script = Script(SOLVED_AGENT, USER_LINES)
     with fake_server(script) as srv:
-        env, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
-    ep = result.episode
-    assert ep.stop_reason == StopReason.parse_error and ep.outcome is None and ep.n_steps == 1
-    assert ep.steps[0].repair_attempts == 1
-    assert "unknown tool 'get_order_detail'; the tools are: calculate, cancel_pending_order" in ep.steps[0].attempts[0].error
-    errors = [a.error for a in ep.failed_step]
-    assert "not valid JSON" in errors[0] and "double-quoted" in errors[1] and "exactly one of Tool[" in errors[2]
-    # The repair message the model saw carries our precise InvalidAction message.
-    repair = script.agent_requests[1]["messages"][-1]["content"]
-    assert "unknown tool 'get_order_detail'" in repair
-    # Rejected actions changed nothing: two tool messages would mean a rejected call was executed.
-    assert env.hops == 3 and [m.role for m in env.trajectory] == ["assistant", "user", "assistant", "tool"]
+        domain = make_domain("tau2-retail", srv, user_decoding=None)
+        play(domain, srv, RETAIL_TASK, episode_seed=77)
+    assert len(script.user_requests) == 2
+    for req in script.user_requests:
+        assert req["temperature"] == 0.0 and req["seed"] == 77
+        assert "max_tokens" not in req and "max_completion_tokens" not in req
 
 
 def test_telecom_task_initialised_with_set_state(fake_server):
@@ -289,179 +210,6 @@ def test_telecom_user_requests_carry_user_tools(fake_server):
         play(make_domain("tau2-telecom", srv), srv, TELECOM_TASK)
     names = {t["function"]["name"] for t in script.user_requests[0]["tools"]}
     assert {"toggle_airplane_mode", "check_status_bar"} <= names
-
-
-# ------------------------------------------------------------------------------------------ endings
-
-
-def test_hop_cap_is_env_terminated(fake_server):
-    # max_hops=6: user(1); tool step 1 -> 3; tool step 2 -> 5; tool step 3 -> 7 >= 6 -> tau2 MAX_STEPS.
-    agent = [tool("get_order_details", {"order_id": ORDER})] * 3
-    with fake_server(Script(agent, USER_LINES)) as srv:
-        env, result = play(make_domain("tau2-retail", srv, max_hops=6), srv, RETAIL_TASK)
-    ep = result.episode
-    assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.env_terminated, None, None, 3)
-    assert ep.reward_info["tau2_termination_reason"] == "max_steps" and ep.reward_info["hops"] == 7
-    assert ep.reward_info["tau2_reward"] == 0.0  # tau2's own verdict for a premature end, kept for audit
-
-
-def test_hop_cap_reached_by_agent_message_ends_before_user_replies(fake_server):
-    # max_hops=2: user(1), agent text (2) -> capped before the user is asked.
-    script = Script([respond("Hello there")], USER_LINES)
-    with fake_server(script) as srv:
-        env, result = play(make_domain("tau2-retail", srv, max_hops=2), srv, RETAIL_TASK)
-    ep = result.episode
-    assert ep.stop_reason == StopReason.env_terminated and ep.steps[0].observation == ""
-    assert len(script.user_requests) == 1 and ep.steps[0].info["user_reply"] is None
-
-
-def test_too_many_tool_errors_is_tool_error(fake_server):
-    agent = [tool("get_order_details", {"order_id": "#W0000000"})] * 3
-    with fake_server(Script(agent, USER_LINES)) as srv:
-        env, result = play(make_domain("tau2-retail", srv, max_errors=2), srv, RETAIL_TASK)
-    ep = result.episode
-    assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.tool_error, None, None, 2)
-    assert ep.steps[0].observation.startswith("Error:") and ep.steps[0].info["tool_error"] is True
-    assert ep.reward_info["tau2_termination_reason"] == "too_many_errors" and ep.reward_info["tool_errors"] == 2
-
-
-@pytest.mark.parametrize("marker", ["###TRANSFER###", "###OUT-OF-SCOPE###"])
-def test_transfer_and_out_of_scope_are_env_terminated_unless_native(fake_server, marker):
-    agent = [tool("transfer_to_human_agents", {"summary": "needs a human"}), respond("Transferring you now.")]
-    with fake_server(Script(agent, [USER_OPEN, marker])) as srv:
-        _, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
-        _, native = play(make_domain("tau2-retail", srv, native_user_stops=True), srv, RETAIL_TASK)
-    ep = result.episode
-    assert (ep.stop_reason, ep.outcome, ep.reward) == (StopReason.env_terminated, None, None)
-    assert ep.reward_info["user_stop_marker"] == marker and ep.reward_info["tau2_reward"] == 0.0
-    assert (native.episode.stop_reason, native.episode.outcome, native.episode.reward) == (StopReason.clean, 0, 0.0)
-
-
-# ------------------------------------------------------------------------------------------ replay
-
-
-def test_prefix_replay_reproduces_db_hash_and_continues(fake_server):
-    from tau2.registry import registry
-
-    script = Script(SOLVED_AGENT, USER_LINES)
-    with fake_server(script) as srv:
-        domain = make_domain("tau2-retail", srv)
-        _, result = play(domain, srv, RETAIL_TASK)
-        prefix = result.episode.steps[:2]  # read + write; the conversation is still open
-        recorded_hash = prefix[-1].info["db_hash"]
-        assert recorded_hash != registry.get_env_constructor("retail")().get_db_hash()
-
-        async def replay_and_continue():
-            env = domain.make_env(RETAIL_TASK, episode_seed=1000)
-            await env.reset()
-            n_before = len(srv.requests)
-            await env.replay(recorded_steps(prefix))
-            assert len(srv.requests) == n_before  # no model calls during replay
-            assert env._env.get_db_hash() == recorded_hash
-            assert (env.hops, env.errors) == (5, 0) == (prefix[-1].info["hops"], prefix[-1].info["tool_errors"])
-            resp = await env.step('Respond["Your return is processed."]')
-            return env, resp
-
-        env, resp = asyncio.run(replay_and_continue())
-    assert (resp.done, resp.stop_reason, resp.outcome, resp.reward) == (True, StopReason.clean, 1, 1.0)
-    # The user simulator resumed from the recorded conversation: greeting, its opening, then the new message.
-    last_user_req = script.user_requests[-1]["messages"]
-    assert [m["content"] for m in last_user_req[1:]] == [GREETING, USER_OPEN, "Your return is processed."]
-
-
-def test_tampered_prefix_is_replay_mismatch(fake_server):
-    script = Script(SOLVED_AGENT, USER_LINES)
-    with fake_server(script) as srv:
-        domain = make_domain("tau2-retail", srv)
-        _, result = play(domain, srv, RETAIL_TASK)
-        steps = recorded_steps(result.episode.steps[:2])
-
-        def replay(recs):
-            async def go():
-                env = domain.make_env(RETAIL_TASK, episode_seed=1000)
-                await env.reset()
-                await env.replay(recs)
-
-            asyncio.run(go())
-
-        # 1. A tool result that the real environment does not reproduce: tau2's set_state raises.
-        forged = json.loads(steps[0].observation)
-        forged["status"] = "cancelled"
-        forged_text = json.dumps(forged)
-        t1 = steps[0].info["tau2_messages"]
-        tampered = [dict(m, content=forged_text) if m["role"] == "tool" else m for m in t1]
-        bad = [type(steps[0])(steps[0].action, forged_text, dict(steps[0].info, tau2_messages=tampered)), steps[1]]
-        with pytest.raises(ReplayMismatch, match="set_state rejected"):
-            replay(bad)
-        # 2. An action that is not the recorded tool call.
-        bad = [type(steps[0])('Tool[get_order_details, {"order_id": "#W1"}]', steps[0].observation, steps[0].info)]
-        with pytest.raises(ReplayMismatch, match="differs from the recorded tool call"):
-            replay(bad)
-        # 3. A DB hash that the replay does not reach.
-        bad = [steps[0], type(steps[1])(steps[1].action, steps[1].observation, dict(steps[1].info, db_hash="0" * 64))]
-        with pytest.raises(ReplayMismatch, match="DB hash"):
-            replay(bad)
-        # 4. A finished episode is not a censored prefix.
-        full = recorded_steps(result.episode.steps)
-        with pytest.raises(ReplayMismatch):
-            replay(full)
-
-
-def test_hop_count_matches_tau2_conventions():
-    msgs = [
-        message_from_dict({"role": "assistant", "content": GREETING}),
-        message_from_dict({"role": "user", "content": "hi"}),
-        message_from_dict({"role": "assistant", "tool_calls": [{"id": "c1", "name": "x", "arguments": {}}]}),
-        message_from_dict({"role": "tool", "id": "c1", "content": "Error: no", "error": True}),
-        message_from_dict({"role": "assistant", "content": "ok"}),
-        message_from_dict({"role": "user", "tool_calls": [
-            {"id": "u1", "name": "a", "arguments": {}, "requestor": "user"},
-            {"id": "u2", "name": "b", "arguments": {}, "requestor": "user"}]}),
-        message_from_dict({"role": "tool", "id": "u1", "content": "1", "requestor": "user"}),
-        message_from_dict({"role": "tool", "id": "u2", "content": "Error", "requestor": "user", "error": True}),
-        message_from_dict({"role": "user", "content": "done"}),
-    ]
-    # user, agent call, results, agent text, user call, (two results = one hop), user text
-    assert count_hops_and_errors(msgs) == (7, 2)
-
-
-# ------------------------------------------------------------------------------------------ telecom user tools
-
-
-class ToolCallingServer:
-    """The fake server, plus: a responder text ``CALL name {json}`` is answered as an OpenAI tool call."""
-
-    @staticmethod
-    def make(fake_server, responder):
-        import time
-
-        from aiohttp import web
-
-        srv = fake_server(responder)
-        plain_chat = srv._chat
-        counter = iter(range(1, 1000))
-
-        async def chat(request):
-            body = json.loads(await request.read())
-            text = responder(body)
-            if not text.startswith("CALL "):
-                return await plain_chat(request)
-            srv.requests.append(body)
-            _, name, args = text.split(" ", 2)
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"user_call_{next(counter)}", "type": "function", "function": {"name": name, "arguments": args}}]}
-            payload = {"id": "chatcmpl-tool", "object": "chat.completion", "created": int(time.time()),
-                       "model": body["model"], "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
-                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-            return web.json_response(payload)
-
-        def make_app():
-            app = web.Application(client_max_size=64 * 1024**2)
-            app.router.add_post("/v1/chat/completions", chat)
-            return app
-
-        srv.make_app = make_app
-        return srv
 
 
 def test_telecom_solved_by_the_users_own_tool_calls(fake_server):
@@ -519,6 +267,79 @@ def test_telecom_prefix_with_user_tool_calls_replays(fake_server):
     assert (env.hops, env.errors) == (7, 0)
 
 
+# ------------------------------------------------------------------------------------------ endings
+
+
+def test_hop_cap_is_env_terminated(fake_server):
+    # max_hops=6: user(1); tool step 1 -> 3; tool step 2 -> 5; tool step 3 -> 7 >= 6 -> tau2 MAX_STEPS.
+    agent = [tool("get_order_details", {"order_id": ORDER})] * 3
+    with fake_server(Script(agent, USER_LINES)) as srv:
+        _env, result = play(make_domain("tau2-retail", srv, max_hops=6), srv, RETAIL_TASK)
+    ep = result.episode
+    assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.env_terminated, None, None, 3)
+    assert ep.reward_info["tau2_termination_reason"] == "max_steps" and ep.reward_info["hops"] == 7
+    assert ep.reward_info["tau2_reward"] == 0.0  # tau2's own verdict for a premature end, kept for audit
+
+
+def test_hop_cap_reached_by_agent_message_ends_before_user_replies(fake_server):
+    # max_hops=2: user(1), agent text (2) -> capped before the user is asked.
+    script = Script([respond("Hello there")], USER_LINES)
+    with fake_server(script) as srv:
+        _env, result = play(make_domain("tau2-retail", srv, max_hops=2), srv, RETAIL_TASK)
+    ep = result.episode
+    assert ep.stop_reason == StopReason.env_terminated and ep.steps[0].observation == ""
+    assert len(script.user_requests) == 1 and ep.steps[0].info["user_reply"] is None
+
+
+@pytest.mark.parametrize("marker", ["###TRANSFER###", "###OUT-OF-SCOPE###"])
+def test_transfer_and_out_of_scope_are_evaluated_clean_as_in_tau2(fake_server, marker):
+    """tau2 treats both markers as user stops and evaluates them: clean, Y = (reward == 1). The domain option
+    transfer_as_env_terminated (or the older native_user_stops: false) keeps the earlier mapping: env_terminated."""
+    agent = [tool("transfer_to_human_agents", {"summary": "needs a human"}), respond("Transferring you now.")]
+    with fake_server(Script(agent, [USER_OPEN, marker])) as srv:
+        _, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
+        _, censored = play(make_domain("tau2-retail", srv, transfer_as_env_terminated=True), srv, RETAIL_TASK)
+        _, legacy = play(make_domain("tau2-retail", srv, native_user_stops=False), srv, RETAIL_TASK)
+    ep = result.episode
+    assert (ep.stop_reason, ep.outcome, ep.reward) == (StopReason.clean, 0, 0.0)  # the return was never made
+    assert ep.reward_info["user_stop_marker"] == marker and ep.reward_info["tau2_termination_reason"] == "user_stop"
+    for other in (censored.episode, legacy.episode):
+        assert (other.stop_reason, other.outcome, other.reward) == (StopReason.env_terminated, None, None)
+        assert other.reward_info["tau2_reward"] == 0.0 and other.reward_info["user_stop_marker"] == marker
+
+
+def test_gold_transfer_task_is_clean_with_tau2s_reward(fake_server):
+    """Retail base task 12 expects a return and then a transfer: the gold actions, then ###TRANSFER###, is a
+    clean success scored by tau2 (the check in play() compares with tau2's own evaluate_simulation)."""
+    domain_task = get_domain_class("tau2-retail")({}).tasks()["12"]
+    gold = [tool(a.name, a.arguments) for a in domain_task.evaluation_criteria.actions]
+    agent = [*gold, respond("A human agent will take it from here.")]
+    with fake_server(Script(agent, ["I want to return some items.", "###TRANSFER###"])) as srv:
+        domain = make_domain("tau2-retail", srv)
+        _, result = play(domain, srv, "12")
+        _, censored = play(make_domain("tau2-retail", srv, transfer_as_env_terminated=True), srv, "12")
+    ep = result.episode
+    assert [s.info["tool_name"] for s in ep.steps[:-1]] == [a.name for a in domain_task.evaluation_criteria.actions]
+    assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.clean, 1, 1.0, len(gold) + 1)
+    assert ep.reward_info["user_stop_marker"] == "###TRANSFER###"
+    assert ep.reward_info["tau2"]["db_check"] == {"db_match": True, "db_reward": 1.0}
+    assert censored.episode.stop_reason == StopReason.env_terminated and censored.episode.reward_info["tau2_reward"] == 1.0
+
+
+def test_empty_user_message_ends_env_terminated_as_user_error(fake_server):
+    """tau2's generate retries an empty reply num_retries (3) times; still empty, tau2 26.3's orchestrator would
+    raise. We keep the conversation and end the episode censored, tau2_termination_reason user_error."""
+    script = Script([respond("How can I help?")], [USER_OPEN, ""])
+    with fake_server(script) as srv:
+        env, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
+    ep = result.episode
+    assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.env_terminated, None, None, 1)
+    assert ep.reward_info["tau2_termination_reason"] == "user_error" and ep.reward_info["user_stop_marker"] is None
+    assert len(script.user_requests) == 1 + 4  # the opening, then the empty reply and its 3 retries
+    assert ep.steps[0].observation == "User: " and ep.steps[0].info["tau2_messages"][-1]["role"] == "user"
+    assert not env.trajectory[-1].has_text_content()
+
+
 def test_user_ending_before_the_agent_acts(fake_server):
     """The user's very first message is a stop: the first step reports the ending without executing the action."""
     script = Script([tool("return_delivered_order_items", RETURN_ARGS)], ["Never mind. ###STOP###"])
@@ -529,12 +350,3 @@ def test_user_ending_before_the_agent_acts(fake_server):
     assert ep.steps[0].info["kind"] == "ended_before_agent" and ep.steps[0].observation == ""
     assert [m.role for m in env.trajectory] == ["assistant", "user"]  # the return was never executed
     assert ep.reward_info["tau2"]["db_check"]["db_match"] is False
-
-
-def test_wrong_tool_arguments_are_tau2_tool_errors_not_parse_errors(fake_server):
-    agent = [tool("get_order_details", {"order": ORDER}), respond("Sorry.")]
-    with fake_server(Script(agent, USER_LINES)) as srv:
-        _, result = play(make_domain("tau2-retail", srv), srv, RETAIL_TASK)
-    step = result.episode.steps[0]
-    assert step.repair_attempts == 0 and step.info["tool_error"] is True and step.observation.startswith("Error:")
-    assert result.episode.reward_info["tool_errors"] == 1

@@ -1,12 +1,14 @@
 """Parity with tau2's own Orchestrator: the same agent actions and the same simulated user give the same
-conversation, the same termination reason and the same reward through our loop as through tau2.run's machinery."""
+conversation, the same termination reason and the same reward through our loop as through tau2.run's machinery --
+including a gold transfer (clean, tau2's reward), an unknown tool (an error result, counted) and 11 invalid calls
+(tau2's TOO_MANY_ERRORS at the tenth)."""
 from __future__ import annotations
 
 import json
 import re
 
 import pytest
-from test_tau2 import (
+from tau2_fixtures import (
     ORDER,
     RETAIL_TASK,
     RETURN_ARGS,
@@ -19,16 +21,31 @@ from test_tau2 import (
     tool,
 )
 
+_GOLD_12 = [("find_user_id_by_email", {"email": "mia.garcia2723@example.com"}),
+            ("get_user_details", {"user_id": "mia_garcia_4516"}),
+            ("get_order_details", {"order_id": "#W5490111"}),
+            ("get_order_details", {"order_id": "#W7387996"}),
+            ("return_delivered_order_items", {"order_id": "#W5490111", "item_ids": ["4579334072", "6117189161",
+                                              "4947717507"], "payment_method_id": "paypal_9497703"}),
+            ("transfer_to_human_agents", {"summary": "The user prefers PayPal for refund, but the agent cannot help."})]
+_BAD_CALLS = [tool("get_order_detail", {"order_id": ORDER}), tool("get_order_details", {"order": ORDER}),
+              tool("get_order_details", {"order_id": "#W0000000"})]
+
 SCENARIOS = {
-    # name: (agent outputs, user lines, domain options)
+    # name: (agent outputs, user lines, domain options, task id)
     "solved": ([tool("get_order_details", {"order_id": ORDER}), tool("return_delivered_order_items", RETURN_ARGS),
-                respond("Your return is processed.")], USER_LINES, {}),
-    "hop_cap_after_agent_text": ([respond("Hello there")], USER_LINES, {"max_hops": 4}),
-    "hop_cap_on_user_stop": ([respond("Anything else?")], [USER_OPEN, "###STOP###"], {"max_hops": 3}),
+                respond("Your return is processed.")], USER_LINES, {}, RETAIL_TASK),
+    "hop_cap_after_agent_text": ([respond("Hello there")], USER_LINES, {"max_hops": 4}, RETAIL_TASK),
+    "hop_cap_on_user_stop": ([respond("Anything else?")], [USER_OPEN, "###STOP###"], {"max_hops": 3}, RETAIL_TASK),
     "too_many_errors_and_hop_cap": ([tool("get_order_details", {"order_id": "#W0"})] * 3, USER_LINES,
-                                    {"max_errors": 2, "max_hops": 5}),  # both caps on hop 5: errors win
+                                    {"max_errors": 2, "max_hops": 5}, RETAIL_TASK),  # both caps on hop 5: errors win
     "transfer": ([tool("transfer_to_human_agents", {"summary": "s"}), respond("Transferring.")],
-                 [USER_OPEN, "###TRANSFER###"], {}),
+                 [USER_OPEN, "###TRANSFER###"], {}, RETAIL_TASK),
+    "gold_transfer": ([*(tool(n, a) for n, a in _GOLD_12), respond("A human agent will take it from here.")],
+                      ["I want to return some items.", "###TRANSFER###"], {}, "12"),
+    "unknown_tool_then_solved": ([_BAD_CALLS[0], tool("return_delivered_order_items", RETURN_ARGS),
+                                  respond("Done.")], USER_LINES, {}, RETAIL_TASK),
+    "eleven_invalid_calls": ([_BAD_CALLS[i % 3] for i in range(11)], USER_LINES, {}, RETAIL_TASK),
 }
 
 
@@ -48,7 +65,7 @@ def _agent_messages(outputs: list[str]):
     return msgs
 
 
-def _run_tau2_orchestrator(domain, outputs, episode_seed):
+def _run_tau2_orchestrator(domain, task_id, outputs, episode_seed):
     """tau2's Orchestrator with a scripted agent (tau2 BaseAgent) and tau2's UserSimulator on the same server."""
     from tau2.agent.base import BaseAgent
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
@@ -75,7 +92,7 @@ def _run_tau2_orchestrator(domain, outputs, episode_seed):
         def set_seed(self, seed):
             return None
 
-    task = domain.tasks()[RETAIL_TASK]
+    task = domain.tasks()[task_id]
     env = registry.get_env_constructor("retail")()
     user = UserSimulator(tools=None, instructions=str(task.user_scenario), llm=domain.user_model,
                          llm_args=domain.user_llm_args(episode_seed))
@@ -94,16 +111,21 @@ def _shape(m: dict) -> tuple:
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_same_conversation_termination_and_reward_as_tau2_orchestrator(fake_server, name):
-    outputs, user_lines, options = SCENARIOS[name]
+    outputs, user_lines, options, task_id = SCENARIOS[name]
     with fake_server(Script(outputs, user_lines)) as srv:
         domain = make_domain("tau2-retail", srv, **options)
-        _, ours = play(domain, srv, RETAIL_TASK, episode_seed=1000)
-        sim, reward = _run_tau2_orchestrator(domain, outputs, episode_seed=1000)
+        _, ours = play(domain, srv, task_id, episode_seed=1000)
+        sim, reward = _run_tau2_orchestrator(domain, task_id, outputs, episode_seed=1000)
     ep = ours.episode
     our_msgs = [m for s in ep.steps for m in s.info["tau2_messages"]]
     their_msgs = [m.model_dump(mode="json") for m in sim.messages]
     assert [_shape(m) for m in our_msgs] == [_shape(m) for m in their_msgs]
     assert ep.reward_info["tau2_termination_reason"] == sim.termination_reason.value
     assert ep.reward_info["tau2_reward"] == reward.reward
+    assert ep.reward_info["tau2"] == reward.model_dump(mode="json", exclude_none=True)
     if ep.reward is not None:
         assert ep.reward == reward.reward
+    if name == "eleven_invalid_calls":
+        assert sim.termination_reason.value == "too_many_errors" and ep.stop_reason.value == "tool_error"
+    if name == "gold_transfer":
+        assert reward.reward == 1.0 and ep.stop_reason.value == "clean" and ep.outcome == 1

