@@ -30,12 +30,13 @@ import asyncio
 import os
 import platform
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from fake_server_process import FakeServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -100,38 +101,10 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-class ServerProcess:
-    def __init__(self, latency: float):
-        self.latency = latency
-        self.proc: subprocess.Popen | None = None
-        self.base_url = ""
-
-    def __enter__(self) -> "ServerProcess":
-        script = ROOT / "tests" / "fake_openai_server.py"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(script), "--port", "0", "--latency", str(self.latency), "--text", STEP_TEXT],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("READY "):
-            raise RuntimeError(f"fake server did not start: {line!r}")
-        self.base_url = line.split(" ", 1)[1]
-        return self
-
-    def take_answered(self) -> list[float]:
-        """The times the server answered completions since the last call (it forgets them)."""
-        import json
-        import urllib.request
-
-        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/_answered", timeout=30) as r:
-            return json.loads(r.read())["answered_at"]
-
-    def __exit__(self, *exc) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(10)
+def ServerProcess(latency: float) -> FakeServerProcess:
+    """tests/fake_openai_server.py in another process, answering every call with STEP_TEXT."""
+    script = ROOT / "tests" / "fake_openai_server.py"
+    return FakeServerProcess([sys.executable, str(script), "--port", "0", "--latency", str(latency), "--text", STEP_TEXT])
 
 
 # ------------------------------------------------------------------------------------- call drivers

@@ -36,10 +36,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+
+from fake_server_process import FakeServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -79,31 +79,9 @@ def serve(latency: float) -> int:
         return 0
 
 
-class Server:
-    def __init__(self, latency: float):
-        self.latency = latency
-        self.proc: subprocess.Popen | None = None
-        self.base_url = ""
-
-    def __enter__(self) -> Self:
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", "--latency", str(self.latency)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("READY "):
-            raise RuntimeError(f"fake server did not start: {line!r}")
-        self.base_url = line.split(" ", 1)[1]
-        return self
-
-    def take_answered(self) -> list[float]:
-        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/_answered", timeout=30) as r:
-            return json.loads(r.read())["answered_at"]
-
-    def __exit__(self, *exc) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(10)
+def Server(latency: float) -> FakeServerProcess:
+    """This script's own fake server (its ``--serve`` mode: a tau2-aware responder) in another process."""
+    return FakeServerProcess([sys.executable, __file__, "--serve", "--latency", str(latency)])
 
 
 @dataclass

@@ -16,8 +16,8 @@ from rundir.errors import UserError
 from rundir.schema import Episode
 
 from . import register_domain
-from .base import EnvResponse, InvalidAction, PositiveInt, clean_final_action, option_field
-from .qa_common import QADomain, QAOptions, QATask, parse_action
+from .base import EnvResponse, InvalidAction, PositiveInt, option_field
+from .qa_common import QADomain, QAOptions, QATask
 from .retrieval import Paragraph, dedupe
 
 CONTEXT_CORPUS_LABEL = "hotpotqa-context-union"
@@ -130,11 +130,5 @@ class HotpotQADomain(QADomain):
     @classmethod
     def canonical_answer(cls, episode: Episode) -> str | None:
         """The SQuAD-normalised ``Finish`` answer (the form exact match compares): ``The Beatles.`` → ``beatles``."""
-        action = clean_final_action(episode)
-        if action is None:
-            return None
-        try:
-            tool, answer = parse_action(action, cls.finish_hint)
-        except InvalidAction:
-            return None
-        return normalize_answer(answer) if tool == "finish" else None
+        answer = cls.finish_argument(episode)
+        return None if answer is None else normalize_answer(answer)

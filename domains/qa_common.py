@@ -20,7 +20,16 @@ from pydantic import model_validator
 
 from rundir.errors import UserError
 
-from .base import Domain, DomainOptions, EnvResponse, Environment, InvalidAction, PositiveInt, option_field
+from .base import (
+    Domain,
+    DomainOptions,
+    EnvResponse,
+    Environment,
+    InvalidAction,
+    PositiveInt,
+    clean_final_action,
+    option_field,
+)
 from .retrieval import (
     REPO_ROOT,
     Bm25Retriever,
@@ -188,6 +197,19 @@ class QADomain(Domain):
     data_subdir: ClassVar[str]
     preferred_files: ClassVar[tuple[str, ...]]
     finish_hint: ClassVar[str]  # how Finish is written, for repair messages
+
+    @classmethod
+    def finish_argument(cls, episode) -> str | None:
+        """The argument of the ``Finish[...]`` that ended a clean episode, else None (the "no answer" class of
+        :meth:`Domain.canonical_answer`; subclasses normalise it)."""
+        action = clean_final_action(episode)
+        if action is None:
+            return None
+        try:
+            tool, answer = parse_action(action, cls.finish_hint)
+        except InvalidAction:
+            return None
+        return answer if tool == "finish" else None
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
         super().__init__(options, observation_chars=observation_chars)

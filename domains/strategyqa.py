@@ -11,8 +11,8 @@ from rundir.errors import UserError
 from rundir.schema import Episode
 
 from . import register_domain
-from .base import EnvResponse, InvalidAction, PositiveInt, clean_final_action, option_field
-from .qa_common import QADomain, QAOptions, QATask, parse_action, warn_once
+from .base import EnvResponse, InvalidAction, PositiveInt, option_field
+from .qa_common import QADomain, QAOptions, QATask, warn_once
 from .retrieval import Paragraph, dedupe
 
 FALLBACK_CORPUS_LABEL = "fallback-facts"
@@ -95,11 +95,10 @@ class StrategyQADomain(QADomain):
     @classmethod
     def canonical_answer(cls, episode: Episode) -> str | None:
         """``yes`` or ``no`` (``Finish[Yes.]`` → ``yes``)."""
-        action = clean_final_action(episode)
-        if action is None:
+        answer = cls.finish_argument(episode)
+        if answer is None:
             return None
         try:
-            tool, answer = parse_action(action, cls.finish_hint)
-            return ("yes" if parse_yes_no(answer) else "no") if tool == "finish" else None
+            return "yes" if parse_yes_no(answer) else "no"
         except InvalidAction:
             return None

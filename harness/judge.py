@@ -31,7 +31,7 @@ from harness.loop import derive_seed
 from harness.progress import BatchStats, EpisodeSummary, Progress
 from harness import run_lock
 from harness.store import append_fsync, truncate_to
-from rundir.atomic import atomic_write_text
+from rundir.atomic import atomic_write_text, check_creatable
 from rundir.errors import UserError
 from rundir.judgments import (
     JUDGE_MANIFEST_FILE,
@@ -115,11 +115,7 @@ def check_judge_out(out: Path, run_paths: list[Path]) -> None:
         if not (out / JUDGE_MANIFEST_FILE).exists() and any(p.name != run_lock.LOCK_FILE for p in out.iterdir()):
             raise UserError(f"--out {out} is a non-empty directory that is not a judge directory; choose a new one")
         return
-    ancestor = out.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError(f"cannot create --out {out}: {ancestor} is not writable; choose another directory")
+    check_creatable(out)
 
 
 def check_judge_resumable(out: Path, config: JudgeConfig) -> None:

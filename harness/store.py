@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness import run_lock
-from rundir.atomic import atomic_write_text
+from rundir.atomic import atomic_write_text, check_creatable
 from rundir.errors import RunDirWriteError, UserError
 from rundir.reader import RunDir, checkpoint_path
 from rundir.schema import (
@@ -77,11 +77,7 @@ def check_out_dir(run_dir: Path) -> None:
                 if p.exists() and not os.access(p, os.R_OK | os.W_OK):
                     raise UserError(f"{p} is not readable and writable; fix its permissions or use a new --out")
         return
-    ancestor = run_dir.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError(f"cannot create --out {run_dir}: {ancestor} is not writable; choose another directory")
+    check_creatable(run_dir)
 
 
 def check_resumable(run_dir: Path, config: RunConfig) -> Manifest:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rundir.atomic import check_creatable
 from rundir.errors import UserError
 from reports.audit import load_runs, selection_diagnostic, termination_audit
 from reports.censoring_tables import (
@@ -82,11 +83,7 @@ def check_out_writable(out_dir: Path) -> None:
         if not os.access(out_dir, os.W_OK | os.X_OK):
             raise UserError(f"cannot write --out {out_dir}: {_access_reason(out_dir)}; pick a writable directory")
         return
-    ancestor = out_dir.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError(f"cannot create --out {out_dir}: {ancestor} is not writable; pick a writable directory")
+    check_creatable(out_dir)
 
 
 def _access_reason(path: Path) -> str:

@@ -23,3 +23,16 @@ def atomic_write_text(path: Path, text: str, *, fsync: bool = True) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def check_creatable(path: Path, flag: str = "--out") -> None:
+    """Raise UserError unless ``path`` could be created: its nearest existing ancestor is a writable directory.
+    Writes nothing (an ``--out`` that does not exist yet is checked before any work starts)."""
+    from rundir.errors import UserError
+
+    path = Path(path)
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create {flag} {path}: {ancestor} is not writable; choose another directory")

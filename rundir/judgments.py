@@ -29,8 +29,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rundir.errors import UserError
-from rundir.reader import _first_line, read_jsonl
-from rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig
+from rundir.reader import _first_line, read_jsonl, read_versioned_json
+from rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
 
 JUDGE_MANIFEST_FILE = "judge_manifest.json"
 JUDGMENTS_FILE = "judgments.jsonl"
@@ -122,20 +122,7 @@ JUDGE_HASH_EXCLUDED = frozenset({"api_base"})
 
 def judge_config_differences(old: JudgeConfig, new: JudgeConfig) -> list[str]:
     """Dotted names of the hashed fields that differ (one level into dicts)."""
-    a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
-    for key in JUDGE_HASH_EXCLUDED:
-        a.pop(key, None)
-        b.pop(key, None)
-    diffs = []
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
-        if va == vb:
-            continue
-        if isinstance(va, dict) and isinstance(vb, dict):
-            diffs.extend(f"{key}.{k}" for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k))
-        else:
-            diffs.append(key)
-    return diffs
+    return config_differences(old, new, ignore=JUDGE_HASH_EXCLUDED)
 
 
 class JudgeManifest(_Record):
@@ -205,17 +192,7 @@ def read_judge_manifest(judge_dir: Path) -> JudgeManifest:
     if not judge_dir.is_dir() or not path.is_file():
         raise UserError(f"{judge_dir} is not a judge directory (no {JUDGE_MANIFEST_FILE}); run `uqh judge RUN... "
                         f"--judge-model M --out {judge_dir}` first")
-    try:
-        raw = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {_first_line(exc)}") from None
-    version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if version != SCHEMA_VERSION:
-        raise UserError(f"{path} has schema_version {version}; this uqh reads schema_version {SCHEMA_VERSION}")
-    try:
-        return JudgeManifest.model_validate(raw)
-    except ValueError as exc:
-        raise UserError(f"{path} is not a valid judge manifest ({_first_line(exc)})") from None
+    return read_versioned_json(path, JudgeManifest, "judge manifest")
 
 
 @dataclass

@@ -100,6 +100,26 @@ def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
         yield _parse(path, lineno, raw, model)
 
 
+def read_versioned_json(path: Path, model: type[M], what: str, *, hint: str = "") -> M:
+    """A JSON document of ``model`` (a manifest) checked: readable, JSON, ``schema_version`` known, valid.
+
+    ``what`` names it in the one-line UserError (e.g. "manifest"); ``hint`` is added when it has no version."""
+    try:
+        raw = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {_first_line(exc)}") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version is None:
+        raise UserError(f"{path} is not a valid {what} (no schema_version){hint}")
+    if version != SCHEMA_VERSION:
+        raise UserError(f"{path} was written with schema_version {version}; this uqh reads schema_version "
+                        f"{SCHEMA_VERSION}")
+    try:
+        return model.model_validate(raw)
+    except ValueError as exc:
+        raise UserError(f"{path} is not a valid {what} ({_first_line(exc)})") from None
+
+
 def read_manifest_file(run_dir: Path) -> Manifest:
     """The manifest of ``run_dir``, checked (exists, JSON, known schema_version, valid); UserError otherwise."""
     run_dir = Path(run_dir)
@@ -110,22 +130,7 @@ def read_manifest_file(run_dir: Path) -> Manifest:
     path = run_dir / MANIFEST_FILE
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
-    try:
-        raw = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {_first_line(exc)}") from None
-    version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if version is None:
-        raise UserError(f"{path} is not a valid manifest (no schema_version); is {run_dir} a directory written by "
-                        "`uqh run`?")
-    if version != SCHEMA_VERSION:
-        raise UserError(
-            f"{run_dir} was written with schema_version {version}; this uqh reads schema_version {SCHEMA_VERSION}"
-        )
-    try:
-        return Manifest.model_validate(raw)
-    except ValueError as exc:
-        raise UserError(f"{path} is not a valid manifest ({_first_line(exc)})") from None
+    return read_versioned_json(path, Manifest, "manifest", hint=f"; is {run_dir} a directory written by `uqh run`?")
 
 
 @dataclass

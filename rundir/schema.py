@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import Enum
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -303,9 +302,12 @@ class RunConfig(_Record):
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
-    """Dotted names of the config fields that differ (nested one level into dicts)."""
+def config_differences(old: BaseModel, new: BaseModel, *, ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Dotted names of the config fields that differ (nested one level into dicts), ``ignore``'d fields left out."""
     a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
+    for key in ignore:
+        a.pop(key, None)
+        b.pop(key, None)
     diffs = []
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key), b.get(key)

@@ -21,3 +21,18 @@ def read_episodes(run_dir: Path) -> list[Episode]:
 
 def read_sidecar(run_dir: Path) -> list[LogprobRow]:
     return list(read_jsonl(Path(run_dir) / SIDECAR_FILE, LogprobRow))
+
+
+def wait_for_lines(path: Path, n: int, proc, timeout: float = 120, what: str = "lines") -> None:
+    """Wait until ``path`` holds ``n`` complete lines written by the subprocess ``proc`` (fails if it exits)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"{' '.join(map(str, proc.args[:4]))} exited early: "
+                                 f"{proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {n} {what} in {path}")

@@ -5,7 +5,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 
 from harness.cli import main
 from scoring_fixtures import synthetic_run

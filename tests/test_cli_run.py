@@ -14,7 +14,7 @@ import pytest
 
 from harness.cli import main
 from rundir.schema import EPISODES_FILE, SIDECAR_FILE
-from run_files import read_episodes, read_manifest, read_sidecar
+from run_files import read_episodes, read_manifest, read_sidecar, wait_for_lines
 from test_runner import solver
 
 REPO = Path(__file__).resolve().parent.parent
@@ -101,17 +101,6 @@ def test_dry_run_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
-def _wait_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_bytes().count(b"\n") >= n:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"uqh run exited early: {proc.stderr.read().decode()[-2000:]}")
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for episodes")
-
-
 def _multiprocessing_pids() -> set[int]:
     """Processes started by multiprocessing (fork servers and their worker children), by command line."""
     pids = set()
@@ -137,7 +126,7 @@ def test_resume_after_kill_9(fake_server, tmp_path, workers):
         env = dict(os.environ, PYTHONPATH=str(REPO))
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            _wait_lines(out / EPISODES_FILE, 3, proc)
+            wait_for_lines(out / EPISODES_FILE, 3, proc)
             started = _multiprocessing_pids() - before
         finally:
             os.kill(proc.pid, signal.SIGKILL)

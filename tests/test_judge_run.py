@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_files import wait_for_lines
 
 from fake_openai_server import FakeOpenAIServer
 from harness.cli import main
@@ -231,17 +232,6 @@ def test_dry_run_writes_nothing(judged_run, tmp_path, capsys):
     assert "nothing was written" in text
 
 
-def _wait_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_bytes().count(b"\n") >= n:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"uqh judge exited early: {proc.stderr.read().decode()[-2000:]}")
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for judgments")
-
-
 def test_resume_after_kill_9(judged_run, tmp_path):
     out = tmp_path / "judges"
     before_run = _digest(judged_run)
@@ -253,7 +243,7 @@ def test_resume_after_kill_9(judged_run, tmp_path):
         env = dict(os.environ, PYTHONPATH=str(REPO))
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            _wait_lines(out / JUDGMENTS_FILE, 4, proc)
+            wait_for_lines(out / JUDGMENTS_FILE, 4, proc)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()

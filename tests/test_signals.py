@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rundir.schema import EPISODES_FILE
-from run_files import read_episodes, read_sidecar
+from run_files import read_episodes, read_sidecar, wait_for_lines
 from test_runner import solver
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,17 +75,6 @@ def wait_gone(pids: set[int], timeout: float = 2.0) -> set[int]:
     return left
 
 
-def wait_episodes(path: Path, n: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_bytes().count(b"\n") >= n:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"uqh run exited early: {proc.stderr.read().decode()[-2000:]}")
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for episodes")
-
-
 def send(proc: subprocess.Popen, signum: int, to_group: bool) -> None:
     if to_group:  # as a Ctrl-C in a terminal: every process of the foreground group gets it
         os.killpg(proc.pid, signum)
@@ -126,7 +115,7 @@ def test_stop_signal_summary_no_orphans_no_late_requests(fake_server, tmp_path, 
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
         try:
-            wait_episodes(out_dir / EPISODES_FILE, 2, proc)
+            wait_for_lines(out_dir / EPISODES_FILE, 2, proc)
             children = descendants(proc.pid)
             if workers > 1:
                 assert len(children) >= 3  # fork server + 2 workers (+ resource tracker)
@@ -178,7 +167,7 @@ def test_stop_signal_stops_the_local_model_server(tmp_path, signame):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
-        wait_episodes(out_dir / EPISODES_FILE, 1, proc)
+        wait_for_lines(out_dir / EPISODES_FILE, 1, proc)
         children = descendants(proc.pid)
         server = [p for p in children if str(FAKE_SERVER) in cmdline(p)]
         assert len(server) == 1 and alive(server[0]), {p: cmdline(p) for p in children}
