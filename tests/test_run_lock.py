@@ -19,7 +19,7 @@ from rundir.errors import UserError
 from rundir.schema import EPISODES_FILE, LOCK_FILE, SIDECAR_FILE
 from run_files import read_episodes, read_sidecar
 from test_runner import solver
-from test_signals import wait_episodes
+from run_files import wait_for_lines
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -130,7 +130,7 @@ def test_worker_processes_do_not_hold_the_lock(fake_server, tmp_path):
                                 env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
         try:
-            wait_episodes(out / EPISODES_FILE, 2, proc)
+            wait_for_lines(out / EPISODES_FILE, 2, proc)
             assert run_lock.is_held(out)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
