@@ -12,6 +12,7 @@ model strings and keys, builds the domain, selects the tasks and fingerprints th
 """
 from __future__ import annotations
 
+import logging
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from rundir.schema import DecodingConfig, RunConfig
 if TYPE_CHECKING:
     from domains.base import Domain
     from harness.presets import Preset
+
+log = logging.getLogger(__name__)
 
 #: Default max_tokens for local: models (CPU-bound, ~13 tokens/s with logprobs; a 135M model's output past a few
 #: sentences is noise). API models keep the schema default (512) unless --max-tokens is given.
@@ -360,5 +363,8 @@ def build_client(config: RunConfig, model: str, api_base: str | None,
         options["timeout_s"] = timeout_s
     if max_retries is not None:
         options["max_retries"] = max_retries
-    return make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
-                             **options)
+    client = make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
+                               **options)
+    log.info("agent model %s at %s (%s transport, grammar %s)", model, api_base or "the provider's API",
+             type(client.transport).__name__, "on" if action_grammar else "off")
+    return client

@@ -15,7 +15,7 @@ import importlib
 import logging
 import sys
 
-from harness import stop
+from harness import console_log, stop
 from rundir.errors import RunDirWriteError, UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         "continue censored trajectories, and score the probability traces (Trajectory Proper Score).",
         epilog="`uqh COMMAND --help` for a command's options; user mistakes exit 2 with one line on stderr.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="details on stderr: local model server start/stop, endpoints, each retry and its reason, "
+                             "slow calls (before the command: uqh -v run ...)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         try:
@@ -70,14 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     _load_dotenv()
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     name = f"uqh {args.command}"
+    console_log.configure(verbose=args.verbose, prog=name)
     try:
         with stop.stop_signals():
             return int(args._run(args) or 0)
