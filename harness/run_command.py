@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.build import LOCAL_MAX_TOKENS
+from harness.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
 
 #: The QA flags: aliases of domain options (`-D key=value` sets the same option).
 DOMAIN_OPTION_FLAGS = {"data": "--data", "retrieval": "--retrieval", "es_url": "--es-url", "es_index": "--es-index",
@@ -61,10 +61,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--temperature", type=float)
     m.add_argument("--top-p", type=float)
     m.add_argument("--seed", type=int, help="run seed (default 42); per-episode seeds derive from it")
-    m.add_argument("--max-tokens", type=int, help=f"completion cap (default 512; {LOCAL_MAX_TOKENS} for local: models)")
+    m.add_argument("--max-tokens", type=int,
+                   help=f"completion cap (default 512; for local: models {LOCAL_GRAMMAR_MAX_TOKENS}, "
+                        f"{LOCAL_MAX_TOKENS} with --no-grammar)")
     m.add_argument("--top-logprobs", type=int)
     m.add_argument("--no-logprobs", action="store_true", help="do not request token logprobs")
-    m.add_argument("--grammar", action="store_true", default=None, help="force the four-tag shape (llama.cpp GBNF)")
+    m.add_argument("--grammar", action=argparse.BooleanOptionalAction, default=None,
+                   help="force the four-tag shape with a llama.cpp GBNF grammar (default: on for local: models, off "
+                        "otherwise; recorded in the manifest)")
     m.add_argument("--reasoning", action="store_true", default=None, help="ask the provider to enable reasoning")
 
     r = p.add_argument_group("retrieval (QA domains; aliases of -D options)")
@@ -212,6 +216,16 @@ def summary_lines(summary) -> list[str]:
     return lines
 
 
+def next_hint(run_dir: Path) -> str:
+    """What to do with a finished run: score it, then the report (commands that work as printed, from the same
+    working directory)."""
+    import shlex
+
+    q = shlex.quote
+    base = str(run_dir).rstrip("/")
+    return f"next           uqh score {q(base)}   (then: uqh report {q(base)} --out {q(base + '-report')})"
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.build import check_positive, resolve_config, run_dir_of
     from harness.runner import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, default_concurrency, run_batch
@@ -267,7 +281,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"run dir       {out} (config hash {config.config_hash()[:12]})")
         print(f"execution     concurrency {concurrency}, workers {args.workers}; per call: timeout {timeout_s:g} s, "
               f"{max_retries} retries")
-        print(f"model calls   <= {n_episodes * config.step_budget * 3:,} (budget x 3 attempts per step)")
+        from harness.build import build_domain
+        from harness.presets import estimate, estimate_rows
+
+        est = estimate(config, len(config.task_ids), len(build_domain(config).system_prompt()))
+        for label, text in estimate_rows(config, est, "the domain's filled-in prompt"):
+            print(f"{label:<14}{text}")
         print("dry run: no model was called, nothing was written.")
         return 0
 
@@ -301,4 +320,6 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if summary.finished_before + s.done:
+        print(next_hint(out))
     return 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -385,3 +386,22 @@ def test_score_says_why_there_is_nothing_to_score(fake_server, tmp_path, capsys)
     assert main(["score", str(out), "--bootstrap", "0"]) == 0
     err = capsys.readouterr().err
     assert f"uqh score: note: {out}: no complete episode to score: 2 episodes (parse_error=2)" in err
+
+
+def test_a_finished_run_ends_with_a_next_hint_whose_commands_work(fake_server, tmp_path, capsys, monkeypatch):
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    with fake_server(solver) as srv:
+        assert uqh("--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks", "3",
+                   "--out", "runs/my demo", "--no-progress") == 0
+    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    assert hint.startswith("next           uqh score ")
+    commands = [c.strip() for c in re.split(r"\(then: |; |\)$", hint.split(None, 1)[1]) if c.strip()]
+    assert len(commands) >= 2 and all(c.startswith("uqh ") for c in commands)
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        if argv[0] in ("score", "report"):
+            argv += ["--bootstrap", "20"]  # as printed, only fewer resamples (speed)
+        assert main(argv) == 0, command
+    assert (tmp_path / "runs" / "my demo-report" / "report.html").is_file()
