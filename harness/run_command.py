@@ -197,23 +197,42 @@ def tasks_note(config, requested: int | None) -> str | None:
     return f"{requested:,} tasks asked for, but {config.domain}{split} has {n:,}: planning all {n:,}"
 
 
-def summary_lines(summary) -> list[str]:
-    """The run summary printed on stdout (``uqh run``)."""
+def summary_rows(summary) -> list[tuple[str, str]]:
+    """The run summary of ``uqh run`` as (label, text) rows. Counts of the whole run (a resume included) come first,
+    then what this invocation did; a row per endpoint would go after "model calls"."""
+    from harness.progress import duration_text
+
     s = summary.stats
-    lines = [
-        f"run directory  {summary.run_dir}",
-        f"episodes       {summary.finished_before + s.done}/{summary.planned} finished "
-        f"({s.done} this run, {summary.finished_before} before)",
+    planned = summary.planned - summary.skipped
+    skipped = (f"; {summary.skipped} of {summary.planned} planned samples skipped by sequential sampling"
+               if summary.skipped else "")
+    rows = [
+        ("run directory", str(summary.run_dir)),
+        ("episodes", f"{summary.finished_before + s.done}/{planned} finished ({s.done} this run, "
+                     f"{summary.finished_before} before{skipped})"),
     ]
-    if s.stop_reasons:
-        lines.append("stop reasons   " + ", ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())))
+    whole = s.run_stop_reasons
+    if whole:
+        text = " ".join(f"{k}={v}" for k, v in sorted(whole.items()))
+        if summary.finished_before:
+            this = " ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())) or "none"
+            text += f" (this run: {this})"
+        rows.append(("stop reasons", text))
+    if s.infra_errors:
+        top = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3))
+        rows.append(("infra errors", f"{s.infra_errors} this run, not written (re-run to resume): {top}"))
     null = f", {s.content_null_calls} with null content" if s.content_null_calls else ""
-    lines.append(
-        f"model calls    {s.calls} ({s.calls_without_logprobs} without logprobs{null}); {s.retries} retries; "
-        f"tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion; {s.cost_text()}"
-    )
-    lines += [f"note           {note}" for note in summary.notes]
-    return lines
+    rows.append(("model calls", f"{s.calls} ({s.calls_without_logprobs} without logprobs{null}); {s.retries} retries; "
+                                f"{s.rate_text()}; tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} "
+                                f"completion; {s.cost_text()}"))
+    rows.append(("time", f"{duration_text(s.elapsed_s())} this run"))
+    rows += [("note", note) for note in summary.notes]
+    return rows
+
+
+def summary_lines(summary) -> list[str]:
+    """The run summary printed on stdout (``uqh run``): :func:`summary_rows`, labels in a 15-column field."""
+    return [f"{label:<15}{text}" for label, text in summary_rows(summary)]
 
 
 def next_hint(run_dir: Path) -> str:

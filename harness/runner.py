@@ -35,6 +35,7 @@ import errno
 import hashlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -377,6 +378,7 @@ def run_batch(
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_retries: int = DEFAULT_MAX_RETRIES,
+    progress_label: str = "uqh run",
 ) -> BatchSummary:
     """Run (or resume) every planned episode of ``config`` into ``run_dir``; return the summary.
 
@@ -413,7 +415,8 @@ def run_batch(
     ) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
         todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
-        stats = BatchStats(total=len(specs), already_done=finished_before)
+        before = Counter(store.finished_stop_reasons[i] for i in ids if i in store.finished_stop_reasons)
+        stats = BatchStats(total=len(specs), already_done=finished_before, stop_reasons_before=before)
         summary = BatchSummary(run_dir, len(specs), finished_before, stats, notes=list(store.notes),
                                missing_sidecar_episodes=len(store.missing_sidecar_rows))
         scheduler = None
@@ -422,6 +425,7 @@ def run_batch(
 
             scheduler = ConsensusScheduler.for_batch(config, store, specs, todo, domain)
             summary.skipped = scheduler.n_skipped
+            stats.skipped = lambda: scheduler.n_skipped  # the progress total leaves skipped samples out
         if not todo:
             if scheduler is not None:
                 store.update_manifest_info(consensus_stopping=scheduler.summary())
@@ -458,7 +462,7 @@ def run_batch(
                     max_retries=max_retries,
                 )
                 domain.prepare_runtime(ctx.domain_runtime())
-                bar = stack.enter_context(Progress(stats, enabled=progress))
+                bar = stack.enter_context(Progress(stats, enabled=progress, label=progress_label))
                 if scheduler is not None:
                     stack.enter_context(gc_tuned())
                     hooks = scheduler.hooks(persist, counted, error)

@@ -34,7 +34,7 @@ GARBAGE = "I refuse to use tags."
 class Responder:
     """Source mode: always Calc (so every episode hits max_steps). Branch mode: the branch's fate is a function of
     its decoding seed: seed % 4 == 0 -> correct Finish, 1 -> wrong Finish, 2 -> Calc (unresolved), 3 -> garbage
-    (parse error after the repairs)."""
+    (parse error after the repairs, whatever their seeds)."""
 
     def __init__(self):
         self.mode = "source"
@@ -42,6 +42,8 @@ class Responder:
     def __call__(self, req: dict) -> str:
         if self.mode == "source":
             return CALC.format(c=0.3)
+        if any(m["role"] == "assistant" and m["content"] == GARBAGE for m in req["messages"]):
+            return GARBAGE  # a repair (sent with its own seed) of a garbage branch stays garbage
         question = req["messages"][1]["content"]
         answer = _answer(question)
         fate = req["seed"] % 4
@@ -122,7 +124,8 @@ def test_branches_continue_recorded_prefix_without_prefix_calls(source_run, tmp_
     system = read_manifest(src).system_prompt
     first_requests = {}
     for req in srv.requests:
-        first_requests.setdefault(req["seed"], req)
+        if not any(m["role"] == "assistant" and m["content"] == GARBAGE for m in req["messages"]):  # not a repair
+            first_requests.setdefault(req["seed"], req)
     for bid, br in branches.items():
         s = source[br.source_episode_id]
         k = br.branch_index
@@ -144,7 +147,10 @@ def test_branches_continue_recorded_prefix_without_prefix_calls(source_run, tmp_
         sum(len(st.attempts) for st in br.steps[br.prefix_steps:]) + len(br.failed_step or []) for br in branches.values()
     )
     assert len(srv.requests) == new_attempts
-    assert len({r["seed"] for r in srv.requests}) == 12  # seeds differ per branch
+    # seeds differ per branch (the repairs of the garbage branches send seeds of their own)
+    assert len({first["seed"] for first in first_requests.values()}) == 12
+    repairs = [a.call.seed for br in branches.values() for a in (br.failed_step or [])[1:]]
+    assert repairs and all(seed not in first_requests for seed in repairs)
 
     # q_Z from the branches, hand-computed from the fates
     res, _ = audit_continuation(out, min_valid=1, method="mc", n_boot=50)
