@@ -21,7 +21,7 @@ from rundir.errors import RunDirWriteError, UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.run_command", "run episodes of a domain into a run directory (resumable)"),
     "continue": ("harness.continue_command", "roll out continuation branches from censored prefixes (q_Z)"),
-    "score": ("scoring.command", "score run directories: TPS, censored extensions, diagnostics"),
+    "score": ("reports.score_command", "score run directories: TPS, censored extensions, diagnostics; compare runs"),
     "certify": ("harness.certify_command", "reliability level by self-consistency and conformal calibration"),
     "audit": ("reports.audit_command", "termination audit and selection diagnostic of run directories"),
     "report": ("reports.report_command", "tables, figures and an HTML report for run directories"),

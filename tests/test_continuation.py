@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -332,7 +333,7 @@ def test_estimate_qz_on_generated_runs(tmp_path):
         assert row.exact_mc - row.simple == pytest.approx(row.q_hat_mc * np.sum(w * np.log(f / (1 - f))))
         assert row.simple == pytest.approx(np.sum(w * np.log1p(-f)))
     assert set(a.sensitivity) == {"excluded (primary)", "as failures", "as successes"}
-    assert "Conditional-projection identity" in text and "Mean q_hat_Z^MC" in text
+    assert "conditional-projection identity" in text and "Mean q_hat_Z^MC" in text
 
     # plug-in n_valid: training branches behind the estimate (all 45 labelled branches for unlabelled prefixes)
     assert [recs[f"t{i}#0"].n_valid for i in (9, 10, 11)] == [45, 45, 45]
@@ -484,6 +485,45 @@ def test_qz_only_recomputes_without_model_calls(source_run, tmp_path, capsys):
     assert rc == 2 and "continues the run" in capsys.readouterr().err
     rc = uqh(["continue", str(src), "--out", str(tmp_path / "empty"), "--qz-only"])
     assert rc == 2 and "not a continuation run directory" in capsys.readouterr().err
+
+
+def _next_command(out: str) -> list[str]:
+    line = next(ln for ln in out.splitlines() if ln.startswith("next: "))
+    return shlex.split(line[len("next: "):].split("   (")[0])[1:]
+
+
+@pytest.mark.parametrize("method", ["mc", "hybrid"])
+def test_continue_with_no_retained_prefix_says_so_and_suggests_a_score_that_works(source_run, tmp_path, capsys,
+                                                                                  method):
+    src, srv, _ = source_run
+    out = tmp_path / "cont"
+    cont.run_continuations(src, out, branches=2, extra_steps=1, progress=False)
+    capsys.readouterr()
+    rc = uqh(["continue", str(src), "--out", str(out), "--qz-only", "--qz-method", method, "--min-valid", "5",
+              "--bootstrap", "10"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "no prefix retained: none of the 3 continued prefixes has 5 valid resolved branches" in printed
+    argv = _next_command(printed)
+    assert argv[0] == "score" and main_ok(argv + ["--bootstrap", "0"])
+    if method == "mc":  # no estimate at all: the simple censored score
+        assert "--censoring simple" in " ".join(argv)
+
+
+def test_continue_next_command_uses_the_q_z_file_when_it_covers_the_prefixes(source_run, tmp_path, capsys):
+    src, srv, _ = source_run
+    out = tmp_path / "cont"
+    cont.run_continuations(src, out, branches=4, extra_steps=1, progress=False)
+    capsys.readouterr()
+    assert uqh(["continue", str(src), "--out", str(out), "--qz-only", "--qz-method", "mc", "--min-valid", "1",
+                "--bootstrap", "10", "--format", "md"]) == 0
+    printed = capsys.readouterr().out
+    assert "### q_hat_Z^MC over retained prefixes" in printed and "no prefix retained" not in printed
+    argv = _next_command(printed)
+    assert "--censoring exact" in " ".join(argv) and main_ok(argv + ["--bootstrap", "0"])
+
+
+def main_ok(argv: list[str]) -> bool:
+    return uqh(argv) == 0
 
 
 # ------------------------------------------------------------------------------------------ WebShop: page + options
