@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "certify": ("harness.certify_command", "reliability level by self-consistency and conformal calibration"),
     "audit": ("reports.audit_command", "termination audit and selection diagnostic of run directories"),
     "report": ("reports.report_command", "tables, figures and an HTML report for run directories"),
+    "export": ("reports.export_command", "episodes, steps, tokens and scores as Parquet/CSV tables for pandas"),
     "judge": ("harness.judge_command", "Agent GPA LLM judges over recorded traces, and their analysis"),
     "index": ("domains.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
     "schema": ("rundir.schema_command", "print the JSON schema of the run-directory records"),

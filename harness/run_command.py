@@ -236,13 +236,14 @@ def summary_lines(summary) -> list[str]:
 
 
 def next_hint(run_dir: Path) -> str:
-    """What to do with a finished run: score it, then the report (commands that work as printed, from the same
-    working directory)."""
+    """What to do with a finished run: score it, then the report and the DataFrame export (commands that work as
+    printed, from the same working directory)."""
     import shlex
 
     q = shlex.quote
     base = str(run_dir).rstrip("/")
-    return f"next           uqh score {q(base)}   (then: uqh report {q(base)} --out {q(base + '-report')})"
+    return (f"next           uqh score {q(base)}   (then: uqh report {q(base)} --out {q(base + '-report')}; "
+            f"uqh export {q(base)} --to {q(base + '-export')})")
 
 
 def run(args: argparse.Namespace) -> int:

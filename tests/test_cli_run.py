@@ -435,3 +435,4 @@ def test_a_finished_run_ends_with_a_next_hint_whose_commands_work(fake_server, t
             argv += ["--bootstrap", "20"]  # as printed, only fewer resamples (speed)
         assert main(argv) == 0, command
     assert (tmp_path / "runs" / "my demo-report" / "report.html").is_file()
+    assert (tmp_path / "runs" / "my demo-export" / "steps.parquet").is_file()
