@@ -133,7 +133,7 @@ def certify_output(results: list[CertifyResult]):
     records = [rec for r in results for rec in csv_records(r)]
     return Output(tables=tables(results), json_text=json_text, header=header_lines(results),
                   notes=[f"{r.run_dir}: {n}" for r in results for n in r.notes],
-                  csv_table=Table("certify_long", "long format", list(CSV_FIELDS), records))
+                  csv_table=Table("certify_long", "long format", list(CSV_FIELDS), records), prog="uqh certify")
 
 
 CSV_FIELDS = ("run_dir", "table", "alpha", "rule", "metric", "value", "ci_low", "ci_high", "successes", "n")

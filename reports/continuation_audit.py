@@ -122,8 +122,8 @@ def audit_notes(audit) -> list[str]:
 
 def audit_output(audit) -> Output:
     """The audit for :func:`reports.render.emit` (json: the :class:`scoring.qz_audit.ContinuationAudit` dump)."""
-    return Output(tables=audit_tables(audit), json_text=audit.model_dump_json(indent=2), header=[counts_line(audit)],
-                  notes=audit_notes(audit))
+    return Output(tables=audit_tables(audit), json_text=audit.model_dump_json(indent=2),
+                  header=[counts_line(audit), *audit_notes(audit)], prog="uqh continue")
 
 
 def audit_text(audit) -> str:

@@ -11,8 +11,9 @@ is its CSV. Then
 - ``csv``: the long-format table if the command has one, else every table stacked with a leading ``table``
   column (the union of their columns; pandas).
 
-Notes go to stdout with the tables in ``table`` and ``md``, and to stderr with ``json`` and ``csv`` (they never
-corrupt a machine-readable stream).
+Notes go to stderr as ``PROG: note: ...`` (``table``, ``json``, ``csv``: they never corrupt a machine-readable
+stream), and into the document with ``md``. A table wider than the terminal is shown transposed (a line per field,
+a column per row) rather than cut.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class Output:
     header: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     csv_table: Table | None = None
+    prog: str = "uqh"  # the notes' prefix on stderr, e.g. "uqh score"
 
 
 def add_format_argument(p, *, default: str = "table") -> None:
@@ -58,21 +60,18 @@ def emit(output: Output, fmt_name: str, *, out: TextIO | None = None, err: TextI
     err = err or sys.stderr
     if fmt_name == "json":
         out.write(output.json_text.rstrip("\n") + "\n")
-        _notes_to(err, output.notes)
     elif fmt_name == "csv":
         out.write(csv_text(output))
-        _notes_to(err, output.notes)
     elif fmt_name == "md":
         out.write(markdown_text(output))
+        return
     elif fmt_name == "table":
         print_tables(output, console=console, file=out)
     else:  # pragma: no cover - argparse restricts the choices
         raise ValueError(f"unknown format {fmt_name!r}")
-
-
-def _notes_to(stream: TextIO, notes: list[str]) -> None:
-    for n in notes:
-        stream.write(f"note: {n}\n")
+    out.flush()
+    for n in output.notes:
+        err.write(f"{output.prog}: note: {n}\n")
 
 
 def markdown_text(output: Output) -> str:
@@ -123,6 +122,44 @@ def _cell(v) -> str:
     return v if isinstance(v, str) else fmt(v)
 
 
+def _widths(t: Table) -> dict[str, int]:
+    return {c: max(len(line) for text in [c, *(_cell(row.get(c)) for row in t.rows)] for line in text.split("\n"))
+            for c in t.columns if c != t.group}
+
+
+def natural_width(t: Table) -> int:
+    """Columns the table needs without cutting a cell (one space between columns)."""
+    widths = _widths(t)
+    return sum(widths.values()) + max(0, len(widths) - 1)
+
+
+def rich_records(t: Table, width: int = WIDTH) -> list:
+    """A table too wide for the terminal, transposed: its title, then a field per line and a column per row
+    (headed by the row's first value); one block per row if even that is too wide."""
+    from rich import box
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    out: list = [Text(t.title, style="bold")]
+    key = t.columns[0]
+    cells = [[_cell(row.get(c)).replace("\n", " ") for c in t.columns] for row in t.rows]
+    field_w = max(len(c) for c in t.columns)
+    col_w = [max(len(x) for x in row) for row in cells]
+    blocks = [list(range(len(cells)))] if field_w + sum(w + 1 for w in col_w) <= width else [[i] for i in range(len(cells))]
+    for block in blocks:
+        rt = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
+                       show_header=len(block) > 1)
+        rt.add_column(key, style="dim", no_wrap=True)
+        for i in block:
+            rt.add_column(cells[i][0], overflow="fold")
+        for j, c in enumerate(t.columns):
+            if j == 0 and len(block) > 1:
+                continue  # the header row names the columns
+            rt.add_row(c, *(Text(cells[i][j]) for i in block))
+        out.append(rt)
+    return out
+
+
 def rich_tables(t: Table) -> list:
     """Renderables of ``t``: its title, then a rich table (text columns left, number columns right). With
     ``t.group``, one table per group value under a line naming it, all with the same column widths (the header
@@ -134,7 +171,7 @@ def rich_tables(t: Table) -> list:
     columns = [c for c in t.columns if c != t.group]
     cells = {c: [_cell(row.get(c)) for row in t.rows] for c in columns}
     right = {c: bool(cells[c]) and all(_is_number_like(x.split("\n", 1)[0]) for x in cells[c]) for c in columns}
-    width = {c: max(len(line) for text in [c, *cells[c]] for line in text.split("\n")) for c in columns}
+    width = _widths(t)
     groups: list[tuple[str | None, list[dict]]] = []
     for row in t.rows:
         key = None if t.group is None else str(row.get(t.group))
@@ -167,11 +204,7 @@ def print_tables(output: Output, console=None, file: TextIO | None = None) -> No
             console.print(f"[bold]{t.title}[/bold]")
             console.print(t.empty_note, markup=False)
             continue
-        for rt in rich_tables(t):
+        for rt in (rich_tables(t) if natural_width(t) <= console.width else rich_records(t)):
             console.print(rt)
         if t.caption:
             console.print(t.caption, markup=False, highlight=False)
-    if output.notes:
-        console.print()
-    for n in output.notes:
-        console.print(f"note: {n}", markup=False, highlight=False)

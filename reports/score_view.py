@@ -243,7 +243,7 @@ def score_output(results: list[RunScores], comparisons: list[PairedComparison] |
     csv_table = Table("scores_long", "long format", list(CSV_FIELDS) + (list(PAIRED_FIELDS) if comparisons else []),
                       records)
     return Output(tables=tables, json_text=json_text, header=header_lines(results), notes=all_notes,
-                  csv_table=csv_table)
+                  csv_table=csv_table, prog="uqh score")
 
 
 PAIRED_FIELDS = ("run_a", "run_b", "shared_tasks", "delta", "delta_ci_low", "delta_ci_high", "delta_se")

@@ -104,8 +104,8 @@ def test_markdown_and_csv_formats_of_the_same_results(run_dir, capsys):
 def test_one_note_per_reason_and_run(tmp_path, capsys):
     only_failures = synthetic_run(tmp_path / "few", n=3, seed=1)
     code, out, err = uqh(capsys, only_failures, "--bootstrap", "0")
-    notes = [line for line in out.splitlines() if line.startswith("note: ")]
-    assert code == 0 and len(notes) == len(set(notes))
+    notes = [line for line in err.splitlines() if line.startswith("uqh score: note: ")]
+    assert code == 0 and notes and len(notes) == len(set(notes))
     assert all(line.count(str(only_failures)) == 1 for line in notes)
 
 
