@@ -81,6 +81,9 @@ class BatchStats:
         self.infra_errors = 0
         self.error_messages: Counter[str] = Counter()
         self.started = time.monotonic()
+        #: Calls answered so far in this process, counted as they return (:class:`CountingClient`): the rate while
+        #: long episodes are still running. Worker processes' calls count when their episodes finish.
+        self.live_calls = 0
 
     def add(self, summary: "EpisodeSummary") -> None:
         self.done += 1
@@ -122,7 +125,8 @@ class BatchStats:
 
     def calls_per_s(self) -> float | None:
         elapsed = self.elapsed_s()
-        return self.calls / elapsed if elapsed > 0 and self.calls else None
+        calls = max(self.calls, self.live_calls)
+        return calls / elapsed if elapsed > 0 and calls else None
 
     def eta_s(self) -> float | None:
         """Seconds until the rest of the plan is finished at this invocation's episode rate (None before the
@@ -156,6 +160,23 @@ class BatchStats:
             f"ETA {duration_text(self.eta_s())} | retries {self.retries} | infra errors {self.infra_errors} | "
             f"tokens {self.prompt_tokens + self.completion_tokens:,} | {self.cost_text()}"
         )
+
+
+class CountingClient:
+    """Wraps a model client: every call that returns is counted into ``stats.live_calls`` (progress only; the
+    accounting of record is the finished episodes'). Everything else is the wrapped client's."""
+
+    def __init__(self, inner, stats: BatchStats) -> None:
+        self._inner = inner
+        self._stats = stats
+
+    async def complete(self, messages, **kwargs):
+        result = await self._inner.complete(messages, **kwargs)
+        self._stats.live_calls += 1
+        return result
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
 
 
 def duration_text(seconds: float | None) -> str:

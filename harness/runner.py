@@ -52,7 +52,7 @@ from harness.loop import (
     open_episode,
     run_episode,
 )
-from harness.progress import BatchStats, EpisodeSummary, Progress
+from harness.progress import BatchStats, CountingClient, EpisodeSummary, Progress
 from rundir.errors import RunDirWriteError, UserError
 from rundir.schema import ExecutionSettings, RunConfig
 
@@ -467,13 +467,13 @@ def run_batch(
                     stack.enter_context(gc_tuned())
                     hooks = scheduler.hooks(persist, counted, error)
                     try:
-                        asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory))
+                        asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory, stats))
                     finally:
                         summary.skipped = scheduler.n_skipped
                         store.update_manifest_info(consensus_stopping=scheduler.summary())
                 elif workers == 1 or len(todo) == 1:
                     stack.enter_context(gc_tuned())
-                    asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory))
+                    asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory, stats))
                 else:
                     from harness.workers import run_workers
 
@@ -539,9 +539,12 @@ async def run_cancellable(coro: Awaitable[None]) -> None:
                 raise
 
 
-async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, error, client_factory) -> None:
+async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, error, client_factory,
+                          stats: BatchStats | None = None) -> None:
     client = build_client(ctx.config, ctx.model, ctx.api_base, client_factory, timeout_s=ctx.timeout_s,
                           max_retries=ctx.max_retries)
+    if stats is not None:  # calls/s in the progress line while episodes are still running
+        client = CountingClient(client, stats)
     try:
         await run_cancellable(run_specs(ctx, specs, domain=domain, client=client, persist=persist, on_done=counted,
                                         on_error=error))

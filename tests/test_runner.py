@@ -337,6 +337,9 @@ def test_eta_rate_and_sequential_skips_leave_the_total():
         stats.add(EpisodeSummary(stop_reason="clean", calls=5))
     # 4 episodes in 20 s; 4 left -> 20 s; 20 calls in 20 s
     assert stats.eta_s() == pytest.approx(20.0, rel=0.01) and stats.calls_per_s() == pytest.approx(1.0, rel=0.01)
+    stats.live_calls = 30  # calls returned so far, episodes still running: the rate counts them
+    assert stats.calls_per_s() == pytest.approx(1.5, rel=0.01)
+    stats.live_calls = 0
     stats.skipped = lambda: 3  # sequential sampling decided not to draw 3 samples
     assert stats.planned == 7 and stats.eta_s() == pytest.approx(5.0, rel=0.01)
     stats.add_error("model call failed: x")  # not waited for
@@ -363,3 +366,11 @@ def test_progress_bar_fits_80_columns_on_a_terminal():
     last = [ln for ln in lines if "44/250" in ln][-1]
     assert all(len(ln) <= 80 for ln in lines)
     assert "uqh run" in last and "ETA" in last and "calls/s" in last and "…" in last  # the reasons cut, not wrapped
+
+def test_calls_are_counted_live_for_the_progress_rate(fake_server, tmp_path):
+    config = make_config(n_tasks=3)
+    with fake_server(solver) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        summary = run_batch(config, tmp_path / "run", concurrency=2, progress=False, client_factory=fast_client_factory())
+        n_requests = len(srv.requests)
+    assert summary.stats.live_calls == n_requests == summary.stats.calls == 6
