@@ -87,11 +87,20 @@ def labels_caption(results: list[RunScores]) -> str:
     return f"Base rate and Platt trained on labels={s.label_convention}: {s.label_description}."
 
 
+def without_values(res: RunScores) -> list[str]:
+    """Predictors without a value on any trajectory of the sample (e.g. self-consistency on one sample per task):
+    left out of the tables, named in one note."""
+    return [r.predictor for r in res.rows if r.calibration == "raw" and r.n_used == 0 and r.n_skipped_missing > 0]
+
+
 def predictor_table(results: list[RunScores], keys: list[MetricKey], name: str, title: str, caption: str) -> Table:
     cols = ["Run", "Predictor", "n"] + [header_of(k) for k in keys]
     rows = []
     for res in results:
+        empty = set(without_values(res))
         for r in res.rows:
+            if r.predictor in empty:
+                continue
             row = {"Run": run_title(res), "Predictor": _predictor_cell(r.predictor, r.calibration),
                    "n": _n_cell(r.n_used, r.n_skipped_missing)}
             row.update({header_of(k): value_ci(r.estimate(k.metric, k.score), scale_of(k)) for k in keys})
@@ -108,7 +117,7 @@ def platt_delta_table(results: list[RunScores], keys: list[MetricKey], caption: 
     rows = []
     for res in results:
         for r in res.rows:
-            if not any(m.vs_raw is not None for m in r.metrics):
+            if not any(m.vs_raw is not None for m in r.metrics) or r.predictor in without_values(res):
                 continue
             row = {"Run": run_title(res), "Predictor": r.predictor}
             for k in keys:
@@ -188,8 +197,11 @@ def paired_table(comparisons: list[PairedComparison], keys: list[MetricKey]) -> 
 def notes_of(res: RunScores) -> list[str]:
     """One note per reason and run (predictors sharing a reason are listed together)."""
     by_reason: dict[str, list[str]] = {}
+    empty = without_values(res)
+    if empty:
+        by_reason["no value on any trajectory (every one missing, never imputed): left out of the tables"] = empty
     for r in res.rows:
-        if r.note:
+        if r.note and r.predictor not in empty:
             by_reason.setdefault(r.note, []).append(r.predictor if r.calibration == "raw" else f"{r.predictor} "
                                                     f"({CALIBRATION_LABELS.get(r.calibration, r.calibration)})")
     return [f"{res.run_dir}: {', '.join(who)}: {why}" for why, who in by_reason.items()]

@@ -109,6 +109,14 @@ def test_one_note_per_reason_and_run(tmp_path, capsys):
     assert all(line.count(str(only_failures)) == 1 for line in notes)
 
 
+def test_predictors_without_any_value_leave_the_table_with_one_note(run_dir, capsys):
+    code, out, err = uqh(capsys, run_dir, "--bootstrap", "0")
+    assert code == 0 and "sc_mode_freq" not in out and "sc_agreement" not in out  # one sample per task: no values
+    assert err.count("sc_mode_freq, sc_agreement: no value on any trajectory") == 1
+    code, js, _ = uqh(capsys, run_dir, "--bootstrap", "0", "--json")
+    assert {r["predictor"] for r in json.loads(js)["rows"]} >= {"sc_mode_freq", "sc_agreement"}  # still in the data
+
+
 def test_paired_comparison_from_the_command_line(run_dir, capsys, tmp_path):
     other = synthetic_run(tmp_path / "r2", n=40, censored=6, parse_errors=3, seed=9)
     code, js, err = uqh(capsys, run_dir, other, "--paired", "--json", "--bootstrap", "50", "--predictor", "verbal",
