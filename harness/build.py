@@ -12,6 +12,7 @@ model strings and keys, builds the domain, selects the tasks and fingerprints th
 """
 from __future__ import annotations
 
+import logging
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -27,11 +28,19 @@ if TYPE_CHECKING:
     from domains.base import Domain
     from harness.presets import Preset
 
-#: Default max_tokens for local: models (CPU-bound, ~13 tokens/s with logprobs; a 135M model's output past a few
-#: sentences is noise). API models keep the schema default (512) unless --max-tokens is given.
+log = logging.getLogger(__name__)
+
+#: Default max_tokens for local: models without the grammar (``--no-grammar``; CPU-bound, ~13 tokens/s with
+#: logprobs; a 135M model's output past a few sentences is noise). API models keep the schema default (512)
+#: unless --max-tokens is given.
 LOCAL_MAX_TOKENS = 160
-#: With --grammar the four capped fields plus tags need up to ~210 tokens; a smaller cap would cut every step.
+#: Local models decode with the grammar by default: the four capped fields plus tags need up to ~210 tokens; a
+#: smaller cap would cut every step.
 LOCAL_GRAMMAR_MAX_TOKENS = 256
+#: A local user simulator (Tau2 ``--user-model local:...``) without a preset's user decoding: tau2's own user
+#: settings (temperature 0, seed offset 0) plus this completion cap -- a user turn is a sentence or two, and an
+#: uncapped 135M model can ramble to its context limit on every turn.
+LOCAL_USER_MAX_TOKENS = 128
 
 
 class DecodingOverrides(BaseModel):
@@ -204,8 +213,9 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
 
     decoding: dict[str, Any] = preset.decoding.model_dump(exclude_unset=True) if preset else {}
     decoding.update(dec.model_dump(exclude_none=True))
-    if model.startswith("local:") and "max_tokens" not in decoding:
-        decoding["max_tokens"] = LOCAL_GRAMMAR_MAX_TOKENS if decoding.get("grammar") else LOCAL_MAX_TOKENS
+    if model.startswith("local:"):  # a tiny local model only produces parsed steps with the grammar's help
+        decoding.setdefault("grammar", True)
+        decoding.setdefault("max_tokens", LOCAL_GRAMMAR_MAX_TOKENS if decoding["grammar"] else LOCAL_MAX_TOKENS)
     if dec.temperature is not None and dec.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {dec.temperature}")
     if dec.top_p is not None and not 0 < dec.top_p <= 1:
@@ -224,6 +234,8 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         raise UserError("choose the tasks: --tasks N or --task-ids A,B")
 
     user_decoding = preset.user_decoding if preset and user_model else None
+    if user_model and user_model.startswith("local:") and user_decoding is None:
+        user_decoding = local_user_decoding()
     samples = overrides.samples or (preset.samples_per_task if preset else None) or 1
     config = RunConfig(
         domain=domain_name,
@@ -245,6 +257,13 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         consensus_stopping=consensus_stopping_for(cls, overrides, samples),
     )
     return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
+
+
+def local_user_decoding() -> DecodingConfig:
+    """The recorded user decoding of a local user simulator: tau2's user defaults (temperature 0, no logprobs,
+    seed offset 0) with :data:`LOCAL_USER_MAX_TOKENS` as the cap."""
+    return DecodingConfig(temperature=0.0, top_p=1.0, logprobs=False, top_logprobs=0, seed=0,
+                          max_tokens=LOCAL_USER_MAX_TOKENS)
 
 
 def consensus_stopping_for(cls: type[Domain], overrides: RunOverrides, samples: int):
@@ -360,5 +379,8 @@ def build_client(config: RunConfig, model: str, api_base: str | None,
         options["timeout_s"] = timeout_s
     if max_retries is not None:
         options["max_retries"] = max_retries
-    return make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
-                             **options)
+    client = make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
+                               **options)
+    log.info("agent model %s at %s (%s transport, grammar %s)", model, api_base or "the provider's API",
+             type(client.transport).__name__, "on" if action_grammar else "off")
+    return client

@@ -43,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the calibration items' questions and top answers to FILE (CSV) for a human to mark")
     v.add_argument("--verified", metavar="FILE",
                    help="calibrate on the human marks of FILE (an exported CSV with its 'acceptable' column filled)")
-    p.add_argument("--format", choices=("table", "md", "json", "csv"), default="table", help="output format")
+    from reports.render import add_format_argument
+
+    add_format_argument(p)
 
 
 # ------------------------------------------------------------------------------------------ run dir -> items
@@ -236,8 +238,6 @@ def run(args: argparse.Namespace) -> int:
     import csv
     import sys
 
-    from pydantic import TypeAdapter
-
     _check_args(args)
     done = [certify_run(d, args) for d in args.run_dirs]  # everything validated before anything is written
     results = [r for r, _, _, _ in done]
@@ -254,23 +254,8 @@ def run(args: argparse.Namespace) -> int:
               f"(1 = the top answer is acceptable, 0 = not), then run `uqh certify {args.run_dirs[0]} --verified "
               f"{args.export_verification} --seed {args.seed}`", file=sys.stderr)
         return 0
-    from reports.certify_tables import CSV_FIELDS, csv_records, render_table, to_markdown
-    from scoring.certify_results import CertifyResult
+    from reports.certify_tables import certify_output
+    from reports.render import emit
 
-    if args.format == "json":
-        if len(results) == 1:
-            sys.stdout.write(results[0].model_dump_json(indent=2))
-        else:
-            sys.stdout.write(TypeAdapter(list[CertifyResult]).dump_json(results, indent=2).decode())
-        sys.stdout.write("\n")
-    elif args.format == "csv":
-        w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
-        w.writeheader()
-        for res in results:
-            for rec in csv_records(res):
-                w.writerow({k: ("" if v is None else v) for k, v in rec.items()})
-    elif args.format == "md":
-        sys.stdout.write(to_markdown(results))
-    else:
-        render_table(results)
+    emit(certify_output(results), args.format)
     return 0

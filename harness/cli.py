@@ -15,16 +15,17 @@ import importlib
 import logging
 import sys
 
-from harness import stop
+from harness import console_log, stop
 from rundir.errors import RunDirWriteError, UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.run_command", "run episodes of a domain into a run directory (resumable)"),
     "continue": ("harness.continue_command", "roll out continuation branches from censored prefixes (q_Z)"),
-    "score": ("scoring.command", "score run directories: TPS, censored extensions, diagnostics"),
+    "score": ("reports.score_command", "score run directories: TPS, censored extensions, diagnostics; compare runs"),
     "certify": ("harness.certify_command", "reliability level by self-consistency and conformal calibration"),
     "audit": ("reports.audit_command", "termination audit and selection diagnostic of run directories"),
     "report": ("reports.report_command", "tables, figures and an HTML report for run directories"),
+    "export": ("reports.export_command", "episodes, steps, tokens and scores as Parquet/CSV tables for pandas"),
     "judge": ("harness.judge_command", "Agent GPA LLM judges over recorded traces, and their analysis"),
     "index": ("domains.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
     "schema": ("rundir.schema_command", "print the JSON schema of the run-directory records"),
@@ -51,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         "continue censored trajectories, and score the probability traces (Trajectory Proper Score).",
         epilog="`uqh COMMAND --help` for a command's options; user mistakes exit 2 with one line on stderr.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="details on stderr: local model server start/stop, endpoints, each retry and its reason, "
+                             "slow calls (before the command: uqh -v run ...)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         try:
@@ -70,14 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     _load_dotenv()
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     name = f"uqh {args.command}"
+    console_log.configure(verbose=args.verbose, prog=name)
     try:
         with stop.stop_signals():
             return int(args._run(args) or 0)

@@ -335,7 +335,7 @@ def run_continuations(
         summary = None
         if specs:
             summary = run_batch(config, out_dir, specs=specs, concurrency=concurrency, progress=progress,
-                                client_factory=client_factory, **options)
+                                client_factory=client_factory, progress_label="uqh continue", **options)
         planned = {s.episode_id for s in specs}
         written = sum(1 for ep in RunDir.open(out_dir).episodes() if ep.episode_id in planned)
         return ContinueReport(
@@ -397,7 +397,8 @@ def run_rounds(
         specs = branch_specs(config, open_prefixes, target, first=planned)
         if any(s.episode_id not in done for s in specs):
             summaries.append(run_batch(config, out_dir, specs=specs, concurrency=concurrency, progress=progress,
-                                       client_factory=client_factory, **batch_options))
+                                       client_factory=client_factory, progress_label="uqh continue",
+                                       **batch_options))
             done = _finished_branches(out_dir)
             if summaries[-1].stopped is not None:  # a signal or a write failure: no further round
                 break

@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds one model call may take before it counts as failed (default 600; retried)")
     p.add_argument("--max-retries", type=int, metavar="N",
                    help="retries of a transient model-call failure (default 6)")
+    from reports.render import add_format_argument
+
+    add_format_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,7 +123,7 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
             return stopped.exit_code
         if report.n_branches_missing:
             print(f"{report.n_branches_missing} branches did not finish (model failures); re-run the command to resume")
-    estimate, text = audit_continuation(
+    estimate, _ = audit_continuation(
         Path(args.out),
         min_valid=args.min_valid,
         method=args.qz_method,
@@ -129,10 +132,41 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
         n_boot=args.bootstrap,
         train_complete=args.plugin_train_complete,
     )
-    print(text)
-    print(f"q_Z file: {Path(args.out) / 'qz.jsonl'}  (use: uqh score {estimate.source_run_dir} --censoring exact "
-          f"--q-z {Path(args.out) / 'qz.jsonl'})")
+    from reports.continuation_audit import audit_output
+    from reports.render import emit
+
+    emit(audit_output(estimate.audit), args.format)
+    stream = sys.stderr if args.format in ("json", "csv") else sys.stdout
+    for line in next_steps(estimate, Path(args.out), args):
+        print(line, file=stream)
     return 0
+
+
+def next_steps(estimate, out, args: argparse.Namespace) -> list[str]:
+    """What the q_Z file is good for, as a command that works with what it holds: every censored prefix has an
+    estimate -> the exact censored score; some -> the same with the others excluded; none -> say so, and the
+    simple censored score meanwhile."""
+    import shlex
+
+    c = estimate.audit.counts
+    q = shlex.quote
+    source, qz_file = q(str(estimate.source_run_dir)), q(str(out / "qz.jsonl"))
+    exact = f"uqh score {source} --censoring exact --q-z {qz_file}"
+    lines = []
+    if c.retained == 0:
+        lines.append(f"no prefix retained: none of the {c.prefixes_with_branches} continued prefixes has {c.min_valid} "
+                     f"valid resolved branches (--min-valid {c.min_valid}); q_Z file has {c.records} estimates "
+                     f"({c.records_plugin} plug-in). Run more branches (the same command with a larger --branches "
+                     "keeps the finished ones) or lower --min-valid.")
+    if c.records == 0:
+        lines.append(f"next: uqh score {source} --censoring simple   (no q_hat_Z to score the exact censored "
+                     "score with)")
+    elif c.without_estimate:
+        lines.append(f"next: {exact} --missing-qz exclude   ({c.without_estimate} censored prefixes without an "
+                     "estimate are left out and counted)")
+    else:
+        lines.append(f"next: {exact}")
+    return lines
 
 
 def stop_summary(report) -> str:

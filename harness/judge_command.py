@@ -2,7 +2,7 @@
 
     uqh judge RUN_DIR... --judge-model MODEL [--api-base URL] [--metrics GF,LC,EE,PQ,PA,TS,TC] [--repeats R]
               --out JUDGE_DIR [--limit N] [--concurrency C] [--dry-run]
-    uqh judge --report --out JUDGE_DIR [--labels FILE] [--format table|markdown|json] [--tables DIR]
+    uqh judge --report --out JUDGE_DIR [--labels FILE] [--format table|md|json|csv] [--tables DIR]
 
 Re-running the same judging command resumes it (finished judgments are kept); more metrics or repeats add to the
 same directory. ``--report`` calls no model: it analyses the judgments in JUDGE_DIR (with ``--judge-model`` as
@@ -44,7 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--report", action="store_true", help="analyse the judgments in --out (no model call)")
     r.add_argument("--labels", metavar="FILE",
                    help="human labels (CSV with header, or JSONL): episode_id, metric, score 0-3 [, run]")
-    r.add_argument("--format", choices=("table", "markdown", "json"), default="table", help="report output format")
+    r.add_argument("--format", choices=("table", "md", "json", "csv"), default="table",
+                   help="report output: table (rich), md (Markdown), json or csv (every table stacked)")
+    r.add_argument("--markdown", action="store_const", const="md", dest="format", help="alias for --format md")
     r.add_argument("--tables", metavar="DIR", help="also write every report table as CSV + Markdown, and the JSON")
     r.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples of the CIs")
     r.add_argument("--bootstrap-seed", type=int, default=0, metavar="N", help="bootstrap seed (default 0)")
@@ -147,7 +149,8 @@ def _report(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from reports.judge_tables import print_tables, to_markdown, write_files
+    from reports.judge_tables import judge_output, write_files
+    from reports.render import emit
     from rundir.errors import UserError
     from rundir.judgments import JudgeDir
     from scoring.judges import analyse_judgments
@@ -159,12 +162,7 @@ def _report(args: argparse.Namespace) -> int:
             raise UserError(f"{args.out} judges {', '.join(judged)}; pass those run directories or none")
     analysis = analyse_judgments(args.out, labels_file=args.labels, n_bootstrap=args.bootstrap,
                                  seed=args.bootstrap_seed)
-    if args.format == "json":
-        sys.stdout.write(analysis.model_dump_json(indent=2) + "\n")
-    elif args.format == "markdown":
-        sys.stdout.write(to_markdown(analysis))
-    else:
-        print_tables(analysis)
+    emit(judge_output(analysis), args.format)
     if args.tables:
         paths = write_files(analysis, Path(args.tables))
         print(f"wrote {len(paths)} files to {args.tables}", file=sys.stderr)

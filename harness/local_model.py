@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import signal
 import socket
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 from rundir.errors import UserError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_API_MODEL = "openrouter/google/gemma-4-31b-it"  # the paper's model (Appendix K)
 LOCAL_DEFAULT = "local:smollm2"
@@ -126,6 +129,7 @@ class LocalModelServer:
         self.python = python
         self.logits_all = logits_all  # False: ~several times faster, but requests asking for logprobs fail
         self.proc: subprocess.Popen | None = None
+        self._started_at = 0.0
         self.log_path: Path | None = None
         self._log_file = None
 
@@ -172,6 +176,9 @@ class LocalModelServer:
             start_new_session=True,  # own process group: stop() kills the server and anything it spawned
             preexec_fn=_death_signal_hook(),
         )
+        self._started_at = time.monotonic()
+        log.info("local model server: starting %s (%s) on %s, pid %d, log %s", self.alias, self.gguf.name,
+                 self.base_url, self.proc.pid, self.log_path)
 
     def _log_tail(self, n: int = 400) -> str:
         try:
@@ -193,6 +200,8 @@ class LocalModelServer:
             try:
                 with urllib.request.urlopen(self.base_url + "/models", timeout=2) as r:
                     if r.status == 200:
+                        log.info("local model server: ready at %s after %.1f s", self.base_url,
+                                 time.monotonic() - self._started_at)
                         return
             except (urllib.error.URLError, ConnectionError, OSError, TimeoutError):
                 pass
@@ -209,6 +218,7 @@ class LocalModelServer:
         """Terminate the whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
         proc, self.proc = self.proc, None
         if proc is not None:
+            log.info("local model server: stopping pid %d (%s)", proc.pid, self.base_url)
             try:
                 pgid = os.getpgid(proc.pid)
             except ProcessLookupError:
@@ -227,6 +237,7 @@ class LocalModelServer:
                         os.killpg(pgid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(max(grace_s, 2.0))  # SIGKILL cannot be ignored: this only reaps it
+            log.info("local model server: stopped (exit code %s)", proc.returncode)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -42,6 +42,16 @@ def derive_seed(run_seed: int, episode_id: str) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def attempt_seed(step_seed: int | None, attempt: int) -> int | None:
+    """The decoding seed of a step's ``attempt``: the step's own seed for the first call, a fresh one derived from
+    (step seed, attempt number) for each repair -- reusing the step's seed would make a deterministic model repeat
+    the text it was just told is wrong. The seed sent is recorded in each attempt's ``call.seed``. None (the
+    client's default seed) stays None."""
+    if step_seed is None or attempt == 0:
+        return step_seed
+    return derive_seed(step_seed, f"repair-{attempt}")
+
+
 def episode_id_for(task_id: str, sample_index: int) -> str:
     return f"{task_id}#{sample_index}"
 
@@ -277,7 +287,8 @@ async def run_episode(
         pending: list[dict] = []  # rejected attempts + repair messages of this step
         accepted = None
         for attempt_no in range(MAX_REPAIRS + 1):
-            completion = await client.complete(messages + pending if pending else messages, seed=spec.seed)
+            completion = await client.complete(messages + pending if pending else messages,
+                                               seed=attempt_seed(spec.seed, attempt_no))
             raw = completion.text
             parsed = parse_react(raw)
             problem: str | None = None

@@ -70,6 +70,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 log = logging.getLogger(__name__)
 
+#: A call (retries included) at least this long is logged (``uqh -v``): the local model takes 10-20 s per step.
+SLOW_CALL_S = 30.0
+
 #: HTTP statuses that are worth retrying.
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 #: HTTP statuses that never get better by retrying.
@@ -515,6 +518,8 @@ class ModelClientImpl:
                 msg = f"{self.model}: call failed (not retryable): {short}"
             raise ModelCallFailed(self._redact(msg), retries=attempts - 1) from exc
         latency = time.perf_counter() - t0
+        if latency >= SLOW_CALL_S:
+            log.info("%s: slow call: %.1f s (%d retries)", self.model, latency, attempts - 1)
         return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed)
 
     def _to_completion(self, resp: Any, *, retries: int, latency_s: float, seed: int | None) -> Completion:

@@ -288,6 +288,43 @@ def estimate(config: RunConfig, n_tasks: int, prompt_chars: int | None) -> dict[
     }
 
 
+def dollar_estimate(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """USD for these tokens at litellm's price map (the copy bundled with litellm: ``LITELLM_LOCAL_MODEL_COST_MAP``,
+    no network); None when the map has no price for ``model`` (a ``local:`` model, most OpenAI-compatible servers,
+    some OpenRouter models). Imports litellm only for a model the map lists."""
+    if model.startswith("local:"):
+        return None
+    from harness.model_client import cost_usd
+    from rundir.schema import Usage
+
+    return cost_usd(model, Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+
+
+def dollar_text(usd: float | None, model: str) -> str:
+    """``~$12.34 at litellm's prices for MODEL (rough upper bound)`` or ``unpriced (...)``."""
+    if usd is None:
+        why = "a local model" if model.startswith("local:") else f"litellm's price map has no {model}"
+        return f"unpriced ({why}; cost is recorded per call where the provider reports it)"
+    amount = f"{usd:,.2f}" if usd >= 1 else f"{usd:.4f}"
+    return f"~${amount} at litellm's prices for {model} (for the prompt + output tokens above)"
+
+
+def estimate_rows(config: RunConfig, est: dict[str, Any], prompt_src: str) -> list[tuple[str, str]]:
+    """(label, text) of the calls, tokens and cost lines of a plan (``uqh run --dry-run`` and the preset plan);
+    sets ``est["usd"]`` (None: unpriced)."""
+    usd = dollar_estimate(config.model, est["prompt_tokens"], est["completion_tokens"])
+    est["usd"] = usd
+    return [
+        ("model calls", f"<= {est['calls_max']:,} (tasks x samples x budget); "
+                        f"<= {est['calls_max_with_repairs']:,} with {MAX_REPAIRS} repairs per step"),
+        ("prompt tokens", f"~{est['prompt_tokens']:,} upper bound (system prompt ~{est['system_prompt_tokens']:,} "
+                          f"tokens, resent every call; measured on {prompt_src})"),
+        ("output tokens", f"~{est['completion_tokens']:,} at {STEP_OUTPUT_TOKENS}/step without reasoning; "
+                          f"hard cap {est['completion_tokens_cap']:,} (max_tokens x calls)"),
+        ("cost", dollar_text(usd, config.model)),
+    ]
+
+
 def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
     """The exact plan of a preset (or preset group) as text, with the command line's overrides applied as
     ``uqh run`` applies them (:func:`harness.build.draft`). Calls no model and opens no connection."""
@@ -296,6 +333,7 @@ def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
     overrides = overrides or RunOverrides()
     blocks = []
     totals = {"episodes": 0, "calls_max": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    usd_total, unpriced = 0.0, []
     for name in expand(preset_name):
         preset = get_preset(name)
         d = draft(preset, overrides)
@@ -304,7 +342,7 @@ def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
         n_tasks, source, dom_prompt_chars = _inspect_domain(cfg, wanted, preset.expected_tasks)
         prompt_chars, prompt_src = _prompt_chars(cfg.domain)
         if dom_prompt_chars is not None:
-            prompt_chars, prompt_src = dom_prompt_chars, "the domain's filled-in system prompt"
+            prompt_chars, prompt_src = dom_prompt_chars, "the domain's filled-in prompt"
         est = estimate(cfg, n_tasks, prompt_chars)
         for k in totals:
             totals[k] += est[k]
@@ -332,21 +370,21 @@ def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
             lines.append("  domain options  " + ", ".join(f"{k}={v}" for k, v in cfg.domain_options.items()))
         if cfg.user_model:
             lines.append(f"  user simulator  {cfg.user_model} (environment, not scored; calls not counted below)")
-        lines += [
-            f"  run directory   {d.out} (resumable: finished episodes are skipped)",
-            f"  model calls     <= {est['calls_max']:,} (tasks x samples x budget); "
-            f"<= {est['calls_max_with_repairs']:,} with {MAX_REPAIRS} repairs per step",
-            f"  prompt tokens   ~{est['prompt_tokens']:,} upper bound (system prompt {prompt_src}: "
-            f"~{est['system_prompt_tokens']:,} tokens, resent every call)",
-            f"  output tokens   ~{est['completion_tokens']:,} at {STEP_OUTPUT_TOKENS}/step without reasoning; "
-            f"hard cap {est['completion_tokens_cap']:,} (max_tokens x calls)",
-        ]
+        lines.append(f"  run directory   {d.out} (resumable: finished episodes are skipped)")
+        lines += [f"  {label:<16}{text}" for label, text in estimate_rows(cfg, est, prompt_src)]
+        if est["usd"] is None:
+            unpriced.append(name)
+        else:
+            usd_total += est["usd"]
         blocks.append("\n".join(lines))
+    priced = f"~${usd_total:,.2f}" if usd_total >= 1 else f"~${usd_total:.4f}"
+    priced += (f" + {len(unpriced)} unpriced preset(s)" if unpriced else "")
+    cost = "unpriced" if len(unpriced) == len(blocks) else priced
     footer = (
         f"total: {totals['episodes']:,} episodes, <= {totals['calls_max']:,} model calls, "
-        f"~{totals['prompt_tokens']:,} prompt + ~{totals['completion_tokens']:,} output tokens (rough upper bounds: "
-        f"{CHARS_PER_TOKEN:g} chars/token, every episode runs its full budget; real runs stop earlier)\n"
-        "dry run: no model was called."
+        f"~{totals['prompt_tokens']:,} prompt + ~{totals['completion_tokens']:,} output tokens, cost {cost} (rough "
+        f"upper bounds: {CHARS_PER_TOKEN:g} chars/token, every episode runs its full budget; real runs stop "
+        "earlier)\ndry run: no model was called."
     )
     return "\n\n".join(blocks + [footer]) + "\n"
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.build import LOCAL_MAX_TOKENS
+from harness.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
 
 #: The QA flags: aliases of domain options (`-D key=value` sets the same option).
 DOMAIN_OPTION_FLAGS = {"data": "--data", "retrieval": "--retrieval", "es_url": "--es-url", "es_index": "--es-index",
@@ -61,10 +61,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--temperature", type=float)
     m.add_argument("--top-p", type=float)
     m.add_argument("--seed", type=int, help="run seed (default 42); per-episode seeds derive from it")
-    m.add_argument("--max-tokens", type=int, help=f"completion cap (default 512; {LOCAL_MAX_TOKENS} for local: models)")
+    m.add_argument("--max-tokens", type=int,
+                   help=f"completion cap (default 512; for local: models {LOCAL_GRAMMAR_MAX_TOKENS}, "
+                        f"{LOCAL_MAX_TOKENS} with --no-grammar)")
     m.add_argument("--top-logprobs", type=int)
     m.add_argument("--no-logprobs", action="store_true", help="do not request token logprobs")
-    m.add_argument("--grammar", action="store_true", default=None, help="force the four-tag shape (llama.cpp GBNF)")
+    m.add_argument("--grammar", action=argparse.BooleanOptionalAction, default=None,
+                   help="force the four-tag shape with a llama.cpp GBNF grammar (default: on for local: models, off "
+                        "otherwise; recorded in the manifest)")
     m.add_argument("--reasoning", action="store_true", default=None, help="ask the provider to enable reasoning")
 
     r = p.add_argument_group("retrieval (QA domains; aliases of -D options)")
@@ -193,23 +197,53 @@ def tasks_note(config, requested: int | None) -> str | None:
     return f"{requested:,} tasks asked for, but {config.domain}{split} has {n:,}: planning all {n:,}"
 
 
-def summary_lines(summary) -> list[str]:
-    """The run summary printed on stdout (``uqh run``)."""
+def summary_rows(summary) -> list[tuple[str, str]]:
+    """The run summary of ``uqh run`` as (label, text) rows. Counts of the whole run (a resume included) come first,
+    then what this invocation did; a row per endpoint would go after "model calls"."""
+    from harness.progress import duration_text
+
     s = summary.stats
-    lines = [
-        f"run directory  {summary.run_dir}",
-        f"episodes       {summary.finished_before + s.done}/{summary.planned} finished "
-        f"({s.done} this run, {summary.finished_before} before)",
+    planned = summary.planned - summary.skipped
+    skipped = (f"; {summary.skipped} of {summary.planned} planned samples skipped by sequential sampling"
+               if summary.skipped else "")
+    rows = [
+        ("run directory", str(summary.run_dir)),
+        ("episodes", f"{summary.finished_before + s.done}/{planned} finished ({s.done} this run, "
+                     f"{summary.finished_before} before{skipped})"),
     ]
-    if s.stop_reasons:
-        lines.append("stop reasons   " + ", ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())))
+    whole = s.run_stop_reasons
+    if whole:
+        text = " ".join(f"{k}={v}" for k, v in sorted(whole.items()))
+        if summary.finished_before:
+            this = " ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())) or "none"
+            text += f" (this run: {this})"
+        rows.append(("stop reasons", text))
+    if s.infra_errors:
+        top = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3))
+        rows.append(("infra errors", f"{s.infra_errors} this run, not written (re-run to resume): {top}"))
     null = f", {s.content_null_calls} with null content" if s.content_null_calls else ""
-    lines.append(
-        f"model calls    {s.calls} ({s.calls_without_logprobs} without logprobs{null}); {s.retries} retries; "
-        f"tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion; {s.cost_text()}"
-    )
-    lines += [f"note           {note}" for note in summary.notes]
-    return lines
+    rows.append(("model calls", f"{s.calls} ({s.calls_without_logprobs} without logprobs{null}); {s.retries} retries; "
+                                f"{s.rate_text()}; tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} "
+                                f"completion; {s.cost_text()}"))
+    rows.append(("time", f"{duration_text(s.elapsed_s())} this run"))
+    rows += [("note", note) for note in summary.notes]
+    return rows
+
+
+def summary_lines(summary) -> list[str]:
+    """The run summary printed on stdout (``uqh run``): :func:`summary_rows`, labels in a 15-column field."""
+    return [f"{label:<15}{text}" for label, text in summary_rows(summary)]
+
+
+def next_hint(run_dir: Path) -> str:
+    """What to do with a finished run: score it, then the report and the DataFrame export (commands that work as
+    printed, from the same working directory)."""
+    import shlex
+
+    q = shlex.quote
+    base = str(run_dir).rstrip("/")
+    return (f"next           uqh score {q(base)}   (then: uqh report {q(base)} --out {q(base + '-report')}; "
+            f"uqh export {q(base)} --to {q(base + '-export')})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -267,7 +301,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"run dir       {out} (config hash {config.config_hash()[:12]})")
         print(f"execution     concurrency {concurrency}, workers {args.workers}; per call: timeout {timeout_s:g} s, "
               f"{max_retries} retries")
-        print(f"model calls   <= {n_episodes * config.step_budget * 3:,} (budget x 3 attempts per step)")
+        from harness.build import build_domain
+        from harness.presets import estimate, estimate_rows
+
+        est = estimate(config, len(config.task_ids), len(build_domain(config).system_prompt()))
+        for label, text in estimate_rows(config, est, "the domain's filled-in prompt"):
+            print(f"{label:<14}{text}")
         print("dry run: no model was called, nothing was written.")
         return 0
 
@@ -301,4 +340,6 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if summary.finished_before + s.done:
+        print(next_hint(out))
     return 0

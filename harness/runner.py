@@ -35,6 +35,7 @@ import errno
 import hashlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -51,7 +52,7 @@ from harness.loop import (
     open_episode,
     run_episode,
 )
-from harness.progress import BatchStats, EpisodeSummary, Progress
+from harness.progress import BatchStats, CountingClient, EpisodeSummary, Progress
 from rundir.errors import RunDirWriteError, UserError
 from rundir.schema import ExecutionSettings, RunConfig
 
@@ -377,6 +378,7 @@ def run_batch(
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_retries: int = DEFAULT_MAX_RETRIES,
+    progress_label: str = "uqh run",
 ) -> BatchSummary:
     """Run (or resume) every planned episode of ``config`` into ``run_dir``; return the summary.
 
@@ -413,7 +415,8 @@ def run_batch(
     ) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
         todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
-        stats = BatchStats(total=len(specs), already_done=finished_before)
+        before = Counter(store.finished_stop_reasons[i] for i in ids if i in store.finished_stop_reasons)
+        stats = BatchStats(total=len(specs), already_done=finished_before, stop_reasons_before=before)
         summary = BatchSummary(run_dir, len(specs), finished_before, stats, notes=list(store.notes),
                                missing_sidecar_episodes=len(store.missing_sidecar_rows))
         scheduler = None
@@ -422,6 +425,7 @@ def run_batch(
 
             scheduler = ConsensusScheduler.for_batch(config, store, specs, todo, domain)
             summary.skipped = scheduler.n_skipped
+            stats.skipped = lambda: scheduler.n_skipped  # the progress total leaves skipped samples out
         if not todo:
             if scheduler is not None:
                 store.update_manifest_info(consensus_stopping=scheduler.summary())
@@ -458,18 +462,18 @@ def run_batch(
                     max_retries=max_retries,
                 )
                 domain.prepare_runtime(ctx.domain_runtime())
-                bar = stack.enter_context(Progress(stats, enabled=progress))
+                bar = stack.enter_context(Progress(stats, enabled=progress, label=progress_label))
                 if scheduler is not None:
                     stack.enter_context(gc_tuned())
                     hooks = scheduler.hooks(persist, counted, error)
                     try:
-                        asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory))
+                        asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory, stats))
                     finally:
                         summary.skipped = scheduler.n_skipped
                         store.update_manifest_info(consensus_stopping=scheduler.summary())
                 elif workers == 1 or len(todo) == 1:
                     stack.enter_context(gc_tuned())
-                    asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory))
+                    asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory, stats))
                 else:
                     from harness.workers import run_workers
 
@@ -535,9 +539,12 @@ async def run_cancellable(coro: Awaitable[None]) -> None:
                 raise
 
 
-async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, error, client_factory) -> None:
+async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, error, client_factory,
+                          stats: BatchStats | None = None) -> None:
     client = build_client(ctx.config, ctx.model, ctx.api_base, client_factory, timeout_s=ctx.timeout_s,
                           max_retries=ctx.max_retries)
+    if stats is not None:  # calls/s in the progress line while episodes are still running
+        client = CountingClient(client, stats)
     try:
         await run_cancellable(run_specs(ctx, specs, domain=domain, client=client, persist=persist, on_done=counted,
                                         on_error=error))

@@ -100,6 +100,8 @@ class RunStore:
         self.manifest = manifest
         self.notes: list[str] = list(notes or [])
         self.finished_ids: set[str] = set()
+        #: Stop reason of each episode finished before this session (for the whole-run summary).
+        self.finished_stop_reasons: dict[str, str] = {}
         #: Finished episodes whose own calls lack sidecar rows (id -> rows missing), found on open.
         self.missing_sidecar_rows: dict[str, int] = {}
         self._fds: dict[str, int] = {}
@@ -201,6 +203,7 @@ class RunStore:
             raise RunDirWriteError(self.run_dir, exc) from None
         ids = scan.episode_ids
         self.finished_ids = set(ids)
+        self.finished_stop_reasons = dict(scan.stop_reasons)
         if len(ids) != len(self.finished_ids):
             self._note(
                 f"{EPISODES_FILE}: {len(ids) - len(self.finished_ids)} duplicate episode lines "

@@ -6,22 +6,29 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from reports.render import add_format_argument
+
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
     p.add_argument("--out", type=Path, default=None, help="also write CSV + Markdown tables into this directory")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the intervals (default 2000)")
+    add_format_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rundir.errors import UserError
+    import sys
+
     from reports.audit import audit
+    from reports.render import Output, emit, tables_json
+    from rundir.errors import UserError
 
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} exists and is not a directory; pick a directory path")
     tables = audit(args.run_dirs, n_boot=args.bootstrap)
-    print("\n".join(t.to_markdown() for t in tables))
+    emit(Output(tables=tables, json_text=tables_json(tables)), args.format)
     if args.out is not None:
         written = [p for t in tables for p in t.write(args.out)]
-        print(f"wrote {len(written)} files to {args.out}")
+        print(f"wrote {len(written)} files to {args.out}", file=sys.stderr if args.format in ("json", "csv")
+              else sys.stdout)
     return 0

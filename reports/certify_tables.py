@@ -1,5 +1,5 @@
-"""`uqh certify` output: the certificate tables (Tables 2, 4, 6 and 10 of seed 002 in shape) as Markdown or rich
-tables, and long-format CSV records, all arranged from :class:`scoring.certify_results.CertifyResult`."""
+"""`uqh certify` output: the certificate tables (Tables 2, 4, 6 and 10 of seed 002 in shape) and long-format CSV
+records, arranged from :class:`scoring.certify_results.CertifyResult` for :mod:`reports.render`."""
 from __future__ import annotations
 
 from typing import Any
@@ -111,37 +111,29 @@ def tables(results: list[CertifyResult]) -> list[Table]:
     return out
 
 
-def to_markdown(results: list[CertifyResult]) -> str:
-    parts = [t.to_markdown() for t in tables(results)]
-    for r in results:
-        parts += [f"- note ({r.run_dir}): {n}\n" for n in r.notes]
-    return "\n".join(parts)
-
-
-def render_table(results: list[CertifyResult], console=None) -> None:
-    """Print the tables with rich (the same rows as the Markdown)."""
-    from rich.console import Console
-    from rich.table import Table as RichTable
-
-    console = console or Console(width=200)
+def header_lines(results: list[CertifyResult]) -> list[str]:
+    lines = []
     for r in results:
         c = r.counts
-        console.print(f"[bold]{r.run_dir}[/bold]  domain={r.domain}  model={r.model}  items={c.items}  "
-                      f"samples={c.samples} ({c.samples_min}–{c.samples_max} per item)  no-answer samples="
-                      f"{c.no_answer_samples}  acceptability={r.settings.acceptability}  score={r.settings.score}  "
-                      f"seed={r.settings.seed}")
-    for t in tables(results):
-        rt = RichTable(title=t.title)
-        for col in t.columns:
-            rt.add_column(col)
-        for row in t.rows:
-            rt.add_row(*(fmt(row.get(col)) for col in t.columns))
-        console.print(rt)
-        if t.caption:
-            console.print(t.caption)
-    for r in results:
-        for n in r.notes:
-            console.print(f"note: {r.run_dir}: {n}")
+        lines.append(f"{r.run_dir}  domain={r.domain}  model={r.model}  items={c.items}  samples={c.samples} "
+                     f"({c.samples_min}–{c.samples_max} per item)  no-answer samples={c.no_answer_samples}  "
+                     f"acceptability={r.settings.acceptability}  score={r.settings.score}  seed={r.settings.seed}")
+    return lines
+
+
+def certify_output(results: list[CertifyResult]):
+    """The certificate for :func:`reports.render.emit` (json: the :class:`CertifyResult` dump, a list for
+    several runs; csv: :func:`csv_records`)."""
+    from pydantic import TypeAdapter
+
+    from reports.render import Output
+
+    json_text = (results[0].model_dump_json(indent=2) if len(results) == 1
+                 else TypeAdapter(list[CertifyResult]).dump_json(results, indent=2).decode())
+    records = [rec for r in results for rec in csv_records(r)]
+    return Output(tables=tables(results), json_text=json_text, header=header_lines(results),
+                  notes=[f"{r.run_dir}: {n}" for r in results for n in r.notes],
+                  csv_table=Table("certify_long", "long format", list(CSV_FIELDS), records), prog="uqh certify")
 
 
 CSV_FIELDS = ("run_dir", "table", "alpha", "rule", "metric", "value", "ci_low", "ci_high", "successes", "n")

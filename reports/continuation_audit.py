@@ -1,13 +1,15 @@
 """The continuation audit as text, and its files in a continuation run directory (``uqh continue``).
 
-Numbers come from :func:`scoring.qz_audit.estimate_qz`; this module only arranges them (Markdown tables in the
-shape of the paper's Tables 7 and 8) and writes ``qz.jsonl``, ``audit.json`` and ``audit.md``.
+Numbers come from :func:`scoring.qz_audit.estimate_qz`; this module only arranges them (tables in the shape of
+the paper's Tables 7 and 8, for :mod:`reports.render`) and writes ``qz.jsonl``, ``audit.json`` and ``audit.md``.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+from reports.render import Output, markdown_text
+from reports.tables import Table
 from rundir.atomic import atomic_write_text
 from rundir.qz_file import write_qz_file
 from rundir.reader import RunDir
@@ -15,62 +17,62 @@ from rundir.schema import AUDIT_JSON, AUDIT_MD, QZ_FILE
 
 
 def _f(x, p: int = 3) -> str:
-    return "NA" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{p}f}"
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{p}f}"
 
 
 def _pct(x) -> str:
-    return "NA" if x is None else f"{100 * x:.1f}%"
+    return "—" if x is None else f"{100 * x:.1f}%"
 
 
-def audit_tables(audit) -> str:
-    """Markdown tables in the shape of Tables 7 and 8 (plus counts, sensitivity rows and the identity check)."""
-    lines = []
-    c = audit.counts
-    lines.append(
-        f"Prefixes: {c.prefixes_with_branches} continued, {c.retained} retained (>= {c.min_valid} valid resolved "
-        f"non-parse branches); mean valid branches per retained prefix {_f(c.mean_valid, 2)}; mean parse-error "
-        f"branches per prefix {_f(c.mean_parse, 3)}; unresolved branches {c.unresolved}; skipped (not replayable) "
-        f"{c.skipped}."
-    )
-    lines.append("")
-    d = audit.distribution
-    if audit.cost is not None:
-        lines += cost_table(audit.cost, d) + [""]
-    lines += [
-        f"| Diagnostic (n = {d.n}) | Value |",
-        "|---|---|",
-        f"| Mean q_hat_Z^MC | {_f(d.mean)} [{_f(d.ci[0])}, {_f(d.ci[1])}] |",
-        f"| Median q_hat_Z^MC | {_f(d.median)} |",
-        f"| Fraction with q_hat_Z^MC = 0 | {_pct(d.frac_zero)} |",
-        f"| Fraction with q_hat_Z^MC > 0.5 | {_pct(d.frac_above_half)} |",
-    ]
-    cmp = audit.comparison
-    if cmp is not None:
-        lines += [
-            "",
-            f"| Quantity (n = {cmp.n}) | Value | 95% CI |",
-            "|---|---|---|",
-            f"| TPS^cen,simple | {_f(cmp.simple.mean)} | [{_f(cmp.simple.ci[0])}, {_f(cmp.simple.ci[1])}] |",
-            f"| TPS^cen,exact-MC | {_f(cmp.exact.mean)} | [{_f(cmp.exact.ci[0])}, {_f(cmp.exact.ci[1])}] |",
-            f"| Delta exact-simple | {_f(cmp.difference.mean)} | "
-            f"[{_f(cmp.difference.ci[0])}, {_f(cmp.difference.ci[1])}] |",
-        ]
-    if audit.sensitivity:
-        lines += ["", "| Unresolved branches | mean q_hat_Z | Delta exact-simple | 95% CI |", "|---|---|---|---|"]
-        for name, row in audit.sensitivity.items():
-            dd = row.difference
-            lines.append(f"| {name} | {_f(row.mean_q)} | {_f(dd.mean)} | [{_f(dd.ci[0])}, {_f(dd.ci[1])}] |")
-    if audit.identity_max_error is not None:
-        lines += ["", "Conditional-projection identity: max_i |TPS_exact-MC - branch average| = "
-                  f"{audit.identity_max_error:.3g}"]
-    return "\n".join(lines)
+def _ci(ci) -> str:
+    return f"[{_f(ci[0])}, {_f(ci[1])}]"
 
 
 def _n(x: int) -> str:
     return f"{x:,}"
 
 
-def cost_table(cost, distribution) -> list[str]:
+def counts_line(audit) -> str:
+    c = audit.counts
+    return (f"Prefixes: {c.prefixes_with_branches} continued, {c.retained} retained (>= {c.min_valid} valid resolved "
+            f"non-parse branches); mean valid branches per retained prefix {_f(c.mean_valid, 2)}; mean parse-error "
+            f"branches per prefix {_f(c.mean_parse, 3)}; unresolved branches {c.unresolved}; skipped (not "
+            f"replayable) {c.skipped}.")
+
+
+def audit_tables(audit) -> list[Table]:
+    """The tables of the audit: run cost (with a stop rule's figures), the q_hat_Z^MC distribution (Table 7
+    shape), simple vs exact (Table 8 shape), and the sensitivity to unresolved branches."""
+    d = audit.distribution
+    tables = []
+    if audit.cost is not None:
+        tables.append(cost_table(audit.cost, d))
+    tables.append(Table("qz_distribution", f"q_hat_Z^MC over retained prefixes (Table 7 shape; n = {d.n})",
+                        ["Diagnostic", "Value"], [
+                            {"Diagnostic": "Mean q_hat_Z^MC [95% CI]", "Value": f"{_f(d.mean)} {_ci(d.ci)}"},
+                            {"Diagnostic": "Median q_hat_Z^MC", "Value": _f(d.median)},
+                            {"Diagnostic": "Fraction with q_hat_Z^MC = 0", "Value": _pct(d.frac_zero)},
+                            {"Diagnostic": "Fraction with q_hat_Z^MC > 0.5", "Value": _pct(d.frac_above_half)},
+                        ], empty_note="No prefix retained."))
+    cmp = audit.comparison
+    if cmp is not None:
+        tables.append(Table("qz_scores", f"Simple vs exact censored score on retained prefixes (Table 8 shape; "
+                            f"n = {cmp.n})", ["Quantity", "Value", "95% CI"], [
+                                {"Quantity": "TPS^cen,simple", "Value": _f(cmp.simple.mean), "95% CI": _ci(cmp.simple.ci)},
+                                {"Quantity": "TPS^cen,exact-MC", "Value": _f(cmp.exact.mean), "95% CI": _ci(cmp.exact.ci)},
+                                {"Quantity": "Delta exact-simple", "Value": _f(cmp.difference.mean),
+                                 "95% CI": _ci(cmp.difference.ci)},
+                            ]))
+    if audit.sensitivity:
+        tables.append(Table("qz_sensitivity", "Unresolved branches: sensitivity",
+                            ["Unresolved branches", "mean q_hat_Z", "Delta exact-simple", "95% CI"],
+                            [{"Unresolved branches": name, "mean q_hat_Z": _f(row.mean_q),
+                              "Delta exact-simple": _f(row.difference.mean), "95% CI": _ci(row.difference.ci)}
+                             for name, row in audit.sensitivity.items()]))
+    return tables
+
+
+def cost_table(cost, distribution) -> Table:
     """The run's branches, calls, prompt tokens (cached / uncached) and cost next to mean q_hat_Z^MC and its CI."""
     branches = f"{_n(cost.branches)} of {_n(cost.branches_max)}" if cost.branches_max else _n(cost.branches)
     if cost.branches_max:
@@ -82,17 +84,10 @@ def cost_table(cost, distribution) -> list[str]:
     else:
         cached = f"not reported / {_n(cost.prompt_tokens)}"
     if cost.unpriced_calls == cost.calls:
-        price = "NA (unpriced)"
+        price = "n/a (unpriced)"
     else:
         price = f"{cost.cost_usd:.4f}" + (f" + {cost.unpriced_calls} unpriced calls" if cost.unpriced_calls else "")
     d = distribution
-    rows = [
-        "| Stop rule | Branches run (of max) | Model calls | Prompt tokens cached / uncached | Completion tokens | "
-        "Cost (USD) | Mean q_hat_Z^MC [95% CI] |",
-        "|---|---|---|---|---|---|---|",
-        f"| {cost.stop_rule} | {branches} | {_n(cost.calls)} | {cached} | {_n(cost.completion_tokens)} | {price} | "
-        f"{_f(d.mean)} [{_f(d.ci[0])}, {_f(d.ci[1])}] |",
-    ]
     notes = []
     if cost.stop_rule != "fixed":
         note = (f"{cost.stopped_half_width} prefixes stopped at the half-width, {cost.stopped_max_branches} at "
@@ -102,24 +97,38 @@ def cost_table(cost, distribution) -> list[str]:
         notes.append(f"{_n(cost.cache_write_prompt_tokens)} uncached prompt tokens were written to the cache")
     if cost.decision_mismatch:
         notes.append(f"WARNING: {cost.decision_mismatch} recorded stop decisions disagree with the branches found")
-    return rows + ([f"({'; '.join(notes)}.)"] if notes else [])
+    row = {"Stop rule": cost.stop_rule, "Branches run (of max)": branches, "Model calls": _n(cost.calls),
+           "Prompt tokens cached / uncached": cached, "Completion tokens": _n(cost.completion_tokens),
+           "Cost (USD)": price, "Mean q_hat_Z^MC [95% CI]": f"{_f(d.mean)} {_ci(d.ci)}"}
+    return Table("qz_cost", "Branches, calls and cost", list(row), [row],
+                 caption=f"({'; '.join(notes)}.)" if notes else "")
+
+
+def audit_notes(audit) -> list[str]:
+    c, s = audit.counts, audit.settings
+    notes = [f"scores: {s.rule} rule, {s.weights} weights, predictor {s.predictor}; {c.scored} retained prefixes "
+             f"scored, {c.missing_confidence} left out (missing confidence)",
+             f"q_Z file: {c.records} records ({c.records_mc} mc, {c.records_plugin} plug-in); {c.without_estimate} "
+             "censored prefixes without an estimate"]
+    if audit.identity_max_error is not None:
+        notes.append("conditional-projection identity: max_i |TPS_exact-MC - branch average| = "
+                     f"{audit.identity_max_error:.3g}")
+    if c.join_mismatch_branches:
+        notes.append(f"WARNING: {c.join_mismatch_branches} branches whose prefix differs from the source were ignored")
+    if s.plugin_note:
+        notes.append(s.plugin_note)
+    return notes
+
+
+def audit_output(audit) -> Output:
+    """The audit for :func:`reports.render.emit` (json: the :class:`scoring.qz_audit.ContinuationAudit` dump)."""
+    return Output(tables=audit_tables(audit), json_text=audit.model_dump_json(indent=2),
+                  header=[counts_line(audit), *audit_notes(audit)], prog="uqh continue")
 
 
 def audit_text(audit) -> str:
-    """The whole audit as printed by ``uqh continue`` and written to ``audit.md``."""
-    c, s = audit.counts, audit.settings
-    tail = [
-        "",
-        f"Scores: {s.rule} rule, {s.weights} weights, predictor {s.predictor}; {c.scored} retained prefixes scored, "
-        f"{c.missing_confidence} left out (missing confidence).",
-        f"q_Z file: {c.records} records ({c.records_mc} mc, {c.records_plugin} plug-in); "
-        f"{c.without_estimate} censored prefixes without an estimate.",
-    ]
-    if c.join_mismatch_branches:
-        tail.append(f"WARNING: {c.join_mismatch_branches} branches whose prefix differs from the source were ignored.")
-    if s.plugin_note:
-        tail.append(s.plugin_note)
-    return audit_tables(audit) + "\n" + "\n".join(tail)
+    """The whole audit in Markdown, as written to ``audit.md``."""
+    return markdown_text(audit_output(audit))
 
 
 def write_continuation_audit(cont_dir: Path, estimate) -> str:

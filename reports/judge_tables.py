@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports.tables import Table, fmt
+from reports.tables import Table
 from rundir.judgments import JudgeMetric
 from scoring.judge_results import ALL_METRICS, GPA_MEAN, JudgeAnalysis
 from scoring.registry import get_metric
@@ -134,27 +134,11 @@ def header_lines(a: JudgeAnalysis) -> list[str]:
     return lines
 
 
-def to_markdown(a: JudgeAnalysis) -> str:
-    body = "\n".join(t.to_markdown() for t in judge_tables(a))
-    return "## GPA judges\n\n" + "\n".join(f"    {line}" for line in header_lines(a)) + "\n\n" + body
+def judge_output(a: JudgeAnalysis):
+    """The analysis for :func:`reports.render.emit` (json: the :class:`JudgeAnalysis` dump)."""
+    from reports.render import Output
 
-
-def print_tables(a: JudgeAnalysis, console=None) -> None:
-    from rich.console import Console
-    from rich.table import Table as RichTable
-
-    console = console or Console(width=200)
-    for line in header_lines(a):
-        console.print(line, highlight=False, markup=False)
-    for t in judge_tables(a):
-        rt = RichTable(title=t.title)
-        for c in t.columns:
-            rt.add_column(c, justify="left" if c in ("Judge", "Group", "Predictor", "Kind") else "right")
-        for row in t.rows:
-            rt.add_row(*(fmt(row.get(c)) for c in t.columns))
-        if not t.rows:
-            rt.caption = t.empty_note
-        console.print(rt)
+    return Output(tables=judge_tables(a), json_text=a.model_dump_json(indent=2), header=header_lines(a))
 
 
 def write_files(a: JudgeAnalysis, out_dir: Path) -> list[Path]:

@@ -20,7 +20,8 @@ Artefacts (``--out DIR``):
 - ``censored_exact`` (§4.3, Tables 8–9 shape: TPS^cen,exact with q_Z files from ``uqh continue`` vs simple);
 - ``parse_error_sensitivity`` (Appendix G.2);
 - figure ``selection_diagnostic`` (Fig. 2B);
-- ``report.html`` (self-contained: everything above plus the per-trajectory trace explorer), ``report.md``,
+- ``report.html`` (self-contained, from a Jinja2 template: the per-trajectory trace explorer with filters first,
+  the comparison across runs, then everything above in collapsible sections), ``report.md``,
   ``report.json`` (:class:`reports.scoring_calls.ReportData`: the typed scoring results the tables were arranged
   from).
 """
@@ -108,6 +109,16 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
         raise UserError(f"cannot write --out {out_dir}: {reason}; pick a writable directory with free space") from None
 
 
+def comparison_table(scored):
+    """Every run's predictors on the complete-observation sample in one table (value over its 95% CI), as
+    ``uqh score`` shows several runs."""
+    from reports.score_view import labels_caption, main_keys, predictor_table
+
+    results = [sr.results.main.model_copy(update={"run_dir": sr.label}) for sr in scored]
+    return predictor_table(results, main_keys(results[0]), "comparison", "Per-step predictors by run (Table 2 "
+                           "shape; diagnostics on complete trajectories, failure-oriented)", labels_caption(results))
+
+
 def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_artefacts(out_dir)
@@ -147,7 +158,7 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
     no_cens = "No run has administratively censored (max_steps) trajectories: the censored extension does not apply."
     no_parse = "No run has parse-error trajectories: nothing to test."
     sections = [
-        Section("audit", "Termination audit", "Appendix G.1: stop reasons per run.", [audit_t]),
+        Section("audit", "Termination audit", "Appendix G.1: stop reasons per run.", [audit_t], open=True),
         Section("selection", "Selection diagnostic", "Fig. 2B: are censored trajectories structurally different?",
                 [select_t], fig2b),
         Section("transparency", "Predictor transparency", "Appendix F: per-step streams on the complete sample.",
@@ -169,6 +180,7 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
     ]
     html_path = out_dir / "report.html"
     html_path.write_text(render_page(title=opts.title, meta=meta, sections=sections,
+                                     comparison=comparison_table(scored),
                                      trace_data=trace_data(scored, opts.max_traces), out_dir=out_dir))
     md_path = out_dir / "report.md"
     md_path.write_text(f"# {opts.title}\n\n" + "\n".join(m + "  " for m in meta) + "\n\n"

@@ -51,6 +51,8 @@ class WriterScan:
     orphan_tail_rows: int
     #: Finished episode id -> how many of its own model calls have no sidecar row.
     missing_rows: dict[str, int] = field(default_factory=dict)
+    #: Finished episode id -> its stop reason (the first line of an id, as readers keep it).
+    stop_reasons: dict[str, str] = field(default_factory=dict)
 
 
 def _repair_hint(run_dir: Path) -> str:
@@ -93,8 +95,9 @@ def complete_length(path: Path) -> int:
     return 0
 
 
-def _episode_keys(raw: bytes) -> tuple[str, set[RowKey]]:
-    """An episode line's id and the sidecar keys of its own calls; ValueError when it is not an episode record."""
+def _episode_keys(raw: bytes) -> tuple[str, set[RowKey], str]:
+    """An episode line's id, the sidecar keys of its own calls and its stop reason; ValueError when it is not an
+    episode record."""
     data = json.loads(raw)
     if not isinstance(data, dict) or not isinstance(data.get("episode_id"), str):
         raise ValueError("no episode_id")
@@ -108,7 +111,7 @@ def _episode_keys(raw: bytes) -> tuple[str, set[RowKey]]:
             keys.add((eid, int(step["t"]), int(att["attempt"])))
     for att in data.get("failed_step") or ():
         keys.add((eid, len(steps) + 1, int(att["attempt"])))
-    return eid, keys
+    return eid, keys, str(data.get("stop_reason"))
 
 
 def row_key(raw: bytes) -> RowKey:
@@ -131,16 +134,18 @@ def scan_for_writer(run_dir: Path, *, strict: bool = True) -> WriterScan:
     lengths = {EPISODES_FILE: complete_length(ep_path), SIDECAR_FILE: complete_length(sc_path)}
     ids: list[str] = []
     expected: dict[str, set[RowKey]] = {}
+    stop_reasons: dict[str, str] = {}
     for lineno, _, raw in _lines(ep_path, lengths[EPISODES_FILE]):
         if not raw.strip():
             continue
         try:
-            eid, keys = _episode_keys(raw)
+            eid, keys, stop_reason = _episode_keys(raw)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"{ep_path}:{lineno}: not a valid Episode record ({_first_line(exc)}); "
                             f"{_repair_hint(run_dir)}") from None
         ids.append(eid)
         expected.setdefault(eid, keys)  # readers keep the first line of an id
+        stop_reasons.setdefault(eid, stop_reason)
     present: set[RowKey] = set()
     tail_offset, tail_rows, stray = 0, 0, None
     for lineno, offset, raw in _lines(sc_path, lengths[SIDECAR_FILE]):
@@ -165,7 +170,7 @@ def scan_for_writer(run_dir: Path, *, strict: bool = True) -> WriterScan:
         tail_offset = lengths[SIDECAR_FILE]
     missing = {eid: len(keys - present) for eid, keys in expected.items() if keys - present}
     return WriterScan(complete_length=lengths, episode_ids=ids, orphan_tail_offset=tail_offset,
-                      orphan_tail_rows=tail_rows, missing_rows=missing)
+                      orphan_tail_rows=tail_rows, missing_rows=missing, stop_reasons=stop_reasons)
 
 
 def invalid_lines(run_dir: Path, name: str) -> list[BadLine]:

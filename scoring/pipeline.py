@@ -256,6 +256,33 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
     return PredictorEvaluation(rows=rows, auq=auq_rows, calibration=calibration, fixed_rank=fixed)
 
 
+def stream_statistic(sample: Sample, values: np.ndarray, opts: ScoreOptions) -> Callable[[np.ndarray], dict]:
+    """Every metric of one stream of ``sample`` as a function of a (B, n) count matrix over its trajectories:
+    ``{MetricKey: (B,)}`` -- the diagnostics on the complete trajectories and TPS per score family (with censored
+    trajectories also the complete-only TPS and Δ_practice), exactly as :func:`evaluate_predictor` computes a row."""
+    w = trajectory_weights(sample.offsets, opts.weights, sample.horizon)
+    complete = sample.delta.copy()
+    eta = posterior_weight(sample.y, sample.delta, sample.q_z if opts.censoring == "exact" else None)
+    row_diag = None
+    if complete.any():
+        row_diag = _diagnostic_statistic(trajectory_scalar(values, sample.offsets, w)[complete], sample.y[complete])
+    stat = _stream_statistic(values, sample, w, list(opts.scores), eta, complete, row_diag, {})
+    return lambda counts: {key: v for (_, key), v in stat(counts).items()}
+
+
+def platt_stream(sample: Sample, opts: ScoreOptions) -> tuple[np.ndarray | None, str | None]:
+    """The cross-fitted Platt stream of ``sample`` (as :func:`evaluate_predictor` fits it), or (None, why not)."""
+    if sample.n == 0:
+        return None, "Platt unavailable: no trajectories to calibrate"
+    w = trajectory_weights(sample.offsets, opts.weights, sample.horizon)
+    try:
+        fit = cross_fit_platt(sample.values, sample.offsets, sample.y, sample.delta, sample.episode_ids, w,
+                              labels=sample.label_convention, q_z=sample.q_z)
+    except ValueError as exc:
+        return None, f"Platt unavailable: {exc}"
+    return fit.values, None
+
+
 def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
     """Score one run directory: Table-2 rows (predictors × raw/Platt + base rate), Table-5 AUQ rows, Appendix D
     diagnostics, Appendix E rows (``opts.fixed_rank``) and sample counts."""
@@ -303,4 +330,5 @@ def pool_runs(runs: list[RunData]) -> RunData:
         step_budget=np.concatenate([r.step_budget for r in runs]),
         offsets=np.array(offs, dtype=np.int64),
         streams={k: np.concatenate([r.streams[k] for r in runs]) for k in runs[0].streams},
+        task_ids=np.concatenate([np.array([f"{k}:{t}" for t in r.tasks], dtype=object) for k, r in enumerate(runs)]),
     )

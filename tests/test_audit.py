@@ -80,9 +80,28 @@ def test_cli_writes_csv_and_markdown(runs, tmp_path, capsys):
     out = tmp_path / "audit"
     assert main(["audit", str(runs[0]), str(runs[1]), "--out", str(out), "--bootstrap", "50"]) == 0
     printed = capsys.readouterr().out
-    assert "Termination audit (Table 6)" in printed and "| ws (webshop) | WebShop | 4 | 8 | 4 | 3 | 1 | 0 |" in printed
+    assert "Termination audit (Table 6)" in printed and max(len(line) for line in printed.splitlines()) <= 120
     assert sorted(p.name for p in out.iterdir()) == [
         "selection_diagnostic.csv", "selection_diagnostic.md", "termination_audit.csv", "termination_audit.md"]
+    assert "| ws (webshop)       | WebShop    |             4 |       8 |" in (out / "termination_audit.md").read_text()
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "csv"])
+def test_cli_formats(runs, capsys, fmt):
+    import json
+
+    assert main(["audit", str(runs[0]), "--bootstrap", "50", "--format", fmt]) == 0
+    printed = capsys.readouterr().out
+    if fmt == "md":
+        assert "### Termination audit (Table 6)" in printed and "| ws (webshop) |" in printed
+    elif fmt == "json":
+        tables = {t["name"]: t for t in json.loads(printed)["tables"]}
+        row = tables["termination_audit"]["rows"][0]
+        assert (row["Run"], row["Total"], row["max_steps"]) == ("ws (webshop)", 8, 3)
+    else:
+        rows = list(csv.DictReader(io.StringIO(printed)))
+        assert {r["table"] for r in rows} == {"termination_audit", "selection_diagnostic"}
+        assert next(r for r in rows if r["table"] == "termination_audit")["Total"] == "8"
 
 
 def test_cli_user_errors(tmp_path, runs, capsys):
@@ -113,7 +132,7 @@ def test_markdown_number_formatting():
     assert [fmt(-0.00929), fmt(-0.6931), fmt(0.0), fmt(None), fmt(float("nan")), fmt(2290), fmt(True)] == [
         "-0.00929", "-0.693", "0.000", "—", "—", "2,290", "yes"]
     t = Table("t", "T", ["a|b", "c"], [{"a|b": "x|y", "c": 1.0}])
-    assert "| a\\|b | c |" in t.to_markdown() and "| x\\|y | 1.000 |" in t.to_markdown()
+    assert "| a\\|b   |     c |" in t.to_markdown() and "| x\\|y   | 1.000 |" in t.to_markdown()  # pipes escaped
     assert t.to_csv() == "a|b,c\nx|y,1.0\n"
 
 

@@ -68,6 +68,10 @@ def test_resolve_config_equals_the_pre_build_layer_config_and_hash(case, ref_tmp
         expected = json.loads(json.dumps(expected))
         expected["domain_options"]["goal_source"] = "synthetic"
         expected_hash = RunConfig.model_validate(expected).config_hash()
+    if case == "arithmetic-local-decoding":
+        # Since then local models decode with the grammar unless --no-grammar (issue 17): with it, the recorded
+        # mapping holds.
+        argv += ["--no-grammar"]
     config = _resolve(_fill([*argv, "--out", str(ref_tmp / "run")], ref_tmp))
     recorded = json.loads(json.dumps(config.model_dump(mode="json")).replace(str(ref_tmp), "{tmp}"))
     # the prompt files and the package version may change; the mapping from flags to config must not
@@ -274,3 +278,53 @@ def test_continuation_config_is_the_source_config_with_typed_updates(tmp_path):
     assert RunConfig.model_validate_json(cfg.model_dump_json()).config_hash() == cfg.config_hash()
     cfg.domain_options["max_hops"] = 1
     assert source_cfg.domain_options == {"max_hops": 9}  # the source config is not shared
+
+
+# --------------------------------------------------------------------------------------- local-model defaults
+
+
+def test_local_models_use_the_grammar_unless_no_grammar_and_the_cap_follows(tmp_path):
+    from harness.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
+
+    base = ["--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--out", str(tmp_path / "r")]
+    on = _resolve(base).decoding
+    assert on.grammar is True and on.max_tokens == LOCAL_GRAMMAR_MAX_TOKENS == 256
+    off = _resolve([*base, "--no-grammar"]).decoding
+    assert off.grammar is False and off.max_tokens == LOCAL_MAX_TOKENS == 160
+    assert _resolve([*base, "--max-tokens", "99"]).decoding.max_tokens == 99
+    api = _resolve(["--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://x/v1",
+                    "--out", str(tmp_path / "a")]).decoding
+    assert api.grammar is False and api.max_tokens == 512  # API models: no grammar unless asked, schema cap
+
+
+def test_run_help_states_the_caps_the_manifest_records(tmp_path, capsys):
+    from harness.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"for local: models {LOCAL_GRAMMAR_MAX_TOKENS}, {LOCAL_MAX_TOKENS} with --no-grammar" in text
+            and "--no-grammar" in text)
+    out = tmp_path / "r"
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--out", str(out),
+               "--dry-run") == 0
+    plan = capsys.readouterr().out
+    assert f"max_tokens={LOCAL_GRAMMAR_MAX_TOKENS}" in plan and "grammar=True" in plan
+
+
+def test_a_local_user_simulator_gets_a_recorded_completion_cap(tmp_path):
+    from harness.build import LOCAL_USER_MAX_TOKENS
+
+    cfg = _resolve(["--domain", "tau2-retail", "--tasks", "1", "--model", "openai/a", "--api-base", "http://a/v1",
+                    "--user-model", "local:smollm2", "--out", str(tmp_path / "r")])
+    assert cfg.user_decoding is not None and cfg.user_decoding.max_tokens == LOCAL_USER_MAX_TOKENS
+    # otherwise tau2's user settings: temperature 0, no logprobs, seed offset 0
+    assert (cfg.user_decoding.temperature, cfg.user_decoding.logprobs, cfg.user_decoding.seed) == (0.0, False, 0)
+    domain = build_domain(cfg)
+    domain.prepare_runtime({"run_dir": tmp_path, "user_model": "openai/smollm2", "user_api_base": "http://l/v1",
+                            "user_decoding": cfg.user_decoding})
+    args = domain.user_llm_args(episode_seed=5)
+    assert args["max_tokens"] == LOCAL_USER_MAX_TOKENS and args["temperature"] == 0.0 and args["seed"] == 5
+    api_user = _resolve(["--domain", "tau2-retail", "--tasks", "1", "--model", "openai/a", "--api-base", "http://a/v1",
+                         "--user-model", "openai/u", "--user-api-base", "http://u/v1", "--out", str(tmp_path / "u")])
+    assert api_user.user_decoding is None  # an API user model decodes as tau2's (no cap), as before

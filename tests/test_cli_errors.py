@@ -11,7 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 #: Imported by `uqh ... --help` only if a command module imports them at top level (seconds of start-up).
-HEAVY = ("litellm", "openai", "tau2", "bm25s", "numpy", "scipy", "matplotlib", "datasets", "elasticsearch")
+HEAVY = ("litellm", "openai", "tau2", "bm25s", "numpy", "scipy", "matplotlib", "datasets", "elasticsearch", "pandas",
+         "pyarrow", "jinja2", "playwright")
 DRIVER = f"""
 import json, sys
 from harness.cli import main

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -181,6 +182,9 @@ def test_smoke_local_smollm2(tmp_path):
 def test_local_model_default_max_tokens(tmp_path, capsys):
     out = tmp_path / "run"
     assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--out", str(out), "--dry-run") == 0
+    assert "max_tokens=256" in capsys.readouterr().out  # local models decode with the grammar by default
+    assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--no-grammar", "--out", str(out),
+               "--dry-run") == 0
     assert "max_tokens=160" in capsys.readouterr().out
     assert uqh("--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--max-tokens", "48",
                "--out", str(out), "--dry-run") == 0
@@ -227,10 +231,37 @@ def test_infra_error_exits_1_and_rerun_resumes(fake_server, tmp_path, capsys):
         assert uqh(*args) == 1
         captured = capsys.readouterr()
         assert "1/2 finished" in captured.out
+        assert "infra errors   1 this run, not written (re-run to resume): model call failed" in captured.out
         assert "1 episodes not finished (model call failed" in captured.err
         assert "re-run the same command to resume" in captured.err
         assert uqh(*args) == 0
-    assert "2/2 finished (1 this run, 1 before)" in capsys.readouterr().out
+    again = capsys.readouterr().out
+    assert "2/2 finished (1 this run, 1 before)" in again
+    # the whole run's stop reasons, and this invocation's
+    assert "stop reasons   clean=2 (this run: clean=1)\n" in again and "infra errors" not in again
+
+
+def test_resume_progress_counts_the_whole_run_and_prints_before_the_first_episode(fake_server, tmp_path, capsys,
+                                                                                 monkeypatch):
+    import harness.progress as progress
+
+    monkeypatch.setattr(progress, "clock_text", lambda: "09:00:00")
+    out = tmp_path / "run"
+    with fake_server(solver) as srv:
+        args = ["--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks", "2",
+                "--concurrency", "1", "--out", str(out)]
+        assert uqh(*args, "--no-progress") == 0
+        capsys.readouterr()
+        # a partial run: the last episode cut away (its sidecar rows become an orphan tail, repaired on open)
+        lines = (out / "episodes.jsonl").read_bytes().splitlines(keepends=True)
+        (out / "episodes.jsonl").write_bytes(lines[0])
+        assert uqh(*args) == 0  # progress on: pytest's stderr is not a terminal, so plain lines
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert err[0] == f"uqh run: note: {out}: logprobs.jsonl: removed 2 rows of an episode that was not finished"
+    assert err[1] == "09:00:00 uqh run: 1 episodes to run (2 planned, 1 finished before)"  # before any episode ends
+    assert err[-1].startswith("09:00:00 uqh run [2/2] clean=2 | ") and "| ETA 0s |" in err[-1]
+    assert "stop reasons   clean=2 (this run: clean=1)" in captured.out
     assert sorted(e.episode_id for e in read_episodes(out)) == ["arith-0000#0", "arith-0001#0"]
 
 
@@ -374,3 +405,23 @@ def test_score_says_why_there_is_nothing_to_score(fake_server, tmp_path, capsys)
     assert main(["score", str(out), "--bootstrap", "0"]) == 0
     err = capsys.readouterr().err
     assert f"uqh score: note: {out}: no complete episode to score: 2 episodes (parse_error=2)" in err
+
+
+def test_a_finished_run_ends_with_a_next_hint_whose_commands_work(fake_server, tmp_path, capsys, monkeypatch):
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    with fake_server(solver) as srv:
+        assert uqh("--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks", "3",
+                   "--out", "runs/my demo", "--no-progress") == 0
+    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    assert hint.startswith("next           uqh score ")
+    commands = [c.strip() for c in re.split(r"\(then: |; |\)$", hint.split(None, 1)[1]) if c.strip()]
+    assert len(commands) >= 2 and all(c.startswith("uqh ") for c in commands)
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        if argv[0] in ("score", "report"):
+            argv += ["--bootstrap", "20"]  # as printed, only fewer resamples (speed)
+        assert main(argv) == 0, command
+    assert (tmp_path / "runs" / "my demo-report" / "report.html").is_file()
+    assert (tmp_path / "runs" / "my demo-export" / "steps.parquet").is_file()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -34,7 +35,7 @@ GARBAGE = "I refuse to use tags."
 class Responder:
     """Source mode: always Calc (so every episode hits max_steps). Branch mode: the branch's fate is a function of
     its decoding seed: seed % 4 == 0 -> correct Finish, 1 -> wrong Finish, 2 -> Calc (unresolved), 3 -> garbage
-    (parse error after the repairs)."""
+    (parse error after the repairs, whatever their seeds)."""
 
     def __init__(self):
         self.mode = "source"
@@ -42,6 +43,8 @@ class Responder:
     def __call__(self, req: dict) -> str:
         if self.mode == "source":
             return CALC.format(c=0.3)
+        if any(m["role"] == "assistant" and m["content"] == GARBAGE for m in req["messages"]):
+            return GARBAGE  # a repair (sent with its own seed) of a garbage branch stays garbage
         question = req["messages"][1]["content"]
         answer = _answer(question)
         fate = req["seed"] % 4
@@ -122,7 +125,8 @@ def test_branches_continue_recorded_prefix_without_prefix_calls(source_run, tmp_
     system = read_manifest(src).system_prompt
     first_requests = {}
     for req in srv.requests:
-        first_requests.setdefault(req["seed"], req)
+        if not any(m["role"] == "assistant" and m["content"] == GARBAGE for m in req["messages"]):  # not a repair
+            first_requests.setdefault(req["seed"], req)
     for bid, br in branches.items():
         s = source[br.source_episode_id]
         k = br.branch_index
@@ -144,7 +148,10 @@ def test_branches_continue_recorded_prefix_without_prefix_calls(source_run, tmp_
         sum(len(st.attempts) for st in br.steps[br.prefix_steps:]) + len(br.failed_step or []) for br in branches.values()
     )
     assert len(srv.requests) == new_attempts
-    assert len({r["seed"] for r in srv.requests}) == 12  # seeds differ per branch
+    # seeds differ per branch (the repairs of the garbage branches send seeds of their own)
+    assert len({first["seed"] for first in first_requests.values()}) == 12
+    repairs = [a.call.seed for br in branches.values() for a in (br.failed_step or [])[1:]]
+    assert repairs and all(seed not in first_requests for seed in repairs)
 
     # q_Z from the branches, hand-computed from the fates
     res, _ = audit_continuation(out, min_valid=1, method="mc", n_boot=50)
@@ -326,7 +333,7 @@ def test_estimate_qz_on_generated_runs(tmp_path):
         assert row.exact_mc - row.simple == pytest.approx(row.q_hat_mc * np.sum(w * np.log(f / (1 - f))))
         assert row.simple == pytest.approx(np.sum(w * np.log1p(-f)))
     assert set(a.sensitivity) == {"excluded (primary)", "as failures", "as successes"}
-    assert "Conditional-projection identity" in text and "Mean q_hat_Z^MC" in text
+    assert "conditional-projection identity" in text and "Mean q_hat_Z^MC" in text
 
     # plug-in n_valid: training branches behind the estimate (all 45 labelled branches for unlabelled prefixes)
     assert [recs[f"t{i}#0"].n_valid for i in (9, 10, 11)] == [45, 45, 45]
@@ -478,6 +485,45 @@ def test_qz_only_recomputes_without_model_calls(source_run, tmp_path, capsys):
     assert rc == 2 and "continues the run" in capsys.readouterr().err
     rc = uqh(["continue", str(src), "--out", str(tmp_path / "empty"), "--qz-only"])
     assert rc == 2 and "not a continuation run directory" in capsys.readouterr().err
+
+
+def _next_command(out: str) -> list[str]:
+    line = next(ln for ln in out.splitlines() if ln.startswith("next: "))
+    return shlex.split(line[len("next: "):].split("   (")[0])[1:]
+
+
+@pytest.mark.parametrize("method", ["mc", "hybrid"])
+def test_continue_with_no_retained_prefix_says_so_and_suggests_a_score_that_works(source_run, tmp_path, capsys,
+                                                                                  method):
+    src, srv, _ = source_run
+    out = tmp_path / "cont"
+    cont.run_continuations(src, out, branches=2, extra_steps=1, progress=False)
+    capsys.readouterr()
+    rc = uqh(["continue", str(src), "--out", str(out), "--qz-only", "--qz-method", method, "--min-valid", "5",
+              "--bootstrap", "10"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "no prefix retained: none of the 3 continued prefixes has 5 valid resolved branches" in printed
+    argv = _next_command(printed)
+    assert argv[0] == "score" and main_ok(argv + ["--bootstrap", "0"])
+    if method == "mc":  # no estimate at all: the simple censored score
+        assert "--censoring simple" in " ".join(argv)
+
+
+def test_continue_next_command_uses_the_q_z_file_when_it_covers_the_prefixes(source_run, tmp_path, capsys):
+    src, srv, _ = source_run
+    out = tmp_path / "cont"
+    cont.run_continuations(src, out, branches=4, extra_steps=1, progress=False)
+    capsys.readouterr()
+    assert uqh(["continue", str(src), "--out", str(out), "--qz-only", "--qz-method", "mc", "--min-valid", "1",
+                "--bootstrap", "10", "--format", "md"]) == 0
+    printed = capsys.readouterr().out
+    assert "### q_hat_Z^MC over retained prefixes" in printed and "no prefix retained" not in printed
+    argv = _next_command(printed)
+    assert "--censoring exact" in " ".join(argv) and main_ok(argv + ["--bootstrap", "0"])
+
+
+def main_ok(argv: list[str]) -> bool:
+    return uqh(argv) == 0
 
 
 # ------------------------------------------------------------------------------------------ WebShop: page + options

@@ -4,6 +4,7 @@ human agreement against hand-computed values; and `uqh judge --report` end to en
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -228,10 +229,11 @@ def test_report_end_to_end(served, capsys):
     for t in ("judge_scores", "judge_stability", "judge_failure_prediction", "judge_vs_verbal", "judge_localisation"):
         assert f"{t}.csv" in names and f"{t}.md" in names
     assert json.loads((served / "tables" / "judge_report.json").read_text())["counts"]["judgments"] == 224
-    code = main(["judge", str(served / "run"), "--report", "--out", str(served / "judges"), "--format", "markdown",
+    code = main(["judge", str(served / "run"), "--report", "--out", str(served / "judges"), "--format", "md",
                  "--bootstrap", "0"])
     md = capsys.readouterr().out
-    assert code == 0 and "### Judges as failure predictors" in md and "| GF Goal Fulfillment | clean, Y=0 |" in md
+    assert code == 0 and "### Judges as failure predictors" in md
+    assert re.search(r"\| GF Goal Fulfillment +\| clean, Y=0 +\|", md)
     code = main(["judge", "--report", "--out", str(served / "judges"), "--bootstrap", "0"])
     table = capsys.readouterr().out
     assert code == 0 and "Judge stability across repeats" in table and "GPA mean" in table

@@ -19,6 +19,7 @@ from harness.loop import (
     EpisodeSpec,
     Fresh,
     Resume,
+    attempt_seed,
     build_messages,
     derive_seed,
     open_episode,
@@ -271,6 +272,36 @@ def test_logprob_capture_through_fake_server(fake_server):
         s, e = row.action_token_range
         action = "Calc[4*5]" if row.t == 1 else f"Finish[{ANSWER}]"
         assert "".join(toks[s:e]).strip() == action
+
+
+def test_each_repair_gets_a_fresh_recorded_seed_derived_from_the_step_seed_and_attempt(fake_server):
+    """A deterministic model repeats a wrong text when the repair is sent with the same seed: each repair attempt
+    gets its own seed, derived (sha256) from the step seed and the attempt number, sent and recorded."""
+    repair1 = int.from_bytes(hashlib.sha256(b"11:repair-1").digest()[:4], "big") & 0x7FFFFFFF
+    repair2 = int.from_bytes(hashlib.sha256(b"11:repair-2").digest()[:4], "big") & 0x7FFFFFFF
+    assert attempt_seed(11, 0) == 11 and attempt_seed(11, 1) == repair1 and attempt_seed(11, 2) == repair2
+    assert len({11, repair1, repair2}) == 3 and attempt_seed(None, 2) is None
+    texts = ["no tags", "<think>x</think>", step_text(f"Finish[{ANSWER}]"), step_text(f"Finish[{ANSWER}]")]
+
+    async def go(srv):
+        client = _real_client(srv)
+        try:
+            return await run_episode(arith_env(), client, spec=EpisodeSpec("arith-0000#0", "arith-0000", seed=11),
+                                     system_prompt=SYSTEM, step_budget=4)
+        finally:
+            await client.aclose()
+
+    with fake_server(texts) as srv:
+        res = asyncio.run(go(srv))
+        sent = [r["seed"] for r in srv.requests]
+    ep = res.episode
+    assert ep.stop_reason == StopReason.clean and ep.steps[0].repair_attempts == 2
+    assert sent == [11, repair1, repair2]  # the accepted third attempt was a repair too
+    assert [a.call.seed for a in ep.steps[0].attempts] == [11, repair1, repair2]
+    # the next step starts from the step seed again, and a re-run derives the same seeds
+    again = ScriptedClient(texts)
+    run(arith_env(), again, spec=EpisodeSpec("arith-0000#0", "arith-0000", seed=11))
+    assert again.seeds == [11, repair1, repair2]
 
 
 def test_no_logprobs_fault_recorded_per_call(fake_server):

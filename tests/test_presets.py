@@ -140,3 +140,69 @@ def test_plan_falls_back_to_the_configured_count_when_the_domain_cannot_list(mon
         assert "tasks           7 (as configured" in presets.plan("paper-webshop", overrides=RunOverrides(tasks=7))
     finally:
         presets._INSPECTED.clear()
+
+
+def _no_network(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("the dry run opened a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def _map_price(model: str) -> tuple[float, float]:
+    """(input, output) USD per token of ``model`` in litellm's bundled price map, read as plain JSON."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    folder = Path(importlib.util.find_spec("litellm").submodule_search_locations[0])
+    entry = json.loads((folder / "model_prices_and_context_window_backup.json").read_text())[model]
+    return entry["input_cost_per_token"], entry["output_cost_per_token"]
+
+
+def test_dry_run_dollar_estimate_from_litellms_price_map_offline(monkeypatch):
+    _no_network(monkeypatch)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-dummy")
+    p_in, p_out = _map_price("gpt-4o-mini")
+    assert presets.dollar_estimate("gpt-4o-mini", 1_000_000, 10_000) == pytest.approx(1e6 * p_in + 1e4 * p_out)
+    assert presets.dollar_estimate("openai/my-server-model", 10, 10) is None
+    assert presets.dollar_estimate("local:smollm2", 10, 10) is None
+
+    text = presets.plan("paper-strategyqa", overrides=RunOverrides(model="gpt-4o-mini", tasks=10))
+    block = text.split("\n\n")[0]
+    prompt = int(re.search(r"prompt tokens\s+~([\d,]+)", block).group(1).replace(",", ""))
+    output = int(re.search(r"output tokens\s+~([\d,]+)", block).group(1).replace(",", ""))
+    usd = float(re.search(r"cost\s+~\$([\d,.]+) at litellm's prices for gpt-4o-mini", block).group(1).replace(",", ""))
+    assert usd == pytest.approx(prompt * p_in + output * p_out, rel=1e-3, abs=1e-4)
+    assert f"cost ~${usd}" in text.split("\n\n")[-1] or f"cost ~${usd:,.2f}" in text.split("\n\n")[-1]
+    # the paper's OpenRouter model is not in the map: unpriced, never $0
+    paper = presets.plan("paper-strategyqa", overrides=RunOverrides(tasks=10))
+    assert "unpriced (litellm's price map has no openrouter/google/gemma-4-31b-it" in paper
+    assert "cost unpriced" in paper.split("\n\n")[-1] and "$0" not in paper
+
+
+def test_plan_prompt_line_reads_plainly():
+    text = presets.plan("paper-hotpotqa", overrides=RunOverrides(tasks=3))
+    line = next(ln for ln in text.splitlines() if "prompt tokens" in ln)
+    assert re.search(r"\(system prompt ~[\d,]+ tokens, resent every call; measured on ", line), line
+    assert "system prompt the domain" not in text
+
+
+def test_uqh_run_dry_run_states_tokens_and_cost(tmp_path, capsys, monkeypatch):
+    from harness.cli import main
+
+    _no_network(monkeypatch)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-dummy")
+    assert main(["run", "--domain", "arithmetic", "--tasks", "4", "--model", "gpt-4o-mini", "--out",
+                 str(tmp_path / "r"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    p_in, p_out = _map_price("gpt-4o-mini")
+    prompt = int(re.search(r"prompt tokens ~([\d,]+)", out).group(1).replace(",", ""))
+    output = int(re.search(r"output tokens ~([\d,]+)", out).group(1).replace(",", ""))
+    usd = float(re.search(r"cost\s+~\$([\d.]+) at litellm's prices", out).group(1))
+    assert usd == pytest.approx(prompt * p_in + output * p_out, abs=1e-4)
+    assert not (tmp_path / "r").exists()
+    assert main(["run", "--domain", "arithmetic", "--tasks", "4", "--model", "local:smollm2", "--out",
+                 str(tmp_path / "r"), "--dry-run"]) == 0
+    assert "cost          unpriced (a local model" in capsys.readouterr().out

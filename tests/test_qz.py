@@ -179,14 +179,19 @@ def test_paired_comparison_table8():
     # the paired CI of a constant shift is degenerate even though the scores vary
     c2 = qz.paired_comparison(simple, simple - 0.2, n_boot=100)
     assert c2.difference.ci == pytest.approx((-0.2, -0.2))
-    from reports.continuation_audit import audit_tables
-    from scoring.qz_audit import AuditCounts, ContinuationAudit
+    from reports.continuation_audit import audit_output
+    from reports.render import markdown_text
+    from scoring.qz_audit import AuditCounts, AuditSettings, ContinuationAudit
 
     audit = ContinuationAudit(counts=AuditCounts(min_valid=1, retained=2),
                               distribution=qz.qz_distribution(np.array([0.0, 1.0])), comparison=c2,
-                              identity_max_error=1e-17)
-    text = audit_tables(audit)
-    assert "Delta exact-simple | -0.200 | [-0.200, -0.200]" in text and "1e-17" in text
+                              identity_max_error=1e-17,
+                              settings=AuditSettings(source_run_dir="s", min_valid=1, method="mc", rule="log",
+                                                     weights="linear-front", n_boot=100, seed=0, plugin_features=[]))
+    out = audit_output(audit)
+    row = next(r for t in out.tables for r in t.rows if r.get("Quantity") == "Delta exact-simple")
+    assert (row["Value"], row["95% CI"]) == ("-0.200", "[-0.200, -0.200]")
+    assert "1e-17" in markdown_text(out)
 
 
 def test_projection_identity_on_generated_data():

@@ -26,8 +26,9 @@ def test_pre_change_run_directory_reads_unchanged(tmp_path, capsys):
     assert len(rows) == sum(len(s.attempts) for e in eps for s in e.steps) + sum(len(e.failed_step or []) for e in eps)
     from harness.cli import main
 
-    assert main(["audit", str(PRE_CHANGE)]) == 0
-    assert "| 8 |" in capsys.readouterr().out
+    assert main(["audit", str(PRE_CHANGE), "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)["tables"][0]["rows"][0]
+    assert (row["Total"], row["Planned"]) == (8, 8)
     assert main(["score", str(PRE_CHANGE), "--bootstrap", "0", "--format", "json", "--censoring", "simple"]) == 0
     counts = json.loads(capsys.readouterr().out)["counts"]
     assert counts["episodes"] == 8 and counts["censored"] == 3

@@ -261,7 +261,9 @@ def test_episode_summary_counts_own_calls_and_cost_is_never_fake_zero():
     stats = BatchStats(total=4, already_done=1)
     stats.add(s)
     stats.add_error("model call failed: boom")
-    assert stats.line() == "[2/4] parse_error=1 infra_errors=1 | tokens 220 | cost $0.7500 (+1 unpriced calls)"
+    line = stats.line()
+    assert line.startswith("[2/4] parse_error=1 | ") and line.endswith(
+        "| retries 0 | infra errors 1 | tokens 220 | cost $0.7500 (+1 unpriced calls)")
     only_unpriced = BatchStats(total=1)
     only_unpriced.add(EpisodeSummary(stop_reason="clean", calls=2, unpriced_calls=2))
     assert only_unpriced.cost_text() == "cost n/a (unpriced model)"
@@ -291,18 +293,84 @@ def test_dead_workers_episodes_counted_not_written(fake_server, tmp_path):
     assert read_episodes(tmp_path / "run") == []
 
 
-def test_progress_plain_lines_when_not_a_tty(capsys):
+def test_progress_plain_lines_when_not_a_tty(capsys, monkeypatch):
+    import harness.progress as progress
     from harness.progress import BatchStats, EpisodeSummary, Progress
 
-    stats = BatchStats(total=2)
+    monkeypatch.setattr(progress, "clock_text", lambda: "12:00:00")
+    stats = BatchStats(total=3, already_done=1, stop_reasons_before={"clean": 1})
     with Progress(stats, enabled=True, plain_every_s=3600) as bar:  # pytest's stderr is not a terminal
-        stats.add(EpisodeSummary(stop_reason="clean", calls=1, prompt_tokens=5, completion_tokens=5, cost_usd=0.5))
-        bar.update()  # first line is printed at once
+        stats.add(EpisodeSummary(stop_reason="clean", calls=2, prompt_tokens=5, completion_tokens=5, cost_usd=0.5))
+        bar.update()  # within the interval: no line
         stats.add(EpisodeSummary(stop_reason="max_steps", calls=1, unpriced_calls=1))
         bar.update()  # finished: always printed, even inside the interval
     with Progress(stats, enabled=False) as quiet:
         quiet.update()
-    assert capsys.readouterr().err.splitlines() == [
-        "[1/2] clean=1 | tokens 10 | cost $0.5000",
-        "[2/2] clean=1 max_steps=1 | tokens 10 | cost $0.5000 (+1 unpriced calls)",
-    ]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "12:00:00 uqh run: 2 episodes to run (3 planned, 1 finished before)"  # before any episode ends
+    assert len(lines) == 2 and lines[1].startswith("12:00:00 uqh run [3/3] clean=2 max_steps=1 | ")
+    assert lines[1].endswith("| ETA 0s | retries 0 | infra errors 0 | tokens 10 | cost $0.5000 (+1 unpriced calls)")
+    assert re.search(r"\| [\d.]+ calls/s \|", lines[1])
+
+
+def test_progress_heartbeat_prints_while_no_episode_finishes(capsys):
+    import time
+
+    from harness.progress import BatchStats, Progress
+
+    with Progress(BatchStats(total=2), enabled=True, plain_every_s=0.2):
+        time.sleep(0.75)
+    lines = capsys.readouterr().err.splitlines()
+    assert "uqh run: 2 episodes to run" in lines[0]
+    beats = [ln for ln in lines[1:] if "[0/2] - | - calls/s | ETA - |" in ln]
+    assert len(beats) >= 2 and all(re.match(r"\d\d:\d\d:\d\d uqh run \[0/2\]", ln) for ln in beats)
+    assert "cost n/a (no calls)" in beats[0] and "$0" not in "".join(lines)
+
+
+def test_eta_rate_and_sequential_skips_leave_the_total():
+    from harness.progress import BatchStats, EpisodeSummary, duration_text
+
+    stats = BatchStats(total=10, already_done=2)
+    stats.started -= 20.0  # 20 s into this invocation
+    assert stats.eta_s() is None and stats.calls_per_s() is None
+    for _ in range(4):
+        stats.add(EpisodeSummary(stop_reason="clean", calls=5))
+    # 4 episodes in 20 s; 4 left -> 20 s; 20 calls in 20 s
+    assert stats.eta_s() == pytest.approx(20.0, rel=0.01) and stats.calls_per_s() == pytest.approx(1.0, rel=0.01)
+    stats.live_calls = 30  # calls returned so far, episodes still running: the rate counts them
+    assert stats.calls_per_s() == pytest.approx(1.5, rel=0.01)
+    stats.live_calls = 0
+    stats.skipped = lambda: 3  # sequential sampling decided not to draw 3 samples
+    assert stats.planned == 7 and stats.eta_s() == pytest.approx(5.0, rel=0.01)
+    stats.add_error("model call failed: x")  # not waited for
+    assert stats.eta_s() == 0.0
+    assert [duration_text(x) for x in (None, 4.4, 65, 3720)] == ["-", "4s", "1m05s", "1h02m"]
+
+
+def test_progress_bar_fits_80_columns_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from harness.progress import BatchStats, EpisodeSummary, Progress
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, color_system=None)
+    stats = BatchStats(total=250, already_done=40, stop_reasons_before={"clean": 30, "max_steps": 10})
+    with Progress(stats, enabled=True, console=console) as bar:
+        for reason in ("clean", "parse_error", "env_terminated", "tool_error"):
+            stats.add(EpisodeSummary(stop_reason=reason, calls=3, unpriced_calls=3, retries=1))
+            bar.update()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())  # terminal control sequences
+    lines = [ln for ln in plain.replace("\r", "\n").splitlines() if ln.strip()]
+    last = [ln for ln in lines if "44/250" in ln][-1]
+    assert all(len(ln) <= 80 for ln in lines)
+    assert "uqh run" in last and "ETA" in last and "calls/s" in last and "…" in last  # the reasons cut, not wrapped
+
+def test_calls_are_counted_live_for_the_progress_rate(fake_server, tmp_path):
+    config = make_config(n_tasks=3)
+    with fake_server(solver) as srv:
+        config = config.model_copy(update={"api_base": srv.base_url})
+        summary = run_batch(config, tmp_path / "run", concurrency=2, progress=False, client_factory=fast_client_factory())
+        n_requests = len(srv.requests)
+    assert summary.stats.live_calls == n_requests == summary.stats.calls == 6

@@ -73,9 +73,76 @@ def test_json_is_reproducible_with_seed(run_dir, capsys):
 def test_table_output(run_dir, capsys):
     code, out, _ = uqh(capsys, run_dir, "--bootstrap", "20", "--fixed-rank", "--predictor", "verbal,base_rate")
     assert code == 0
-    for text in ("Verbal confidence (raw)", "Verbal confidence (Platt)", "Base-rate constant", "AUROC↑", "TPS_log↑",
-                 "Raw → Platt", "Φ_last", "Fixed-rank", "affine 0.4+0.2x", "excluded: max_steps=6, parse_error=3"):
+    for text in ("verbal", "Platt", "base_rate", "AUROC↑", "TPS_log↑", "TPS_β(2,4)↑", "×10³", "Raw → Platt",
+                 "Φ_last", "Fixed-rank", "affine 0.4+0.2x", "excluded: max_steps=6, parse_error=3"):
         assert text in out, text
+    assert max(len(line) for line in out.splitlines()) <= 120
+
+
+def test_one_table_for_several_runs_with_cis_under_the_values(run_dir, capsys, tmp_path):
+    other = synthetic_run(tmp_path / "r2", n=20, seed=5)
+    code, out, _ = uqh(capsys, run_dir, other, "--bootstrap", "50", "--predictor", "verbal", "--score", "log")
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 120
+    assert out.count("Per-step predictors") == 1 and out.count("AUROC↑") == 3  # predictors, raw → Platt, AUQ
+    assert f"{run_dir} · " in out and f"{other} · " in out  # one section per run
+    code, js, _ = uqh(capsys, run_dir, other, "--json", "--bootstrap", "50", "--predictor", "verbal", "--score", "log")
+    first = json.loads(js)[0]["rows"][0]
+    e = est(first, "tps", "log")
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("verbal") and f"{e['value']:.3f}" in line)
+    assert f"{e['ci_low']:.2f}–{e['ci_high']:.2f}" in lines[at + 1]  # the CI on the line under the value
+
+
+def test_markdown_and_csv_formats_of_the_same_results(run_dir, capsys):
+    code, md, _ = uqh(capsys, run_dir, "--format", "md", "--bootstrap", "20", "--predictor", "verbal")
+    assert code == 0 and "### Per-step predictors" in md and "|:--" in md and "AUROC↑" in md
+    code, csv_text, _ = uqh(capsys, run_dir, "--format", "csv", "--bootstrap", "20", "--predictor", "verbal")
+    recs = list(csv.DictReader(io.StringIO(csv_text)))
+    assert {r["table"] for r in recs} == {"predictors", "auq"} and all(r["run_dir"] == str(run_dir) for r in recs)
+
+
+def test_one_note_per_reason_and_run(tmp_path, capsys):
+    only_failures = synthetic_run(tmp_path / "few", n=3, seed=1)
+    code, out, err = uqh(capsys, only_failures, "--bootstrap", "0")
+    notes = [line for line in err.splitlines() if line.startswith("uqh score: note: ")]
+    assert code == 0 and notes and len(notes) == len(set(notes))
+    assert all(line.count(str(only_failures)) == 1 for line in notes)
+
+
+def test_predictors_without_any_value_leave_the_table_with_one_note(run_dir, capsys):
+    code, out, err = uqh(capsys, run_dir, "--bootstrap", "0")
+    assert code == 0 and "sc_mode_freq" not in out and "sc_agreement" not in out  # one sample per task: no values
+    assert err.count("sc_mode_freq, sc_agreement: no value on any trajectory") == 1
+    code, js, _ = uqh(capsys, run_dir, "--bootstrap", "0", "--json")
+    assert {r["predictor"] for r in json.loads(js)["rows"]} >= {"sc_mode_freq", "sc_agreement"}  # still in the data
+
+
+def test_paired_comparison_from_the_command_line(run_dir, capsys, tmp_path):
+    other = synthetic_run(tmp_path / "r2", n=40, censored=6, parse_errors=3, seed=9)
+    code, js, err = uqh(capsys, run_dir, other, "--paired", "--json", "--bootstrap", "50", "--predictor", "verbal",
+                        "--score", "log")
+    assert code == 0, err
+    res = json.loads(js)
+    (cmp,) = res["paired"]
+    assert cmp["run_a"] == str(run_dir) and cmp["run_b"] == str(other) and cmp["shared_tasks"] == 49
+    row = next(r for r in cmp["rows"] if r["calibration"] == "raw")
+    m = next(m for m in row["metrics"] if m["metric"] == "tps")
+    assert m["delta"]["delta"] == pytest.approx(m["b"]["value"] - m["a"]["value"])
+    assert m["delta"]["ci_low"] <= m["delta"]["delta"] <= m["delta"]["ci_high"]
+    code, out, _ = uqh(capsys, run_dir, other, "--paired", "--bootstrap", "50", "--predictor", "verbal")
+    flat = " ".join(out.split())  # long paths wrap at 120 columns
+    assert "Paired comparison" in flat and f"{other} − {run_dir} on 49 shared tasks" in flat
+    code, _, err = uqh(capsys, run_dir, "--paired")
+    assert code == 2 and "at least two RUN_DIRs" in err
+
+
+def test_pooling_runs_with_different_configs_warns(run_dir, capsys, tmp_path):
+    other = synthetic_run(tmp_path / "r2", n=20, seed=5, step_budget=9)
+    code, _, err = uqh(capsys, run_dir, other, "--pooled", "--bootstrap", "0", "--predictor", "verbal")
+    assert code == 0 and "uqh score: warning: --pooled mixes runs whose configs differ in step_budget" in err
+    same = synthetic_run(tmp_path / "r3", n=20, seed=6)
+    code, _, err = uqh(capsys, run_dir, same, "--pooled", "--bootstrap", "0", "--predictor", "verbal")
+    assert code == 0 and "warning" not in err
 
 
 def test_csv_output(run_dir, capsys):

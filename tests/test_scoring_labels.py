@@ -22,7 +22,7 @@ from scoring.diagnostics import trajectory_scalar
 from scoring.labels import LABEL_CONVENTIONS, label_convention, training_labels
 from scoring.pipeline import ScoreOptions, score_run
 from scoring.registry import PREDICTORS, step_predictors
-from scoring.render import CSV_FIELDS, csv_records, render_table
+from scoring.render import CSV_FIELDS, csv_records
 from scoring.rules import parse_score
 from scoring.streams import RunData, build_sample, load_run
 from scoring.weights import WEIGHT_SCHEMES, trajectory_weights
@@ -299,18 +299,21 @@ def test_conventions_and_labels():
 
 
 def test_the_convention_is_printed_with_every_table_and_stored(webshop):
-    from rich.console import Console
+    import io
+
+    from reports.render import emit
+    from reports.score_view import score_output
 
     res = score_run(webshop, ScoreOptions(predictors=("verbal", "base_rate"), censoring="simple", n_bootstrap=20,
                                           fixed_rank=True))
-    console = Console(width=400, record=True)
-    render_table(res, console=console)
-    text = console.export_text()
+    buf = io.StringIO()
+    emit(score_output([res]), "table", out=buf)
+    text = buf.getvalue()
     assert "labels=delta_y" in text.splitlines()[0]
-    flat = " ".join(text.split())  # captions wrap to their table's width
-    caption = "base rate and Platt trained on labels=delta_y: " + LABEL_CONVENTIONS["delta_y"].description
-    assert flat.count(caption) == 4  # Table 2, raw -> Platt, AUQ, fixed rank
-    assert f"base rate = {N_SUCCESS / N:.4f}" in flat and "trained on delta_y" in flat  # ... and the Platt line
+    flat = " ".join(text.split())  # captions wrap at 120 columns
+    caption = "Base rate and Platt trained on labels=delta_y: " + LABEL_CONVENTIONS["delta_y"].description
+    assert flat.count(caption) == 5  # Table 2, censored extension, raw -> Platt, AUQ, fixed rank
+    assert f"base rate {N_SUCCESS / N:.4f}" in flat and "delta_y" in flat.split("Platt maps")[1]
     dump = json.loads(res.model_dump_json())
     assert dump["settings"]["labels"] == "working" and dump["settings"]["label_convention"] == "delta_y"
     recs = csv_records(res)

@@ -43,7 +43,7 @@ def test_anytime_rule_stops_certified_tasks_and_records_why(fake_server, tmp_pat
     assert rc == 0
     text = capsys.readouterr().out
     assert "11/40 samples skipped (27.5% saved; anytime rule, delta=0.2" in text
-    assert "29/40 finished" in text
+    assert "29/29 finished (29 this run, 0 before; 11 of 40 planned samples skipped by sequential sampling)" in text
     eps = read_episodes(out)
     drawn = {t: sorted(e.sample_index for e in eps if e.task_id == t) for t in PLAN}
     assert {t: len(v) for t, v in drawn.items()} == EXPECTED_DRAWN
@@ -182,3 +182,14 @@ def test_four_tags_helper_is_parseable():
     from harness.parsing import parse_react
 
     assert parse_react(four_tags("Finish[3]")).action == "Finish[3]"
+
+
+def test_the_progress_total_leaves_out_the_samples_sequential_sampling_skips(fake_server, tmp_path, capsys, env_key):
+    with fake_server(arithmetic_agent(PLAN)) as srv:
+        rc = main(["run", "--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url,
+                   "--out", str(tmp_path / "run"), "--step-budget", "3", "--tasks", "4", "--samples", "10",
+                   "--stop-on-consensus", "0.2", "--concurrency", "1"])
+    assert rc == 0
+    err = capsys.readouterr().err.splitlines()
+    assert "40 episodes to run (40 planned)" in err[0]  # nothing is skipped before the first samples
+    assert " uqh run [29/29] " in err[-1]  # 11 skipped samples left the total: the bar ends full

@@ -1,58 +1,133 @@
-/* Trace explorer: per-step confidence traces of every predictor for one trajectory, with the step's action and
- * observation on hover. Data: the JSON in <script id="trace-data">. Selection: the two <select>s or the URL hash
+/* Trace explorer: filter the trajectories of every run (run, domain, stop reason, outcome, failed only), pick one in
+ * the list, see the per-step confidence traces of every predictor, and the step's action and observation on hover.
+ * Data: the JSON in <script id="trace-data">. Selection: a click in the list or the URL hash
  * "#trace=<run index>/<episode id>". No network, no libraries. */
 (function () {
   "use strict";
   var SVG_NS = "http://www.w3.org/2000/svg";
-  var COLORS = ["#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#2c7fb8", "#a6761d", "#666666"];
   var dataEl = document.getElementById("trace-data");
   if (!dataEl) { return; }
   var DATA = JSON.parse(dataEl.textContent);
-  var runSel = document.getElementById("trace-run");
-  var epSel = document.getElementById("trace-episode");
-  var plot = document.getElementById("trace-plot");
-  var legend = document.getElementById("trace-legend");
-  var summary = document.getElementById("trace-summary");
-  var tip = document.getElementById("trace-tooltip");
+  var $ = function (id) { return document.getElementById(id); };
+  var filters = { run: $("filter-run"), domain: $("filter-domain"), stop: $("filter-stop"), outcome: $("filter-outcome"),
+                  failed: $("filter-failed") };
+  var listBody = document.querySelector("#trace-list tbody");
+  var count = $("trace-count");
+  var plot = $("trace-plot");
+  var legend = $("trace-legend");
+  var summary = $("trace-summary");
+  var missingBox = $("trace-missing");
+  var tip = $("trace-tooltip");
+  var stepsHead = document.querySelector("#trace-steps thead tr");
   var stepsBody = document.querySelector("#trace-steps tbody");
-  var failedBox = document.getElementById("trace-failed");
+  var failedBox = $("trace-failed");
   var hidden = {};  // predictor key -> true when switched off in the legend (kept across trajectories)
+  var current = null;  // {run, id}
 
-  function el(name, attrs, parent) {
+  function svg(name, attrs, parent) {
     var node = document.createElementNS(SVG_NS, name);
     Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
     if (parent) { parent.appendChild(node); }
     return node;
   }
+  function html(name, text, cls) {
+    var node = document.createElement(name);
+    if (text !== undefined && text !== null) { node.textContent = text; }
+    if (cls) { node.className = cls; }
+    return node;
+  }
   function fmt(v) { return (v === null || v === undefined) ? "missing" : Number(v).toFixed(3); }
   function clip(s, n) { s = String(s === null || s === undefined ? "" : s); return s.length > n ? s.slice(0, n) + "…" : s; }
+  function failed(ep) { return ep.y !== 1; }  // no observed success: Y = 0, or any ending without an outcome
 
-  function fillRuns() {
-    DATA.runs.forEach(function (run, i) {
-      var o = document.createElement("option");
-      o.value = String(i);
-      o.textContent = run.label + " (" + run.episodes.length + " trajectories" + (run.truncated ? ", first shown" : "") + ")";
-      runSel.appendChild(o);
+  // ------------------------------------------------------------------ filters and the trajectory list
+  function addOptions(select, values) {
+    values.forEach(function (v) { var o = html("option", v.label); o.value = v.value; select.appendChild(o); });
+  }
+  function unique(xs) { return xs.filter(function (x, i) { return xs.indexOf(x) === i; }).sort(); }
+  addOptions(filters.run, DATA.runs.map(function (r, i) {
+    return { value: String(i), label: r.label + " (" + r.episodes.length + (r.truncated ? ", first shown" : "") + ")" };
+  }));
+  addOptions(filters.domain, unique(DATA.runs.map(function (r) { return r.domain; })).map(function (d) {
+    return { value: d, label: d };
+  }));
+  var stops = [];
+  DATA.runs.forEach(function (r) { r.episodes.forEach(function (e) { stops.push(e.stop); }); });
+  addOptions(filters.stop, unique(stops).map(function (s) { return { value: s, label: s }; }));
+
+  function matches(runIndex, ep) {
+    var run = DATA.runs[runIndex];
+    if (filters.run.value !== "" && filters.run.value !== String(runIndex)) { return false; }
+    if (filters.domain.value !== "" && filters.domain.value !== run.domain) { return false; }
+    if (filters.stop.value !== "" && filters.stop.value !== ep.stop) { return false; }
+    var o = filters.outcome.value;
+    if (o === "none" && ep.y !== null) { return false; }
+    if ((o === "0" || o === "1") && ep.y !== parseInt(o, 10)) { return false; }
+    if (filters.failed.checked && !failed(ep)) { return false; }
+    return true;
+  }
+  function visible() {
+    var out = [];
+    DATA.runs.forEach(function (run, r) {
+      run.episodes.forEach(function (ep) { if (matches(r, ep)) { out.push({ run: r, ep: ep }); } });
+    });
+    return out;
+  }
+  function lastVerbal(ep) {
+    var v = (ep.values.verbal || []).filter(function (x) { return x !== null; });
+    return v.length ? v[v.length - 1].toFixed(2) : "—";
+  }
+  function fillList() {
+    var items = visible();
+    var total = DATA.runs.reduce(function (n, r) { return n + r.episodes.length; }, 0);
+    count.textContent = items.length + " of " + total + " trajectories";
+    listBody.innerHTML = "";
+    items.forEach(function (it) {
+      var tr = html("tr");
+      tr.setAttribute("data-run", String(it.run));
+      tr.setAttribute("data-episode", it.ep.id);
+      [DATA.runs[it.run].label, it.ep.id, it.ep.task, it.ep.stop, it.ep.y === null ? "—" : String(it.ep.y),
+       String(it.ep.steps.length), lastVerbal(it.ep)].forEach(function (c, j) {
+        tr.appendChild(html("td", c, j < 4 ? "text" : ""));
+      });
+      tr.addEventListener("click", function () { choose(it.run, it.ep.id); });
+      listBody.appendChild(tr);
+    });
+    var stillShown = current && items.some(function (it) { return it.run === current.run && it.ep.id === current.id; });
+    if (!stillShown) {
+      if (items.length) { draw(items[0].run, items[0].ep.id); } else { clear("No trajectory matches the filters."); }
+    } else {
+      mark();
+    }
+  }
+  function mark() {
+    Array.prototype.forEach.call(listBody.children, function (tr) {
+      var on = current && tr.getAttribute("data-run") === String(current.run) && tr.getAttribute("data-episode") === current.id;
+      tr.className = on ? "selected" : "";
     });
   }
-  function fillEpisodes(runIndex) {
-    epSel.innerHTML = "";
-    DATA.runs[runIndex].episodes.forEach(function (ep) {
-      var o = document.createElement("option");
-      o.value = ep.id;
-      o.textContent = ep.id + " · " + ep.stop + (ep.y === null ? "" : " · Y=" + ep.y) + " · " + ep.steps.length + " steps";
-      epSel.appendChild(o);
-    });
+  Object.keys(filters).forEach(function (k) { filters[k].addEventListener("change", fillList); });
+
+  // ------------------------------------------------------------------ one trajectory
+  function clear(message) {
+    while (plot.firstChild) { plot.removeChild(plot.firstChild); }
+    legend.innerHTML = ""; stepsHead.innerHTML = ""; stepsBody.innerHTML = ""; failedBox.innerHTML = "";
+    missingBox.textContent = "";
+    summary.textContent = message;
+    current = null;
+    plot.removeAttribute("data-episode");
+    document.body.setAttribute("data-trace-ready", "1");
   }
 
   function draw(runIndex, episodeId) {
     var run = DATA.runs[runIndex];
     var ep = run.episodes.filter(function (e) { return e.id === episodeId; })[0] || run.episodes[0];
-    if (!ep) { summary.textContent = "This run has no trajectories."; return; }
-    epSel.value = ep.id;
+    if (!ep) { clear("This run has no trajectories."); return; }
+    current = { run: runIndex, id: ep.id };
+    mark();
     while (plot.firstChild) { plot.removeChild(plot.firstChild); }
     legend.innerHTML = "";
-    var W = 920, H = 380, m = { l: 56, r: 18, t: 14, b: 36 };
+    var W = 920, H = 340, m = { l: 56, r: 18, t: 14, b: 36 };
     plot.setAttribute("viewBox", "0 0 " + W + " " + H);
     plot.setAttribute("width", W);
     plot.setAttribute("height", H);
@@ -60,51 +135,49 @@
     var iw = W - m.l - m.r, ih = H - m.t - m.b;
     function x(t) { return m.l + (T <= 1 ? iw / 2 : (t - 1) / (T - 1) * iw); }
     function y(v) { return m.t + (1 - v) * ih; }
-    var grid = el("g", { "class": "grid" }, plot);
-    var axis = el("g", { "class": "axis" }, plot);
+    var grid = svg("g", { "class": "grid" }, plot);
+    var axis = svg("g", { "class": "axis" }, plot);
     [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
-      el("line", { x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }, grid);
-      el("text", { x: m.l - 8, y: y(v) + 4, "text-anchor": "end" }, axis).textContent = v.toFixed(2);
+      svg("line", { x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }, grid);
+      svg("text", { x: m.l - 8, y: y(v) + 4, "text-anchor": "end" }, axis).textContent = v.toFixed(2);
     });
-    el("line", { x1: m.l, x2: m.l, y1: m.t, y2: H - m.b, stroke: "#999" }, axis);
-    el("line", { x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b, stroke: "#999" }, axis);
+    svg("line", { x1: m.l, x2: m.l, y1: m.t, y2: H - m.b, stroke: "#999" }, axis);
+    svg("line", { x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b, stroke: "#999" }, axis);
     var every = Math.max(1, Math.ceil(T / 20));
     ep.steps.forEach(function (s, i) {
       if (i % every === 0 || i === T - 1) {
-        el("text", { x: x(s.t), y: H - m.b + 16, "text-anchor": "middle" }, axis).textContent = String(s.t);
+        svg("text", { x: x(s.t), y: H - m.b + 16, "text-anchor": "middle" }, axis).textContent = String(s.t);
       }
     });
-    el("text", { x: m.l + iw / 2, y: H - 4, "text-anchor": "middle" }, axis).textContent = "step t";
-    el("text", { x: 10, y: m.t + ih / 2, "text-anchor": "middle", transform: "rotate(-90 10 " + (m.t + ih / 2) + ")" }, axis)
-      .textContent = "F_t";
+    svg("text", { x: m.l + iw / 2, y: H - 4, "text-anchor": "middle" }, axis).textContent = "step t";
+    svg("text", { x: 10, y: m.t + ih / 2, "text-anchor": "middle", transform: "rotate(-90 10 " + (m.t + ih / 2) + ")" },
+        axis).textContent = "F_t";
 
-    run.predictors.forEach(function (p, k) {
-      var color = COLORS[k % COLORS.length];
+    var absent = [];
+    run.predictors.forEach(function (p) {
       var vals = ep.values[p.key] || [];
-      var g = el("g", { "class": "series", "data-predictor": p.key }, plot);
+      if (!vals.some(function (v) { return v !== null; })) { absent.push(p.label); return; }  // nothing to draw
+      var g = svg("g", { "class": "series", "data-predictor": p.key }, plot);
       if (hidden[p.key]) { g.style.display = "none"; }
       var pts = [];
       function flush() {
         if (pts.length > 1) {
-          el("polyline", { points: pts.join(" "), fill: "none", stroke: color, "stroke-width": 2,
-                           "stroke-dasharray": p.dashed ? "6 4" : "none" }, g);
+          svg("polyline", { points: pts.join(" "), fill: "none", stroke: p.color, "stroke-width": 2,
+                            "stroke-dasharray": p.dash || "none" }, g);
         }
         pts = [];
       }
       vals.forEach(function (v, i) {
         if (v === null) { flush(); return; }
         pts.push(x(i + 1).toFixed(1) + "," + y(v).toFixed(1));
-        el("circle", { cx: x(i + 1), cy: y(v), r: 3.2, fill: color }, g);
+        svg("circle", { cx: x(i + 1), cy: y(v), r: 3.2, fill: p.color }, g);
       });
       flush();
-      var item = document.createElement("span");
-      var sw = document.createElement("span");
-      sw.className = "sw" + (p.dashed ? " dashed" : "");
-      sw.style.background = color;
-      sw.style.borderColor = color;
-      item.appendChild(sw);
-      item.appendChild(document.createTextNode(p.label + (p.available === false ? " (no values)" : "")));
-      item.className = "legend-item" + (hidden[p.key] ? " off" : "");
+      var item = html("span", null, "legend-item" + (hidden[p.key] ? " off" : ""));
+      var sw = svg("svg", { width: 26, height: 8, "class": "sw" }, item);
+      svg("line", { x1: 0, x2: 26, y1: 4, y2: 4, stroke: p.color, "stroke-width": 2.5,
+                    "stroke-dasharray": p.dash || "none" }, sw);
+      item.appendChild(document.createTextNode(p.label));
       item.setAttribute("data-predictor", p.key);
       item.title = "click to show or hide";
       item.addEventListener("click", function () {
@@ -114,10 +187,12 @@
       });
       legend.appendChild(item);
     });
+    var none = (run.missing || []).concat(absent);
+    missingBox.textContent = none.length ? "No values (not drawn): " + none.join(", ") + "." : "";
 
     ep.steps.forEach(function (s, i) {
       var half = T <= 1 ? iw / 2 : iw / (T - 1) / 2;
-      var band = el("rect", { "class": "band", x: x(s.t) - half, y: m.t, width: 2 * half, height: ih, "data-t": s.t }, plot);
+      var band = svg("rect", { "class": "band", x: x(s.t) - half, y: m.t, width: 2 * half, height: ih, "data-t": s.t }, plot);
       band.addEventListener("mousemove", function (ev) { showTip(ev, run, ep, i); });
       band.addEventListener("mouseleave", function () { tip.style.display = "none"; });
     });
@@ -126,24 +201,27 @@
       (ep.y === null ? " · outcome unobserved" : " · Y = " + ep.y) + " · " + T + " steps";
     failedBox.innerHTML = "";
     (ep.failed || []).forEach(function (f) {
-      var p = document.createElement("div");
-      p.className = "failed-attempt";
-      p.textContent = "unparsed step " + (T + 1) + ", attempt " + f.attempt + ": " + (f.error || "rejected") +
-        " — output: " + clip(f.raw, 300);
-      failedBox.appendChild(p);
+      failedBox.appendChild(html("div", "unparsed step " + (T + 1) + ", attempt " + f.attempt + ": " +
+        (f.error || "rejected") + " — output: " + clip(f.raw, 300), "failed-attempt"));
+    });
+    // the step table: one column per predictor, headed by its name and line style
+    stepsHead.innerHTML = "";
+    ["t", "action", "observation"].forEach(function (h, j) { stepsHead.appendChild(html("th", h, j ? "text" : "")); });
+    run.predictors.forEach(function (p) {
+      var th = html("th");
+      th.setAttribute("data-predictor", p.key);
+      var sw = svg("svg", { width: 18, height: 6, "class": "sw" }, th);
+      svg("line", { x1: 0, x2: 18, y1: 3, y2: 3, stroke: p.color, "stroke-width": 2.5, "stroke-dasharray": p.dash || "none" }, sw);
+      th.appendChild(document.createTextNode(p.label));
+      stepsHead.appendChild(th);
     });
     stepsBody.innerHTML = "";
     ep.steps.forEach(function (s, i) {
-      var tr = document.createElement("tr");
-      var cells = [String(s.t), s.action, s.obs].concat(run.predictors.map(function (p) {
-        return fmt((ep.values[p.key] || [])[i]);
-      }));
-      cells.forEach(function (c, j) {
-        var td = document.createElement("td");
-        td.textContent = j === 0 || j > 2 ? c : clip(c, 240);
-        if (j === 1 || j === 2) { td.className = "text"; }
-        tr.appendChild(td);
-      });
+      var tr = html("tr");
+      tr.appendChild(html("td", String(s.t)));
+      tr.appendChild(html("td", clip(s.action, 240), "text"));
+      tr.appendChild(html("td", clip(s.obs, 240), "text"));
+      run.predictors.forEach(function (p) { tr.appendChild(html("td", fmt((ep.values[p.key] || [])[i]))); });
       stepsBody.appendChild(tr);
     });
     plot.setAttribute("data-episode", ep.id);
@@ -155,9 +233,7 @@
     var s = ep.steps[i];
     tip.innerHTML = "";
     function line(label, text) {
-      var b = document.createElement("b");
-      b.textContent = label + " ";
-      tip.appendChild(b);
+      tip.appendChild(html("b", label + " "));
       tip.appendChild(document.createTextNode(text + "\n"));
     }
     line("step", String(s.t));
@@ -171,41 +247,29 @@
     tip.style.top = (ev.clientY + 14) + "px";
   }
 
+  function choose(runIndex, episodeId) {
+    history.replaceState(null, "", "#trace=" + runIndex + "/" + encodeURIComponent(episodeId));
+    draw(runIndex, episodeId);
+  }
   function fromHash() {
     var m = /trace=(\d+)\/(.+)$/.exec(decodeURIComponent(location.hash.slice(1)));
     if (!m) { return null; }
     var r = parseInt(m[1], 10);
     return (r >= 0 && r < DATA.runs.length) ? { run: r, ep: m[2] } : null;
   }
-  function select(runIndex, episodeId) {
-    runSel.value = String(runIndex);
-    fillEpisodes(runIndex);
-    draw(runIndex, episodeId);
+  function openSection() {  // a link to a collapsed section opens it
+    var target = location.hash.length > 1 ? document.getElementById(location.hash.slice(1)) : null;
+    var details = target ? target.querySelector("details") : null;
+    if (details) { details.open = true; }
   }
-
-  fillRuns();
-  runSel.addEventListener("change", function () {
-    var r = parseInt(runSel.value, 10);
-    var first = DATA.runs[r].episodes[0];
-    select(r, first ? first.id : null);
-  });
-  epSel.addEventListener("change", function () {
-    var r = parseInt(runSel.value, 10);
-    history.replaceState(null, "", "#trace=" + r + "/" + encodeURIComponent(epSel.value));
-    draw(r, epSel.value);
-  });
-  window.addEventListener("hashchange", function () { var h = fromHash(); if (h) { select(h.run, h.ep); } });
-  if (DATA.runs.length) {
+  window.addEventListener("hashchange", function () {
     var h = fromHash();
-    if (h) {
-      select(h.run, h.ep);
-    } else {
-      var eps = DATA.runs[0].episodes;
-      var withSteps = eps.filter(function (e) { return e.steps.length > 0; })[0] || eps[0];
-      select(0, withSteps ? withSteps.id : null);
-    }
-  } else {
-    summary.textContent = "No trajectories.";
-    document.body.setAttribute("data-trace-ready", "1");
-  }
+    if (h) { draw(h.run, h.ep); } else { openSection(); }
+  });
+
+  openSection();
+  fillList();
+  var h = fromHash();
+  if (h) { draw(h.run, h.ep); }
+  if (!DATA.runs.length) { clear("No trajectories."); }
 })();

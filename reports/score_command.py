@@ -1,8 +1,10 @@
 """`uqh score`: Trajectory Proper Score, censored extensions and diagnostics of run directories.
 
-Thin CLI over :func:`scoring.pipeline.score_run`; heavy imports stay inside :func:`run`. ``--format json`` prints
-:class:`scoring.results.RunScores` dumps (a list of them for several runs); table and CSV come from
-:mod:`scoring.render`.
+Thin CLI over :func:`scoring.pipeline.score_run` (and :func:`scoring.paired.compare_runs` with ``--paired``);
+heavy imports stay inside :func:`run`. :mod:`reports.score_view` arranges the results -- one table for all runs,
+CIs under the values -- and :mod:`reports.render` prints them as ``--format table|md|json|csv``. ``json`` is the
+:class:`scoring.results.RunScores` dump (a list of them for several runs; ``{"runs": [...], "paired": [...]}``
+with ``--paired``).
 """
 from __future__ import annotations
 
@@ -37,8 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auq", action="store_true", help="omit the scalar AUQ aggregator table (Φ_last, Φ_avg, Φ_min)")
     p.add_argument("--fixed-rank", action="store_true", help="add the fixed-rank analysis of Appendix E")
     p.add_argument("--pooled", action="store_true", help="also score all RUN_DIRs pooled into one sample")
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
-    p.add_argument("--json", action="store_const", const="json", dest="format", help="alias for --format json")
+    p.add_argument("--paired", action="store_true",
+                   help="compare each RUN_DIR with the first on the task ids both ran: Δ per metric with a 95%% CI "
+                        "by paired bootstrap over the shared tasks (is model B better calibrated than model A?)")
+    from reports.render import add_format_argument
+
+    add_format_argument(p)
 
 
 def options_from_args(args: argparse.Namespace):
@@ -96,26 +102,42 @@ def no_complete_reason(counts, censoring: str) -> str:
                                                    if censoring == "exclude" and counts.excluded_max_steps else ""))
 
 
+def pooling_warning(runs) -> str | None:
+    """A warning when ``--pooled`` mixes runs whose configs differ (task lists aside), naming the fields."""
+    from rundir.schema import config_differences
+
+    first = runs[0].manifest.config
+    fields: list[str] = []
+    for r in runs[1:]:
+        for f in config_differences(first, r.manifest.config):
+            if f not in fields and f not in ("task_ids", "prompt_sha256"):
+                fields.append(f)
+    if not fields:
+        return None
+    return (f"--pooled mixes runs whose configs differ in {', '.join(fields)}; the pooled row averages over "
+            "different settings")
+
+
 def run(args: argparse.Namespace) -> int:
-    import csv
     import sys
 
-    from pydantic import TypeAdapter
-
+    from reports.render import emit
+    from reports.score_view import score_output
+    from rundir.errors import UserError
+    from rundir.reader import RunDir
     from scoring.pipeline import pool_runs, score_run
-    from scoring.render import CSV_FIELDS, csv_records, render_table
-    from scoring.results import RunScores
     from scoring.streams import load_run
 
-    from rundir.reader import RunDir
-
     opts = options_from_args(args)
+    if args.paired and len(args.run_dirs) < 2:
+        raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")
     runs = [load_run(d) for d in args.run_dirs]  # every input is validated before anything is printed
+    notes = []
     for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
         missing = RunDir.open(d).episodes_missing_sidecar_rows()
         if missing:
-            print(f"uqh score: note: {d}: {len(missing)} finished episodes miss {sum(missing.values())} sidecar rows "
-                  "(logprobs.jsonl cut outside uqh?); their logprob predictors are missing", file=sys.stderr)
+            notes.append(f"{d}: {len(missing)} finished episodes miss {sum(missing.values())} sidecar rows "
+                         "(logprobs.jsonl cut outside uqh?); their logprob predictors are missing")
     if opts.censoring == "exact":
         # ids must be covered in every run before scoring starts
         from scoring.streams import build_sample
@@ -123,26 +145,20 @@ def run(args: argparse.Namespace) -> int:
         for r in runs:
             build_sample(r, "verbal", censoring="exact", q_z=opts.q_z, include_parse_errors=opts.include_parse_errors,
                          missing_qz=opts.missing_qz)
+    comparisons = []
+    if args.paired:
+        from scoring.paired import compare_runs
+
+        comparisons = [compare_runs(runs[0], r, opts) for r in runs[1:]]
     targets = list(runs)
     if args.pooled and len(runs) > 1:
+        warning = pooling_warning(runs)
+        if warning:
+            print(f"uqh score: warning: {warning}", file=sys.stderr)
         targets.append(pool_runs(runs))
     results = [score_run(r, opts) for r in targets]
     for res in results:
         if res.counts.complete == 0:
-            print(f"uqh score: note: {res.run_dir}: {no_complete_reason(res.counts, opts.censoring)}", file=sys.stderr)
-    if args.format == "json":
-        if len(results) == 1:
-            sys.stdout.write(results[0].model_dump_json(indent=2))
-        else:
-            sys.stdout.write(TypeAdapter(list[RunScores]).dump_json(results, indent=2).decode())
-        sys.stdout.write("\n")
-    elif args.format == "csv":
-        w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
-        w.writeheader()
-        for res in results:
-            for rec in csv_records(res):
-                w.writerow({k: ("" if v is None else v) for k, v in rec.items()})
-    else:
-        for res in results:
-            render_table(res)
+            notes.append(f"{res.run_dir}: {no_complete_reason(res.counts, opts.censoring)}")
+    emit(score_output(results, comparisons, notes), args.format)
     return 0
