@@ -152,11 +152,32 @@ def test_continue_on_ray_as_locally(cluster, fake_server, tmp_path, capsys):
         rc = main(["continue", str(tmp_path / "src"), "--branches", "3", "--extra-steps", "2", "--out",
                    str(tmp_path / "ray"), "--backend", "ray", "--ray-address", cluster.address, "--no-progress",
                    "--bootstrap", "10"])
-    out = capsys.readouterr().out
+        out = capsys.readouterr().out
+        # a sequential stop rule: rounds of branches, one batch each, over one connection
+        run_continuations(tmp_path / "src", tmp_path / "local-seq", branches=3, extra_steps=2, progress=False,
+                          stop_rule="ci:0.45")
+        report = run_continuations(tmp_path / "src", tmp_path / "ray-seq", branches=3, extra_steps=2,
+                                   progress=False, stop_rule="ci:0.45", backend=RayBackend(actors=2))
     assert rc == 0 and "4 prefixes selected, 0 skipped (not replayable), 12 branches written" in out
     assert comparable(tmp_path / "ray") == comparable(tmp_path / "local")
     assert len(comparable(tmp_path / "ray")) == 12
     assert all(ep.prefix_steps == 2 and ep.source_episode_id for ep in RunDir.open(tmp_path / "ray").episodes())
+    assert report.n_branches_written == report.n_branches_planned > 0 and report.decisions
+    assert comparable(tmp_path / "ray-seq") == comparable(tmp_path / "local-seq")
+    assert (tmp_path / "ray-seq" / "stop_decisions.jsonl").read_text() == \
+        (tmp_path / "local-seq" / "stop_decisions.jsonl").read_text()
+
+
+def test_workers_running_other_code_are_refused(cluster, fake_server, tmp_path, monkeypatch):
+    import harness.backends.ray_actor as ray_actor
+
+    monkeypatch.setattr(ray_actor, "code_digest", lambda root=None: "0" * 64)  # the driver's side only
+    with fake_server(solver) as srv:
+        config = make_config(n_tasks=3).model_copy(update={"api_base": srv.base_url})
+        summary = run_batch(config, tmp_path / "r", concurrency=2, progress=False, backend=RayBackend(actors=1))
+    assert summary.stopped is not None and summary.stats.done == 0 and srv.n_requests == 0
+    assert "no Ray worker is left" in summary.stopped.message
+    assert "code differs from the driver's; install the same uqh on every node" in summary.stopped.message
 
 
 def test_two_endpoints_one_failing_on_ray(cluster, fake_server, tmp_path, capsys):
@@ -181,9 +202,9 @@ def _uqh(argv: list[str], cwd: Path) -> subprocess.Popen:
 def test_sigint_stops_a_run_on_a_local_ray_instance_and_the_run_resumes(fake_server, tmp_path):
     """No --ray-address: the command starts a local Ray instance and stops it, also when interrupted."""
     out_dir = tmp_path / "run"
-    with fake_server(calc_then_finish(2), latency_s=0.2) as srv:
+    with fake_server(calc_then_finish(2), latency_s=0.15) as srv:
         argv = ["run", "--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks",
-                "30", "--concurrency", "4", "--out", str(out_dir), "--no-progress"]
+                "20", "--concurrency", "4", "--out", str(out_dir), "--no-progress"]
         proc = _uqh([*argv, "--backend", "ray"], tmp_path)
         try:
             wait_episodes(out_dir / EPISODES_FILE, 2, proc, timeout=120)
@@ -205,12 +226,12 @@ def test_sigint_stops_a_run_on_a_local_ray_instance_and_the_run_resumes(fake_ser
         late = [t - sent_at for t in srv.request_times if t > sent_at + IN_TRANSIT_S]
         assert late == [], f"{len(late)} requests arrived after the signal"
         finished = len(read_episodes(out_dir))
-        assert 0 < finished < 30
+        assert 0 < finished < 20
         done = subprocess.run([sys.executable, "-m", "harness.cli", *argv], cwd=tmp_path, capture_output=True,
                               text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stderr  # resumed on the local backend
     ids = [e.episode_id for e in read_episodes(out_dir)]
-    assert len(ids) == len(set(ids)) == 30
+    assert len(ids) == len(set(ids)) == 20
 
 
 def test_a_killed_driver_resumes_on_rerun(cluster, fake_server, tmp_path):

@@ -35,6 +35,7 @@ import dataclasses
 import errno
 import logging
 import os
+import re
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -87,12 +88,18 @@ def _import_ray():
     return ray
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
 def _first_line(exc: BaseException) -> str:
-    """One line for an exception; for a Ray error that carries a remote traceback, its last line (the cause)."""
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    """One line for an exception; for a Ray error that carries a remote traceback, the remote exception's line
+    (``RuntimeError: ...``), else the first line."""
+    lines = [ln.strip() for ln in _ANSI.sub("", str(exc)).splitlines() if ln.strip()]
     if not lines:
         return type(exc).__name__
-    return (lines[-1] if "Traceback" in str(exc) else lines[0]).strip()[:300]
+    raised = [ln for ln in lines[1:] if _EXCEPTION_LINE.match(ln)]
+    return (raised[-1] if raised else lines[0])[:300]
 
 
 class RayBackend:
