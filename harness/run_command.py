@@ -151,7 +151,8 @@ def overrides_from_args(args: argparse.Namespace):
     return RunOverrides(
         domain=args.domain, split=args.split, tasks=args.tasks, task_ids=task_ids, samples=args.samples,
         step_budget=args.step_budget, observation_chars=args.observation_chars, model=args.model,
-        **endpoint_overrides(args.api_base, args.endpoints), user_model=args.user_model, user_api_base=args.user_api_base, decoding=decoding,
+        **endpoint_overrides(args.api_base, args.endpoints), user_model=args.user_model,
+        user_api_base=args.user_api_base, decoding=decoding,
         domain_options=domain_options, out=Path(args.out) if args.out else None,
         stop_on_consensus=args.stop_on_consensus, stop_rule=args.stop_rule,
     )
