@@ -29,6 +29,7 @@ from harness.backends.ray_backend import RayBackend  # noqa: E402
 from harness.cli import main  # noqa: E402
 from harness.continuation import run_continuations  # noqa: E402
 from harness.runner import plan_specs, run_batch  # noqa: E402
+from rundir.errors import RunDirWriteError  # noqa: E402
 from rundir.reader import RunDir  # noqa: E402
 from rundir.schema import EPISODES_FILE  # noqa: E402
 from run_files import read_episodes, read_sidecar  # noqa: E402
@@ -166,6 +167,34 @@ def test_continue_on_ray_as_locally(cluster, fake_server, tmp_path, capsys):
     assert comparable(tmp_path / "ray-seq") == comparable(tmp_path / "local-seq")
     assert (tmp_path / "ray-seq" / "stop_decisions.jsonl").read_text() == \
         (tmp_path / "local-seq" / "stop_decisions.jsonl").read_text()
+
+
+def test_a_write_failure_stops_the_ray_batch_and_the_run_resumes(cluster, fake_server, tmp_path, monkeypatch):
+    import errno
+
+    from harness.store import RunStore
+
+    real = RunStore.append_serialized
+    appended = []
+
+    def disk_full_after_five(self, episode_id, line, rows):
+        if len(appended) >= 5:  # the disk fills up: the store cuts back and refuses, as in test_write_faults
+            raise RunDirWriteError(self.run_dir, OSError(errno.ENOSPC, "No space left on device"))
+        real(self, episode_id, line, rows)
+        appended.append(episode_id)
+
+    with fake_server(calc_then_finish(2), latency_s=0.02) as srv:
+        config = make_config(n_tasks=40, step_budget=4).model_copy(update={"api_base": srv.base_url})
+        monkeypatch.setattr(RunStore, "append_serialized", disk_full_after_five)
+        summary = run_batch(config, tmp_path / "r", concurrency=4, progress=False, backend=RayBackend(actors=2))
+        monkeypatch.setattr(RunStore, "append_serialized", real)
+        assert summary.stopped is not None and "No space left on device" in summary.stopped.message
+        assert summary.stopped.hint.startswith("free disk space") and summary.stats.done == 5
+        assert sorted(e.episode_id for e in read_episodes(tmp_path / "r")) == sorted(appended)
+        again = run_batch(config, tmp_path / "r", concurrency=4, progress=False, backend=RayBackend(actors=2))
+    assert again.ok and again.finished_before == 5 and again.stats.done == 35
+    ids = [e.episode_id for e in read_episodes(tmp_path / "r")]
+    assert len(ids) == len(set(ids)) == 40
 
 
 def test_workers_running_other_code_are_refused(cluster, fake_server, tmp_path, monkeypatch):

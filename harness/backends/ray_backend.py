@@ -456,8 +456,11 @@ class _RayBatch:
         self.io.submit(fn, *args).add_done_callback(written)
 
     def _from_io_thread(self, cause: StopCause) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop may be closing already
+        try:
             self.loop.call_soon_threadsafe(self._stop, cause)
+        except RuntimeError:  # the loop has ended (the batch's last writes): record it directly
+            if self.result.stopped is None:
+                self.result.stopped = cause
 
     # ------------------------------------------------------------------ the end
 
