@@ -256,6 +256,20 @@ class Domain(abc.ABC):
         """Extra facts for the manifest (corpus, goals file hash, data source...)."""
         return {}
 
+    def load_data(self) -> None:
+        """Load now what episodes would load on first use (task lists, catalogs, indexes), so that a copy of this
+        instance carries it: the Ray backend pickles the domain once into its object store and every worker
+        unpickles it, instead of each reading the data from its own disk. Default: :meth:`all_task_ids`."""
+        self.all_task_ids()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickled domain (Ray backend) carries its options and loaded data, not its run-time facts: the
+        process that unpickles it calls :meth:`prepare_runtime` itself. Domains holding locks, thread pools or
+        connections drop them here and make them again on use."""
+        state = dict(self.__dict__)
+        state["runtime"] = {}
+        return state
+
     def truncate(self, text: str) -> str:
         if self.observation_chars is None or len(text) <= self.observation_chars:
             return text

@@ -264,6 +264,10 @@ class QADomain(Domain):
     def all_task_ids(self) -> list[str]:
         return list(self.tasks)
 
+    def load_data(self) -> None:
+        self.tasks  # noqa: B018 - questions and the retriever (a bm25s index, or an Elasticsearch client)
+        self.retriever  # noqa: B018
+
     def task(self, task_id: str) -> QATask:
         try:
             return self.tasks[task_id]

@@ -141,6 +141,15 @@ class Bm25Retriever:
         self.index_dir = index_dir
         self._stem = _stemmer()
 
+    def __getstate__(self) -> dict[str, Any]:  # the stemmer is a C object: made again where unpickled
+        state = dict(self.__dict__)
+        state.pop("_stem", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stem = _stemmer()
+
     @classmethod
     def build(cls, paragraphs: list[Paragraph]) -> "Bm25Retriever":
         import bm25s
@@ -352,7 +361,14 @@ class ElasticsearchRetriever:
     def __init__(self, url: str, index: str, *, timeout_s: float = 30.0):
         self.url = check_es_url(url)
         self.index = index
+        self.timeout_s = timeout_s
         self.client = es_client(url, timeout_s=timeout_s)
+
+    def __getstate__(self) -> dict[str, Any]:  # a connection pool: a copy connects anew
+        return {"url": self.url, "index": self.index, "timeout_s": self.timeout_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], state["index"], timeout_s=state["timeout_s"])
 
     def search(self, query: str, k: int) -> list[Passage]:
         from elasticsearch import ApiError, TransportError

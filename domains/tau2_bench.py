@@ -165,6 +165,17 @@ class _Tau2Domain(Domain):
         self._user_pool: ThreadPoolExecutor | None = None
         self._user_pool_lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:  # the user-simulator threads and their lock stay in this process
+        state = super().__getstate__()
+        state.pop("_user_pool", None)
+        state.pop("_user_pool_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._user_pool = None
+        self._user_pool_lock = threading.Lock()
+
     # ------------------------------------------------------------------ tasks and prompt
 
     def tasks(self) -> dict[str, Any]:

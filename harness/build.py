@@ -72,6 +72,9 @@ class RunOverrides(BaseModel):
     observation_chars: int | None = None
     model: str | None = None
     api_base: str | None = None
+    api_bases: list[str] | None = Field(
+        None, description="two or more endpoints serving the model (--api-base repeated, --endpoints FILE); "
+        "api_base is then the first")
     user_model: str | None = None
     user_api_base: str | None = None
     decoding: DecodingOverrides = DecodingOverrides()
@@ -123,6 +126,37 @@ def check_endpoint_url(flag: str, url: str | None) -> None:
         )
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"{flag} {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:8000/v1")
+
+
+def check_endpoint_list(urls: list[str] | None) -> None:
+    """UserError unless every URL of a multi-endpoint list is a usable endpoint and none is given twice."""
+    for url in urls or ():
+        check_endpoint_url("--api-base", url)
+    if urls and len(set(urls)) != len(urls):
+        twice = next(u for u in urls if urls.count(u) > 1)
+        raise UserError(f"--api-base {twice} is given twice; list each endpoint once")
+
+
+def endpoint_overrides(api_bases: list[str] | None, endpoints_file: str | Path | None) -> dict[str, Any]:
+    """``api_base`` / ``api_bases`` of :class:`RunOverrides` from repeated ``--api-base`` and ``--endpoints FILE``
+    (one URL per line; blank lines and ``#`` comments skipped): one endpoint sets ``api_base`` as before, two or
+    more set ``api_bases`` too (``api_base`` being the first)."""
+    urls = list(api_bases or [])
+    if endpoints_file is not None:
+        path = Path(endpoints_file)
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            raise UserError(f"--endpoints {path}: {exc.strerror or exc}; give a file with one endpoint URL per line")
+        found = [ln.split("#", 1)[0].strip() for ln in lines]
+        found = [u for u in found if u]
+        if not found:
+            raise UserError(f"--endpoints {path} lists no endpoint; give one URL per line")
+        urls += found
+    if not urls:
+        return {}
+    check_endpoint_list(urls)
+    return {"api_base": urls[0], "api_bases": urls if len(urls) > 1 else None}
 
 
 def validate_model_string(model: str, api_base: str | None, *, flag: str = "--api-base") -> None:
@@ -205,6 +239,10 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     user_api_base = overrides.user_api_base if overrides.user_api_base is not None else (
         preset.user_api_base if preset else None)
     check_endpoint_url("--api-base", api_base)
+    check_endpoint_list(overrides.api_bases)
+    api_bases = overrides.api_bases if overrides.api_bases and len(overrides.api_bases) > 1 else None
+    if api_bases and api_base != api_bases[0]:
+        raise ValueError("RunOverrides.api_base must be the first of api_bases")
     check_endpoint_url("--user-api-base", user_api_base)
     if user_api_base is not None and not user_model:
         raise UserError("--user-api-base needs --user-model (the user-simulator model served there)")
@@ -244,6 +282,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         samples_per_task=samples,
         model=model,
         api_base=api_base,
+        api_bases=api_bases,
         decoding=decoding_cfg,
         step_budget=overrides.step_budget or (preset.step_budget if preset else None) or cls.default_step_budget,
         observation_chars=observation_chars_for(cls, overrides.observation_chars,
@@ -363,10 +402,11 @@ def build_domain(config: RunConfig) -> Domain:
 
 def build_client(config: RunConfig, model: str, api_base: str | None,
                  client_factory: Callable[[str, str | None], Any] | None = None, *, timeout_s: float | None = None,
-                 max_retries: int | None = None):
+                 max_retries: int | None = None, api_bases: tuple[str, ...] | list[str] | None = None):
     """The model client for the run's agent: ``model`` / ``api_base`` as resolved (a local: model's server), the
     run's decoding and, with ``--grammar``, the domain's action grammar; ``timeout_s`` / ``max_retries`` per call
-    (None: the client's defaults). ``client_factory(model, api_base)`` replaces
+    (None: the client's defaults); ``api_bases``: two or more endpoints to spread the calls over
+    (:mod:`harness.endpoints`). ``client_factory(model, api_base)`` replaces
     :func:`harness.model_client.make_model_client` (tests)."""
     if client_factory is not None:
         return client_factory(model, api_base)
@@ -379,8 +419,11 @@ def build_client(config: RunConfig, model: str, api_base: str | None,
         options["timeout_s"] = timeout_s
     if max_retries is not None:
         options["max_retries"] = max_retries
+    if api_bases and len(api_bases) > 1:
+        options["api_bases"] = list(api_bases)
     client = make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
                                **options)
-    log.info("agent model %s at %s (%s transport, grammar %s)", model, api_base or "the provider's API",
+    where = ", ".join(api_bases) if api_bases and len(api_bases) > 1 else api_base or "the provider's API"
+    log.info("agent model %s at %s (%s transport, grammar %s)", model, where,
              type(client.transport).__name__, "on" if action_grammar else "off")
     return client

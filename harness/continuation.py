@@ -96,12 +96,13 @@ def continuation_config(
     *,
     branches: int,
     extra_steps: int,
-    api_base: str | None = None,
+    api_base: str | Sequence[str] | None = None,
     stop_rule: StopRule = FIXED,
 ) -> RunConfig:
     """The continuation run's config: the source config (same model, prompt, decoding, domain options) with a
     step budget of ``Z + K`` and ``continuation`` recording source run, source config hash, M, K and the prefixes.
 
+    ``api_base``: the endpoint (a URL) or endpoints (a list) to use instead of the source run's.
     A sequential ``stop_rule`` adds ``stop_rule`` and its ``rounds`` (so resuming with another rule is refused);
     the fixed design adds nothing, so its config and hash are what they were before stop rules existed."""
     if branches < 1:
@@ -122,8 +123,10 @@ def continuation_config(
     }
     if not stop_rule.is_fixed:
         update["continuation"].update(stop_rule=stop_rule.text, rounds=stop_rule.rounds(branches))
-    if api_base is not None:
-        update["api_base"] = api_base
+    urls = [api_base] if isinstance(api_base, str) else list(api_base or ())
+    if urls:  # the endpoint(s) replace the source run's (one: api_base only, as before; several: api_bases too)
+        update["api_base"] = urls[0]
+        update["api_bases"] = urls if len(urls) > 1 else None
     return cfg.model_copy(update=update, deep=True)
 
 
@@ -264,13 +267,15 @@ def run_continuations(
     n_prefixes: int | None = None,
     ids: Sequence[str] | None = None,
     concurrency: int | None = None,
-    api_base: str | None = None,
+    api_base: str | Sequence[str] | None = None,
     progress: bool = True,
     client_factory=None,
     lock_scope: contextlib.ExitStack | None = None,
     timeout_s: float | None = None,
     max_retries: int | None = None,
     stop_rule: str | StopRule = FIXED,
+    workers: int = 1,
+    backend: Any = None,
 ) -> ContinueReport:
     """Replay-check the selected censored prefixes of ``source_dir`` and run ``branches`` continuation branches of
     each faithful one into ``out_dir`` (created, or resumed when it holds the same continuation config).
@@ -280,15 +285,15 @@ def run_continuations(
     a prefix early (:func:`run_rounds`), ``branches`` being the maximum. ``out_dir``'s writer lock is taken before
     the first write and held until ``lock_scope`` closes (default: until this returns), so a caller that writes
     more (the q_Z file) keeps it. ``timeout_s`` / ``max_retries``: the model client's per call (None: the batch
-    runner's defaults).
+    runner's defaults). ``workers`` / ``backend``: where the branches run (:func:`harness.runner.run_batch`).
     """
     from harness import run_lock
-    from harness.build import check_endpoint_url
+    from harness.build import check_endpoint_list
     from harness.runner import run_batch
     from harness.store import RunStore, check_out_dir, check_resumable
 
     source_dir, out_dir = Path(source_dir), Path(out_dir)
-    check_endpoint_url("--api-base", api_base)
+    check_endpoint_list([api_base] if isinstance(api_base, str) else list(api_base or ()))
     manifest, episodes = load_source(source_dir)
     if _inside(out_dir, source_dir) or _inside(source_dir, out_dir):
         raise UserError("--out must be a directory outside the source run directory (the source is never modified)")
@@ -301,6 +306,8 @@ def run_continuations(
     if (out_dir / MANIFEST_FILE).exists():
         check_resumable(out_dir, config)  # resume refuses a different config: check now, before any replay work
 
+    if backend is not None and hasattr(backend, "check"):
+        backend.check(config)
     domain = make_domain(manifest.config, system_prompt=manifest.system_prompt)  # as the source run built it
     with contextlib.ExitStack() as stack:
         runtime: dict[str, Any] = {"run_dir": out_dir}
@@ -328,6 +335,9 @@ def run_continuations(
         except OSError as exc:
             raise RunDirWriteError(out_dir, exc) from None
         options = {k: v for k, v in (("timeout_s", timeout_s), ("max_retries", max_retries)) if v is not None}
+        options.update(workers=workers, backend=backend)
+        if hasattr(backend, "__enter__"):  # one connection (or local Ray instance) for every round
+            own_scope.enter_context(backend)
         if not rule.is_fixed:
             return run_rounds(config, out_dir, keep, rule, n_prefixes=len(prefixes), skipped=skipped,
                               concurrency=concurrency, progress=progress, client_factory=client_factory, **options)

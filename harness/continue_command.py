@@ -26,7 +26,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="resolved non-parse-error branches a prefix needs for an MC estimate (default 5)")
     p.add_argument("--out", required=True, metavar="CONT_DIR", help="continuation run directory (new or to resume)")
     p.add_argument("--concurrency", type=int, help="branches in flight at once (default 8; 2 for local: models)")
-    p.add_argument("--api-base", help="override the source run's API base (e.g. a restarted server)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes sharing --concurrency (default 1); with --backend ray: Ray actors "
+                        "(default: one per CPU of the cluster)")
+    from harness.run_command import add_backend_arguments
+
+    add_backend_arguments(p)
+    p.add_argument("--api-base", action="append", metavar="URL",
+                   help="override the source run's endpoint (e.g. a restarted server); repeat it for several "
+                        "replicas of the model")
+    p.add_argument("--endpoints", metavar="FILE", help="a file of endpoint URLs, one per line (as --api-base repeated)")
     p.add_argument("--qz-method", choices=("hybrid", "mc", "plugin"), default="hybrid",
                    help="q_Z estimator written to qz.jsonl (default hybrid: MC where retained, plug-in elsewhere)")
     p.add_argument("--plugin-train-complete", action="store_true",
@@ -67,6 +76,14 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
         raise UserError("--bootstrap must be at least 1")
     if args.concurrency is not None and args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
+    if args.workers is not None and args.workers < 1:
+        raise UserError("--workers must be at least 1")
+    from harness.backends import make_backend
+    from harness.build import endpoint_overrides
+
+    backend = make_backend(args.backend, workers=args.workers, ray_address=args.ray_address)
+    endpoints = endpoint_overrides(args.api_base, args.endpoints)
+    api_base = endpoints.get("api_bases") or endpoints.get("api_base")
     if args.min_valid < 1:
         raise UserError("--min-valid must be at least 1")
     if args.max_retries is not None and args.max_retries < 0:
@@ -101,12 +118,14 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
             n_prefixes=args.prefixes,
             ids=args.ids,
             concurrency=args.concurrency,
-            api_base=args.api_base,
+            api_base=api_base,
             progress=not args.no_progress,
             lock_scope=lock_scope,
             timeout_s=args.timeout,
             max_retries=args.max_retries,
             stop_rule=stop_rule,
+            workers=args.workers or 1,
+            backend=backend,
         )
         for s in report.skipped:
             print(f"skipped {s.episode_id}: {s.reason}")
@@ -116,6 +135,9 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
         )
         if report.decisions:
             print(stop_summary(report))
+        from harness.run_command import print_endpoint_lines
+
+        print_endpoint_lines(report.summary)
         stopped = report.summary.stopped if report.summary is not None else None
         if stopped is not None:
             print(f"uqh continue: {stopped.message}; {report.n_branches_missing} branches not finished; {stopped.hint}",

@@ -54,7 +54,7 @@ import sys
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from harness.model_types import Completion, EndpointUnreachable, ModelCallFailed
 from harness.transports import (  # noqa: F401 - HTTPStatusFailure and grammar_text are part of this module's API
@@ -389,7 +389,9 @@ class ModelClientImpl:
     picks by ``direct``: ``None`` takes the direct path for OpenAI-compatible URLs, ``True``/``False`` forces it
     on/off. ``backoff_initial_s``/``backoff_max_s`` shape the exponential backoff (jitter up to
     ``backoff_initial_s``). ``action_grammar``: a domain's GBNF rule for the <action> field
-    (``Domain.action_gbnf``), used with ``decoding.grammar``.
+    (``Domain.action_gbnf``), used with ``decoding.grammar``. ``api_bases``: two or more endpoints serving the
+    model; calls are spread over them by an :class:`harness.endpoints.EndpointPool` (``api_base`` is then the
+    first, used in messages).
     """
 
     def __init__(
@@ -406,6 +408,7 @@ class ModelClientImpl:
         backoff_max_s: float = 60.0,
         transport: str | Transport | None = None,
         action_grammar: str | None = None,
+        api_bases: Sequence[str] | None = None,
     ) -> None:
         self.model = model
         self.api_base = api_base
@@ -425,8 +428,16 @@ class ModelClientImpl:
             # OPENAI_API_KEY when present, else a placeholder. Without a URL the provider's own env var is used.
             if api_key is None and (api_base is not None or kind.openai_compatible):
                 api_key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
-            endpoint = Endpoint(model, api_base, api_key, timeout_s, decoding, action_grammar)
-            transport = kind(endpoint)
+            urls = list(api_bases) if api_bases and len(api_bases) > 1 else [api_base]
+            made = [kind(Endpoint(model, url, api_key, timeout_s, decoding, action_grammar)) for url in urls]
+            if len(made) == 1:
+                transport = made[0]
+            else:  # several endpoints serving the model: calls spread over them (harness/endpoints.py)
+                from harness.endpoints import EndpointPool
+
+                transport = EndpointPool(urls, made)
+        elif api_bases and len(api_bases) > 1:
+            raise ValueError("several api_bases need a built-in transport (one is made per endpoint)")
         self.transport: Transport = transport
         self._api_key = api_key
         self._warned_no_logprobs = False
@@ -435,6 +446,12 @@ class ModelClientImpl:
         self._reached = False
 
     # ---------------------------------------------------------------- public
+
+    def endpoint_counts(self) -> list:
+        """Per-endpoint request counts (:class:`harness.endpoints.EndpointCounts`) when the client spreads its
+        calls over several endpoints; empty for one endpoint (the run's call counts say it all)."""
+        counts = getattr(self.transport, "counts", None)
+        return counts() if callable(counts) else []
 
     def _redact(self, text: str) -> str:
         """Error texts end up in logs and run summaries: never with the API key in them."""
@@ -507,7 +524,8 @@ class ModelClientImpl:
             raise
         except Exception as exc:  # noqa: BLE001 - everything else is a failed call
             if unreachable is not None:
-                where = self.api_base or "the provider"
+                urls = getattr(self.transport, "urls", None)
+                where = f"any of {', '.join(urls)}" if urls else self.api_base or "the provider"
                 raise EndpointUnreachable(
                     self._redact(f"{self.model}: cannot reach {where}: {unreachable}"), retries=0) from None
             short = _short(exc, self.timeout_s)

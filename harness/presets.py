@@ -358,7 +358,7 @@ def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
                 if n_tasks < asked
                 else []
             ),
-            f"  model           {cfg.model}" + (f" via {cfg.api_base}" if cfg.api_base else ""),
+            f"  model           {cfg.model}" + (f" via {', '.join(cfg.endpoints)}" if cfg.endpoints else ""),
             "  decoding        "
             + ", ".join(f"{k}={getattr(dec, k)}" for k in ("temperature", "top_p", "top_logprobs", "max_tokens",
                                                            "reasoning", "seed")),

@@ -55,7 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     m = p.add_argument_group("model")
     m.add_argument("--model", help="litellm model string, openai/NAME with --api-base, or local:smollm2 (default)")
-    m.add_argument("--api-base", metavar="URL", help="OpenAI-compatible endpoint for --model")
+    m.add_argument("--api-base", metavar="URL", action="append",
+                   help="OpenAI-compatible endpoint for --model; repeat it for several replicas of the model (calls "
+                        "go to the one with the fewest in flight; a failing one is taken out of rotation)")
+    m.add_argument("--endpoints", metavar="FILE",
+                   help="a file of endpoint URLs for --model, one per line (as --api-base repeated)")
     m.add_argument("--user-model", metavar="M", help="user-simulator model (Tau2)")
     m.add_argument("--user-api-base", metavar="URL", help="OpenAI-compatible endpoint for --user-model (Tau2)")
     m.add_argument("--temperature", type=float)
@@ -83,7 +87,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x = p.add_argument_group("execution")
     x.add_argument("--out", metavar="DIR", help="run directory (created, or resumed if it holds this run)")
     x.add_argument("--concurrency", type=int, metavar="C", help="episodes in flight (default 8; 2 for local:)")
-    x.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes sharing --concurrency (default 1; use 2+ when one process is CPU-bound)")
+    x.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes sharing --concurrency (default 1; use 2+ when one process is CPU-bound); "
+                        "with --backend ray: Ray actors (default: one per CPU of the cluster)")
+    add_backend_arguments(x)
     x.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
     x.add_argument("--no-checkpoints", action="store_true", help="do not checkpoint in-flight episodes")
     x.add_argument("--timeout", type=float, metavar="S",
@@ -91,6 +98,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x.add_argument("--max-retries", type=int, metavar="N",
                    help="retries of a transient model-call failure (429, 5xx, timeout...; default 6)")
     x.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
+
+
+def add_backend_arguments(group) -> None:
+    """``--backend`` and ``--ray-address`` (shared with `uqh continue`)."""
+    group.add_argument("--backend", choices=("local", "ray"), default="local",
+                       help="where episodes run: local (this machine; default) or ray (a Ray cluster; the run "
+                            "directory is still written by this process only; docs/scale-out.md)")
+    group.add_argument("--ray-address", metavar="ADDR",
+                       help="with --backend ray: auto (the cluster this machine belongs to) or ray://HOST:PORT; "
+                            "default: start a local Ray instance for this command")
 
 
 def parse_domain_options(items: list[str]) -> dict[str, Any]:
@@ -133,10 +150,13 @@ def overrides_from_args(args: argparse.Namespace):
         top_logprobs=args.top_logprobs, logprobs=False if args.no_logprobs else None, grammar=args.grammar,
         reasoning=args.reasoning,
     )
+    from harness.build import endpoint_overrides
+
     return RunOverrides(
         domain=args.domain, split=args.split, tasks=args.tasks, task_ids=task_ids, samples=args.samples,
         step_budget=args.step_budget, observation_chars=args.observation_chars, model=args.model,
-        api_base=args.api_base, user_model=args.user_model, user_api_base=args.user_api_base, decoding=decoding,
+        **endpoint_overrides(args.api_base, args.endpoints), user_model=args.user_model,
+        user_api_base=args.user_api_base, decoding=decoding,
         domain_options=domain_options, out=Path(args.out) if args.out else None,
         stop_on_consensus=args.stop_on_consensus, stop_rule=args.stop_rule,
     )
@@ -246,6 +266,15 @@ def next_hint(run_dir: Path) -> str:
             f"uqh export {q(base)} --to {q(base + '-export')})")
 
 
+def print_endpoint_lines(summary) -> None:
+    """The per-endpoint call counts of a batch over several endpoints (nothing for one endpoint)."""
+    from harness.endpoints import endpoint_summary_lines
+
+    lines = endpoint_summary_lines(summary.endpoint_calls if summary is not None else [])
+    if lines:
+        print("\n".join(lines), flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.build import check_positive, resolve_config, run_dir_of
     from harness.runner import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, default_concurrency, run_batch
@@ -262,6 +291,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     check_positive("--concurrency", args.concurrency)
     check_positive("--workers", args.workers)
+    from harness.backends import make_backend
+
+    backend = make_backend(args.backend, workers=args.workers, ray_address=args.ray_address)
     check_positive("--max-retries", args.max_retries, 0)
     if args.timeout is not None and not args.timeout > 0:
         raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
@@ -273,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
 
         preset = get_preset(args.preset)
     config = resolve_config(preset, overrides)
+    if backend is not None:
+        backend.check(config)
     out = run_dir_of(preset, overrides)
     concurrency = args.concurrency or default_concurrency(config.model)
     n_episodes = len(config.task_ids) * config.samples_per_task
@@ -285,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         if note:
             print(f"note          {note}")
         print(f"task ids      {', '.join(config.task_ids[:5])}{' ...' if len(config.task_ids) > 5 else ''}")
-        print(f"model         {config.model}" + (f" via {config.api_base}" if config.api_base else ""))
+        print(f"model         {config.model}" + (f" via {', '.join(config.endpoints)}" if config.endpoints else ""))
         if config.user_model:
             print(f"user model    {config.user_model}" + (f" via {config.user_api_base}" if config.user_api_base else ""))
         print(f"decoding      temperature={d.temperature} top_p={d.top_p} logprobs={d.logprobs} "
@@ -299,7 +333,11 @@ def run(args: argparse.Namespace) -> int:
         if config.consensus_stopping is not None:
             print(f"sequential    {_stopping_text(config)}")
         print(f"run dir       {out} (config hash {config.config_hash()[:12]})")
-        print(f"execution     concurrency {concurrency}, workers {args.workers}; per call: timeout {timeout_s:g} s, "
+        where = f"workers {args.workers or 1}"
+        if backend is not None:
+            actors = f"{args.workers} actors" if args.workers else "one actor per CPU"
+            where = f"backend ray at {args.ray_address or 'a local instance'}, {actors}"
+        print(f"execution     concurrency {concurrency}, {where}; per call: timeout {timeout_s:g} s, "
               f"{max_retries} retries")
         from harness.build import build_domain
         from harness.presets import estimate, estimate_rows
@@ -312,17 +350,22 @@ def run(args: argparse.Namespace) -> int:
 
     if note:
         print(f"uqh run: note: {note}", file=sys.stderr)
-    summary = run_batch(
-        config,
-        out,
-        concurrency=concurrency,
-        workers=args.workers,
-        progress=not args.no_progress,
-        checkpoints=not args.no_checkpoints,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-    )
+    import contextlib
+
+    with backend if backend is not None else contextlib.nullcontext():
+        summary = run_batch(
+            config,
+            out,
+            concurrency=concurrency,
+            workers=args.workers or 1,
+            progress=not args.no_progress,
+            checkpoints=not args.no_checkpoints,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backend=backend,
+        )
     print("\n".join(summary_lines(summary)), flush=True)
+    print_endpoint_lines(summary)
     s = summary.stats
     if config.consensus_stopping is not None:
         print(f"sequential     {summary.skipped}/{summary.planned} samples skipped "

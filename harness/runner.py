@@ -165,6 +165,8 @@ class BatchSummary:
     stopped: StopCause | None = None
     #: Finished episodes whose own calls lack sidecar rows (found when the run directory was opened).
     missing_sidecar_episodes: int = 0
+    #: Requests per endpoint when the model is served by several (:class:`harness.endpoints.EndpointCounts`).
+    endpoint_calls: list = field(default_factory=list)
 
     @property
     def remaining(self) -> int:
@@ -186,6 +188,8 @@ class RunContext:
     model: str
     api_base: str | None
     run_dir: Path
+    #: Two or more endpoints serving the model (``config.api_bases``; ``api_base`` is the first), else empty.
+    api_bases: tuple[str, ...] = ()
     #: The simulated user's model and endpoint, resolved (``config.user_model`` set), else None.
     user_model: str | None = None
     user_api_base: str | None = None
@@ -223,6 +227,7 @@ async def run_specs(
     persist: Callable[[EpisodeResult], Any],
     on_done: Callable[[Any], None] | None = None,
     on_error: Callable[[EpisodeSpec, str, int], None],
+    checkpoint_sink: Callable[[str, str], None] | None = None,
 ) -> None:
     """Run episodes concurrently (at most ``ctx.concurrency`` at a time) on the current event loop.
 
@@ -231,7 +236,8 @@ async def run_specs(
     checkpoint write always precedes its append (which deletes the checkpoint). ``on_done(persist's return
     value)`` then runs on the event loop; ``on_error(spec, message, retries)`` for an episode that failed on
     infrastructure. An episode that has finished is written and counted even when the batch is cancelled while
-    its write is under way.
+    its write is under way. ``checkpoint_sink(episode_id, json)`` receives the checkpoints instead of the files in
+    ``ctx.run_dir`` (a process that does not write the run directory, e.g. a Ray actor on another machine).
 
     Raises :class:`BatchStopped` (after cancelling the other episodes) when a write to the run directory fails or
     the first call cannot reach the endpoint.
@@ -281,6 +287,9 @@ async def run_specs(
             return  # wrote one moments ago: with fast models, at most one checkpoint per interval
         last_write[eid] = now
         data = encoder.dumps(partial)  # snapshot now; the thread only writes bytes
+        if checkpoint_sink is not None:
+            io.submit(checkpoint_sink, partial.episode_id, data).add_done_callback(checkpoint_written)
+            return
         io.submit(write_checkpoint_json, run_dir, partial.episode_id, data).add_done_callback(checkpoint_written)
 
     async def one(spec: EpisodeSpec) -> None:
@@ -379,15 +388,20 @@ def run_batch(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_retries: int = DEFAULT_MAX_RETRIES,
     progress_label: str = "uqh run",
+    backend: Any = None,
 ) -> BatchSummary:
     """Run (or resume) every planned episode of ``config`` into ``run_dir``; return the summary.
+
+    ``backend`` (:mod:`harness.backends`) runs the episodes: None is this machine (in this process, or in
+    ``workers`` processes); the Ray backend runs them on a cluster. Whichever runs them, this process is the only
+    writer of ``run_dir``.
 
     ``client_factory(litellm_model, api_base)`` replaces :func:`harness.model_client.make_model_client` (tests).
     ``timeout_s`` / ``max_retries``: the agent's model client's per-call timeout and retries (recorded in the
     manifest's ``execution``, outside the config hash). SIGINT / SIGTERM during the batch stop it (see the module
     docstring): the summary then says so in ``stopped``.
     """
-    from harness.store import RunStore
+    from harness.store import RunStore, write_checkpoint_json
 
     run_dir = Path(run_dir)
     domain = build_domain(config)
@@ -405,8 +419,9 @@ def run_batch(
     # Sequential sampling (`uqh run --stop-on-consensus`) schedules a task's samples from its finished ones
     # (harness/sequential.py); continuation branches are never stopped by consensus.
     sequential = config.consensus_stopping is not None and config.continuation is None
-    if sequential and workers > 1:
-        raise UserError("--stop-on-consensus schedules samples from earlier samples in one process; use --workers 1")
+    if sequential and (workers > 1 or getattr(backend, "name", "local") != "local"):
+        raise UserError("--stop-on-consensus schedules samples from earlier samples in one process; use --workers 1 "
+                        "and the local backend")
     workers = max(1, min(int(workers), concurrency))  # each worker needs at least one of the slots
     execution = ExecutionSettings(timeout_s=timeout_s, max_retries=max_retries)
 
@@ -449,6 +464,10 @@ def run_batch(
             stats.add_error(message, retries=retries)
             bar.update()
 
+        def write_checkpoint(episode_id: str, data: str) -> None:  # from a process that cannot write run_dir
+            if episode_id not in store.finished_ids:  # a late checkpoint must not outlive its episode
+                write_checkpoint_json(run_dir, episode_id, data)
+
         try:
             with contextlib.ExitStack() as stack:
                 model, api_base = _resolve(stack, config.model, config.api_base)
@@ -459,7 +478,7 @@ def run_batch(
                     config=config, system_prompt=system_prompt, model=model, api_base=api_base, run_dir=run_dir,
                     user_model=user_model, user_api_base=user_base, checkpoints=checkpoints,
                     checkpoint_interval_s=checkpoint_interval_s, concurrency=concurrency, timeout_s=timeout_s,
-                    max_retries=max_retries,
+                    max_retries=max_retries, api_bases=tuple(config.api_bases or ()),
                 )
                 domain.prepare_runtime(ctx.domain_runtime())
                 bar = stack.enter_context(Progress(stats, enabled=progress, label=progress_label))
@@ -467,17 +486,21 @@ def run_batch(
                     stack.enter_context(gc_tuned())
                     hooks = scheduler.hooks(persist, counted, error)
                     try:
-                        asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory, stats))
+                        asyncio.run(_run_in_process(ctx, scheduler.pull, domain, *hooks, client_factory,
+                                                    summary.endpoint_calls, stats))
                     finally:
                         summary.skipped = scheduler.n_skipped
                         store.update_manifest_info(consensus_stopping=scheduler.summary())
-                elif workers == 1 or len(todo) == 1:
-                    stack.enter_context(gc_tuned())
-                    asyncio.run(_run_in_process(ctx, todo, domain, persist, counted, error, client_factory, stats))
                 else:
-                    from harness.workers import run_workers
+                    from harness.backends import BatchHooks, LocalBackend
 
-                    summary.worker_cpu_s, summary.stopped = run_workers(ctx, todo, workers, write, error)
+                    hooks = BatchHooks(persist=persist, counted=counted, write=write, error=error,
+                                       write_checkpoint=write_checkpoint, client_factory=client_factory,
+                                       stats=stats)
+                    ran = (backend or LocalBackend(workers)).run(ctx, todo, domain, hooks)
+                    summary.stopped, summary.worker_cpu_s = ran.stopped, ran.worker_cpu_s
+                    summary.endpoint_calls = ran.endpoint_calls
+                    summary.notes += ran.notes
         except BatchStopped as exc:
             summary.stopped = exc.cause
         except RunDirWriteError as exc:
@@ -540,14 +563,24 @@ async def run_cancellable(coro: Awaitable[None]) -> None:
 
 
 async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, error, client_factory,
-                          stats: BatchStats | None = None) -> None:
+                          endpoint_calls: list | None = None, stats: BatchStats | None = None) -> None:
+    """Run the episodes on this event loop; the client's per-endpoint counts (several endpoints) are appended to
+    ``endpoint_calls``, also when the batch stops early."""
     client = build_client(ctx.config, ctx.model, ctx.api_base, client_factory, timeout_s=ctx.timeout_s,
-                          max_retries=ctx.max_retries)
+                          max_retries=ctx.max_retries, api_bases=ctx.api_bases)
     if stats is not None:  # calls/s in the progress line while episodes are still running
         client = CountingClient(client, stats)
     try:
         await run_cancellable(run_specs(ctx, specs, domain=domain, client=client, persist=persist, on_done=counted,
                                         on_error=error))
     finally:
+        if endpoint_calls is not None:
+            endpoint_calls.extend(endpoint_counts(client))
         with contextlib.suppress(Exception):
             await client.aclose()
+
+
+def endpoint_counts(client) -> list:
+    """A client's per-endpoint counts (empty for one endpoint, or a client that does not keep them)."""
+    counts = getattr(client, "endpoint_counts", None)
+    return list(counts()) if callable(counts) else []

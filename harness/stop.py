@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Callable, Iterator
 
-__all__ = ["Interrupted", "STOP_SIGNALS", "exit_code", "on_stop", "requested", "signal_name", "stop_signals"]
+__all__ = ["Interrupted", "STOP_SIGNALS", "exit_code", "on_stop", "reinstall", "requested", "signal_name",
+           "stop_signals"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -91,6 +92,14 @@ def stop_signals() -> Iterator[None]:
             for s, previous in _state.previous.items():
                 signal.signal(s, previous)
             _state.previous = {}
+
+
+def reinstall() -> None:
+    """Take SIGINT and SIGTERM back after a library installed its own handlers (``ray.init`` sets one for
+    SIGTERM) while :func:`stop_signals` is active; nothing otherwise."""
+    if _state.depth and threading.current_thread() is threading.main_thread():
+        for s in STOP_SIGNALS:
+            signal.signal(s, _handler)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,17 @@ import time
 from harness import stop
 from harness.build import build_client, build_domain
 from harness.loop import EpisodeResult, EpisodeSpec
-from harness.runner import BatchStopped, RunContext, StopCause, gc_tuned, run_cancellable, run_specs, serialize
+from harness.endpoints import EndpointCounts, merge_counts
+from harness.runner import (
+    BatchStopped,
+    RunContext,
+    StopCause,
+    endpoint_counts,
+    gc_tuned,
+    run_cancellable,
+    run_specs,
+    serialize,
+)
 from rundir.errors import RunDirWriteError
 from rundir.schema import RunConfig
 
@@ -38,13 +48,14 @@ STOP_GRACE_S = 1.0
 #: Imported once by the fork server, so each worker starts as a fork of a process that already has them.
 _WORKER_PRELOAD = [
     "harness", "harness.runner", "harness.workers", "harness.store", "harness.model_client", "harness.transports",
-    "domains", "aiohttp", "tenacity",
+    "harness.endpoints", "domains", "aiohttp", "tenacity",
 ]
 
 
-def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error) -> tuple[float, StopCause | None]:
-    """Run the episodes in worker processes; return the CPU seconds the workers reported and why the batch
-    stopped early (None: every episode was attempted)."""
+def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error
+                ) -> tuple[float, StopCause | None, list[EndpointCounts]]:
+    """Run the episodes in worker processes; return the CPU seconds the workers reported, why the batch stopped
+    early (None: every episode was attempted) and the workers' per-endpoint counts (several endpoints)."""
     mp_ctx = _mp_context(worker_preload(ctx.config, ctx.model, ctx.api_base))
     results = mp_ctx.Queue()  # children -> parent: finished episodes, errors, exits
     jobs = mp_ctx.Queue()  # parent -> children: specs pulled as slots free up (dynamic load balance)
@@ -72,6 +83,7 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
                     os.kill(p.pid, signal.SIGTERM)
 
     cpu_s = 0.0
+    endpoint_calls: list[EndpointCounts] = []
     write_failed = False
     pending = {s.episode_id: s for s in specs}
     with stop.on_stop(lambda signum: request_stop(StopCause.signal(signum))):
@@ -119,7 +131,8 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
                     request_stop(msg[1])
                 elif kind == "exit":
                     alive.discard(msg[1])
-                    cpu_s += msg[2] if len(msg) > 2 else 0.0
+                    cpu_s += msg[2]
+                    endpoint_calls = merge_counts(endpoint_calls, msg[3])
         finally:
             deadline = stop_deadline if stop_deadline is not None else time.monotonic() + 5.0
             for p in procs:
@@ -135,7 +148,7 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
     if cause is None:
         for eid, spec in pending.items():  # a worker died before reporting these
             error(spec, "worker process exited unexpectedly", 0)
-    return cpu_s, cause
+    return cpu_s, cause, endpoint_calls
 
 
 def worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[str]:
@@ -174,9 +187,10 @@ def _mp_context(preload: list[str]):
 
 
 def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, environ=None) -> None:
+    endpoint_calls: list[EndpointCounts] = []
     with stop.stop_signals():  # SIGINT and SIGTERM stop this worker quietly (see the module docstring)
         try:
-            _work(ctx, jobs, results, parent_pid, environ)
+            _work(ctx, jobs, results, parent_pid, environ, endpoint_calls)
         except stop.Interrupted:
             pass  # stopped before its event loop ran: nothing in flight
         except BatchStopped as exc:
@@ -186,7 +200,7 @@ def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, en
             _ignore_stop_signals()  # done: a late stop signal (the parent's) must not interrupt the goodbye
     _ignore_stop_signals()
     r = resource.getrusage(resource.RUSAGE_SELF)
-    results.put(("exit", index, r.ru_utime + r.ru_stime))
+    results.put(("exit", index, r.ru_utime + r.ru_stime, endpoint_calls))
 
 
 def _ignore_stop_signals() -> None:
@@ -194,7 +208,7 @@ def _ignore_stop_signals() -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
-def _work(ctx: RunContext, jobs, results, parent_pid: int, environ) -> None:
+def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_calls: list) -> None:
     if environ is not None:  # the fork server's environment is from when it started: use the parent's current one
         os.environ.clear()
         os.environ.update(environ)
@@ -225,7 +239,7 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ) -> None:
 
         watcher = asyncio.create_task(watch_parent())
         client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
-                              max_retries=ctx.max_retries)
+                              max_retries=ctx.max_retries, api_bases=ctx.api_bases)
         loop = asyncio.get_running_loop()
         pullers = ThreadPoolExecutor(max_workers=max(1, ctx.concurrency), thread_name_prefix="uqh-pull")
 
@@ -237,6 +251,7 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ) -> None:
         finally:
             watcher.cancel()
             pullers.shutdown(wait=False)
+            endpoint_calls.extend(endpoint_counts(client))
             with contextlib.suppress(Exception):
                 await client.aclose()
 

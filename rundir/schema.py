@@ -240,7 +240,7 @@ class DecodingConfig(_Record):
 #: its corpus sha256 (in the manifest's info), not by its directory, so moving it does not make a different run.
 HASH_EXCLUDED_OPTIONS = frozenset({"index_dir"})
 #: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
-_LATER_FIELDS = ("user_api_base", "consensus_stopping")
+_LATER_FIELDS = ("user_api_base", "consensus_stopping", "api_bases")
 
 
 class ConsensusStopping(_Record):
@@ -264,6 +264,12 @@ class RunConfig(_Record):
     samples_per_task: int = 1
     model: str
     api_base: str | None = None
+    api_bases: Annotated[
+        list[str] | None,
+        Field(description="Several endpoints serving the model (uqh run --api-base repeated, or --endpoints FILE), "
+                          "calls spread over them; api_base is then the first of them. Left out (and out of the "
+                          "hash) for one endpoint, so single-endpoint configs are as before.", exclude_if=_is_none),
+    ] = None
     decoding: DecodingConfig = DecodingConfig()
     step_budget: int
     observation_chars: int | None = 420
@@ -284,6 +290,11 @@ class RunConfig(_Record):
         ConsensusStopping | None,
         Field(description="Sequential sampling: stop a task's samples once its mode is certified (None: draw all)."),
     ] = None
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The agent model's endpoints: ``api_bases``, else ``[api_base]`` (empty: the provider's own)."""
+        return list(self.api_bases) if self.api_bases else ([self.api_base] if self.api_base else [])
 
     def episode_sort_key(self):
         """Sort key of the run's canonical episode order: task order of ``task_ids``, then sample index."""

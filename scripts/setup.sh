@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-.venv/bin/python -m pip install -q -e ".[dev]"
+.venv/bin/python -m pip install -q -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
 
 # llama.cpp's OpenAI-compatible server (MIT). Built from source: ~5-10 minutes on 2 cores, once.
 if ! .venv/bin/python -c "import llama_cpp.server" 2>/dev/null; then

@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 #: Imported by `uqh ... --help` only if a command module imports them at top level (seconds of start-up).
 HEAVY = ("litellm", "openai", "tau2", "bm25s", "numpy", "scipy", "matplotlib", "datasets", "elasticsearch", "pandas",
-         "pyarrow", "jinja2", "playwright")
+         "pyarrow", "jinja2", "playwright", "ray")
 DRIVER = f"""
 import json, sys
 from harness.cli import main
@@ -41,6 +41,13 @@ ERRORS = [
     (["audit", "/nonexistent"], "/nonexistent is not a run directory", None),
     (["run", "--domain", "hotpotqa", "--tasks", "1", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
       "--index-dir", "{tmp}/afile", "--out", "{tmp}/h"], "--index-dir", "h"),
+    (["run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
+      "--ray-address", "auto", "--out", "{tmp}/r"], "--ray-address needs --backend ray", "r"),
+    (["run", "--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--backend", "ray",
+      "--ray-address", "auto", "--out", "{tmp}/l"], "is served on this machine only", "l"),
+    (["run", "--domain", "arithmetic", "--tasks", "2", "--samples", "2", "--stop-on-consensus", "0.1", "--model",
+      "openai/x", "--api-base", "http://127.0.0.1:9/v1", "--backend", "ray", "--out", "{tmp}/s"],
+     "--stop-on-consensus schedules samples", "s"),
 ]
 
 

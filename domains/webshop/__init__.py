@@ -162,6 +162,9 @@ class WebShopDomain(Domain):
             )
         return self._res
 
+    def load_data(self) -> None:
+        self.resources  # noqa: B018 - catalog, goals and search index, so that a pickled copy carries them
+
     def goal_indices(self) -> list[int]:
         from .goals import split_goals
 

@@ -129,6 +129,17 @@ class ProductSearch:
         self._by_category = self._group(products, "category")
         self._cache: dict[str, list[str]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:  # the numpy module itself is imported again where unpickled
+        state = dict(self.__dict__)
+        state.pop("_np", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import numpy as np
+
+        self.__dict__.update(state)
+        self._np = np
+
     @staticmethod
     def _group(products: list[dict[str, Any]], key: str) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {}

@@ -1,0 +1,217 @@
+"""Several endpoints for one model (harness/endpoints.py): spreading by least in-flight, a failing endpoint taken out
+of rotation and retried later, failover on a refused connection, per-endpoint counts in the summary and the
+manifest -- through real HTTP against fake servers, on the in-process and the --workers paths (the Ray backend's
+are in tests/test_ray_backend.py)."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import socket
+
+import pytest
+
+from harness.cli import main
+from harness.endpoints import EndpointPool, endpoint_summary_lines, merge_counts, EndpointCounts
+from harness.model_client import make_model_client
+from harness.model_types import EndpointUnreachable
+from harness.runner import run_batch
+from rundir.reader import RunDir
+from rundir.schema import DecodingConfig, RunConfig
+from test_runner import make_config, solver
+
+STEP = "<think>t</think>\n<action>Finish[1]</action>\n<confidence>0.5</confidence>\n<explanation>e</explanation>"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def _client(urls, **kw):
+    kw.setdefault("max_retries", 4)
+    return make_model_client("openai/fake", api_base=urls[0], api_bases=urls, decoding=DecodingConfig(max_tokens=32),
+                             timeout_s=5, backoff_initial_s=0.001, backoff_max_s=0.005, **kw)
+
+
+def _calls(client, n, concurrency):
+    async def go():
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one():
+            async with sem:
+                return await client.complete(MESSAGES)
+
+        try:
+            return await asyncio.gather(*(one() for _ in range(n)))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def _closed_port_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: connections are refused
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_calls_spread_by_least_in_flight(fake_server):
+    with fake_server(STEP, latency_s=0.02) as a, fake_server(STEP, latency_s=0.02) as b:
+        client = _client([a.base_url, b.base_url])
+        _calls(client, 40, concurrency=8)
+        counts = {c.url: c for c in client.endpoint_counts()}
+    assert a.n_requests + b.n_requests == 40
+    assert abs(a.n_requests - b.n_requests) <= 4  # equal speed: an even split (8 in flight, 4 each)
+    assert counts[a.base_url].calls == a.n_requests and counts[b.base_url].calls == b.n_requests
+    assert a.max_in_flight <= 5 and b.max_in_flight <= 5
+
+
+def test_a_slow_endpoint_gets_fewer_calls(fake_server):
+    with fake_server(STEP, latency_s=0.25) as slow, fake_server(STEP, latency_s=0.01) as fast:
+        _calls(_client([slow.base_url, fast.base_url]), 40, concurrency=4)
+    assert slow.n_requests + fast.n_requests == 40
+    assert fast.n_requests >= 3 * slow.n_requests  # least in-flight: the fast one frees its slots sooner
+
+
+def test_a_failing_endpoint_leaves_the_rotation_with_a_warning_and_is_retried_later(fake_server, caplog):
+    caplog.set_level(logging.WARNING, logger="harness.endpoints")
+    with fake_server(STEP) as good, fake_server(STEP, faults=["500"] * 1000) as bad:
+        client = _client([good.base_url, bad.base_url])
+        pool: EndpointPool = client.transport
+        now = [0.0]
+        pool._clock = lambda: now[0]
+        results = _calls(client, 30, concurrency=1)
+        assert len(results) == 30  # every call succeeded (retried on the good endpoint)
+        first = {c.url: c for c in client.endpoint_counts()}
+        assert first[bad.base_url].failures == 3 and first[bad.base_url].removals == 1
+        assert first[bad.base_url].calls == 0 and first[good.base_url].calls == 30 == good.n_requests
+        assert pool.in_rotation() == [good.base_url]
+        assert "taken out of rotation after 3 failed requests in a row" in caplog.text and bad.base_url in caplog.text
+        now[0] += 31.0  # the cooldown (30 s) is over: the endpoint is tried again, fails, and is out for 60 s
+        _calls(client, 5, concurrency=1)
+        second = {c.url: c for c in client.endpoint_counts()}
+        assert second[bad.base_url].failures == 4 and second[bad.base_url].removals == 2
+        now[0] += 59.0
+        assert pool.in_rotation() == [good.base_url]  # doubled cooldown
+        now[0] += 2.0
+        assert set(pool.in_rotation()) == {good.base_url, bad.base_url}
+
+
+def test_an_endpoint_that_recovers_is_back_in_rotation(fake_server, caplog):
+    caplog.set_level(logging.WARNING, logger="harness.endpoints")
+    with fake_server(STEP) as good, fake_server(STEP, faults=["503"] * 3) as flaky:
+        client = _client([good.base_url, flaky.base_url])
+        pool: EndpointPool = client.transport
+        now = [0.0]
+        pool._clock = lambda: now[0]
+        _calls(client, 10, concurrency=1)
+        assert pool.in_rotation() == [good.base_url]
+        now[0] += 31.0
+        _calls(client, 10, concurrency=2)
+        counts = {c.url: c for c in client.endpoint_counts()}
+    assert "answers again: back in rotation" in caplog.text
+    assert counts[flaky.base_url].calls >= 3 and counts[flaky.base_url].removals == 1
+    assert set(pool.in_rotation()) == {good.base_url, flaky.base_url}
+
+
+def test_a_bad_request_does_not_count_against_the_endpoint(fake_server):
+    with fake_server(STEP) as a, fake_server(STEP, faults=["400"] * 5) as b:
+        client = _client([a.base_url, b.base_url], max_retries=0)
+        pool: EndpointPool = client.transport
+        for _ in range(5):  # least sent: b gets every other call; its 400s fail the call (not retryable)
+            try:
+                _calls(client, 2, concurrency=1)
+            except Exception:  # noqa: BLE001
+                pass
+        assert set(pool.in_rotation()) == {a.base_url, b.base_url}
+        assert {c.url: c.removals for c in client.endpoint_counts()} == {a.base_url: 0, b.base_url: 0}
+
+
+def test_a_refused_endpoint_fails_over_within_the_call_and_all_refused_is_unreachable(fake_server):
+    down = _closed_port_url()
+    with fake_server(STEP) as up:
+        client = _client([down, up.base_url], max_retries=0)  # no retries: failover must happen inside the call
+        _calls(client, 6, concurrency=1)
+        counts = {c.url: c for c in client.endpoint_counts()}
+    assert counts[up.base_url].calls == 6 and counts[down].calls == 0 and counts[down].failures >= 1
+    client = _client([down, _closed_port_url()])
+    with pytest.raises(EndpointUnreachable, match="cannot reach any of"):
+        _calls(client, 1, concurrency=1)
+
+
+def test_merge_and_summary_lines():
+    merged = merge_counts([EndpointCounts("a", 3, 1, 0)], [EndpointCounts("b", 2), EndpointCounts("a", 4, 0, 1)])
+    assert merged == [EndpointCounts("a", 7, 1, 1), EndpointCounts("b", 2, 0, 0)]
+    assert endpoint_summary_lines(merged) == [
+        "endpoint       a: 7 calls answered, 1 failed; taken out of rotation 1 time",
+        "endpoint       b: 2 calls answered",
+    ]
+
+
+# ------------------------------------------------------------------------------------- runs
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_over_two_endpoints_one_failing(fake_server, tmp_path, workers):
+    with fake_server(solver) as good, fake_server(solver, faults=["500"] * 1000) as bad:
+        urls = [good.base_url, bad.base_url]
+        config = make_config(n_tasks=12).model_copy(update={"api_base": urls[0], "api_bases": urls})
+        summary = run_batch(config, tmp_path / "run", concurrency=4, workers=workers, progress=False)
+    assert summary.ok and summary.stats.done == 12 and summary.stats.stop_reasons == {"clean": 12}
+    counts = {c.url: c for c in summary.endpoint_calls}
+    assert counts[good.base_url].calls == good.n_requests == summary.stats.calls == 24
+    # each process keeps its own pool: the failing endpoint is tried FAILURES_TO_REMOVE times per process
+    assert counts[bad.base_url].calls == 0 and counts[bad.base_url].removals == workers
+    assert counts[bad.base_url].failures == bad.n_requests == 3 * workers
+    manifest = RunDir.open(tmp_path / "run").manifest
+    assert manifest.config.api_bases == urls and manifest.config.api_base == good.base_url
+
+
+def test_cli_repeated_api_base_and_endpoints_file(fake_server, tmp_path, capsys):
+    with fake_server(solver) as a, fake_server(solver) as b:
+        common = ["run", "--domain", "arithmetic", "--tasks", "6", "--model", "openai/fake", "--no-progress"]
+        assert main([*common, "--api-base", a.base_url, "--api-base", b.base_url, "--out", str(tmp_path / "r")]) == 0
+        out = capsys.readouterr().out
+        assert f"endpoint       {a.base_url}: " in out and f"endpoint       {b.base_url}: " in out
+        assert a.n_requests > 0 and b.n_requests > 0 and a.n_requests + b.n_requests == 12
+        listed = tmp_path / "endpoints.txt"
+        listed.write_text(f"# replicas\n{a.base_url}\n\n{b.base_url}  # second\n")
+        assert main([*common, "--endpoints", str(listed), "--out", str(tmp_path / "r")]) == 0  # the same run
+        assert "episodes       6/6 finished (0 this run, 6 before)" in capsys.readouterr().out
+        # another endpoint list is another config: refused, naming the field
+        assert main([*common, "--api-base", b.base_url, "--api-base", a.base_url, "--out", str(tmp_path / "r")]) == 2
+        assert "differs in: api_base, api_bases" in capsys.readouterr().err
+        assert main([*common, "--api-base", a.base_url, "--out", str(tmp_path / "one")]) == 0
+    one = RunDir.open(tmp_path / "one").manifest
+    assert one.config.api_bases is None and "api_bases" not in json.loads((tmp_path / "one" / "manifest.json")
+                                                                          .read_text())["config"]
+    assert "endpoint " not in capsys.readouterr().out  # one endpoint: no per-endpoint lines
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--api-base", "http://a/v1", "--api-base", "http://a/v1"], "--api-base http://a/v1 is given twice"),
+    (["--api-base", "http://a/v1", "--api-base", "ftp://b"], "is not an http(s) URL"),
+    (["--endpoints", "{tmp}/missing.txt"], "--endpoints {tmp}/missing.txt: No such file"),
+    (["--endpoints", "{tmp}/empty.txt"], "lists no endpoint"),
+])
+def test_bad_endpoint_lists_are_one_line_and_write_nothing(tmp_path, capsys, argv, fragment):
+    (tmp_path / "empty.txt").write_text("# nothing\n\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    rc = main(["run", "--domain", "arithmetic", "--tasks", "2", "--model", "openai/fake", *argv,
+               "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and fragment.replace("{tmp}", str(tmp_path)) in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_single_endpoint_configs_keep_their_hash():
+    cfg = RunConfig(domain="arithmetic", task_ids=["a"], model="openai/x", api_base="http://h/v1", step_budget=3,
+                    prompt_sha256="p", package_version="0")
+    old = cfg.model_dump(mode="json")
+    assert "api_bases" not in old  # left out of the manifest while unset
+    del old["user_api_base"], old["consensus_stopping"]  # added later, left out of the hash while unset
+    expected = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert cfg.config_hash() == expected
+    two = cfg.model_copy(update={"api_bases": ["http://h/v1", "http://i/v1"]})
+    assert two.config_hash() != expected and two.endpoints == ["http://h/v1", "http://i/v1"]
+    assert cfg.endpoints == ["http://h/v1"]
