@@ -34,7 +34,8 @@ from rundir.reader import RunDir  # noqa: E402
 from rundir.schema import EPISODES_FILE  # noqa: E402
 from run_files import read_episodes, read_sidecar  # noqa: E402
 from test_runner import make_config, solver, step_text  # noqa: E402
-from test_signals import alive, cmdline, descendants, wait_episodes, wait_gone  # noqa: E402
+from run_files import wait_for_lines  # noqa: E402
+from test_signals import alive, cmdline, descendants, wait_gone  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
@@ -236,7 +237,7 @@ def test_sigint_stops_a_run_on_a_local_ray_instance_and_the_run_resumes(fake_ser
                 "20", "--concurrency", "4", "--out", str(out_dir), "--no-progress"]
         proc = _uqh([*argv, "--backend", "ray"], tmp_path)
         try:
-            wait_episodes(out_dir / EPISODES_FILE, 2, proc, timeout=120)
+            wait_for_lines(out_dir / EPISODES_FILE, 2, proc, timeout=120)
             children = descendants(proc.pid)
             assert any("raylet" in cmdline(p) for p in children)  # the local instance is this command's
             sent_at, t0 = time.time(), time.monotonic()
@@ -271,7 +272,7 @@ def test_a_killed_driver_resumes_on_rerun(cluster, fake_server, tmp_path):
                 "--ray-address", cluster.address]
         proc = _uqh(argv, tmp_path)
         try:
-            wait_episodes(out_dir / EPISODES_FILE, 3, proc, timeout=120)
+            wait_for_lines(out_dir / EPISODES_FILE, 3, proc, timeout=120)
             proc.kill()  # SIGKILL: no clean-up at all
             proc.wait(10)
         finally:
