@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import urllib.request
 
 
@@ -35,3 +36,17 @@ class FakeServerProcess:
         if self.proc:
             self.proc.terminate()
             self.proc.wait(10)
+
+
+def serve_forever(responder, latency_s: float) -> int:
+    """The server side of a benchmark's ``--serve`` mode: answer with ``responder`` after ``latency_s`` until
+    interrupted, having printed ``READY <base_url>``."""
+    from fake_openai_server import FakeOpenAIServer
+
+    srv = FakeOpenAIServer(responder, latency_s=latency_s, record_requests=False).start()
+    print(f"READY {srv.base_url}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0

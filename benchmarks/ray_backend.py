@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
+
+from fake_server_process import FakeServerProcess, serve_forever  # noqa: E402
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-fake-endpoint-ignores-it")
 
@@ -51,18 +52,6 @@ def responder(req: dict) -> str:
     if system.startswith((tau2_throughput.USER_MARK, tau2_throughput.UQH_AGENT_MARK)):
         return tau2_throughput.responder(req)
     return solver(req)
-
-
-def serve(latency: float) -> int:
-    from fake_openai_server import FakeOpenAIServer
-
-    srv = FakeOpenAIServer(responder, latency_s=latency, record_requests=False).start()
-    print(f"READY {srv.base_url}", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        return 0
 
 
 @dataclass
@@ -193,21 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ray_backend.md"))
     args = p.parse_args(argv)
     if args.serve:
-        return serve(args.latency)
+        return serve_forever(responder, args.latency)
     args.arith = [int(x) for x in args.arith.split(",")]
     args.tau2 = [int(x) for x in args.tau2.split(",")]
     import harness  # noqa: F401 - sets the litellm environment before litellm is imported
     from harness.backends.ray_backend import RayBackend
 
-    server = subprocess.Popen([sys.executable, __file__, "--serve", "--latency", str(args.latency)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     cells: list[Cell] = []
-    try:
-        line = server.stdout.readline().strip()
-        if not line.startswith("READY "):
-            raise RuntimeError(f"fake server did not start: {line!r}")
-        url = line.split(" ", 1)[1]
-        exclude = {server.pid}
+    with FakeServerProcess([sys.executable, __file__, "--serve", "--latency", str(args.latency)]) as server:
+        url = server.base_url
+        exclude = {server.proc.pid}
         for domain in ("arithmetic", "tau2-retail"):  # warm-up: imports, Tau2's DB parse, in this process
             run_cell(domain, None, 16, url, args.concurrency, exclude)
         t0 = time.perf_counter()
@@ -221,9 +205,6 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"{cell.domain} {cell.backend} N={n}: {cell.wall_s:.2f} s wall, driver "
                               f"{cell.driver_cpu_s:.2f} + actors {cell.actor_cpu_s:.2f} + Ray {cell.daemon_cpu_s:.2f} "
                               f"s CPU, ok={cell.ok}", file=sys.stderr)
-    finally:
-        server.terminate()
-        server.wait(10)
     text = render(cells, args, ray_start)
     Path(args.out).write_text(text)
     print(text)

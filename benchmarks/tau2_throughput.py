@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fake_server_process import FakeServerProcess
+from fake_server_process import FakeServerProcess, serve_forever
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -65,18 +65,6 @@ def responder(req: dict) -> str:
         turns_taken = sum(1 for m in req["messages"] if m["role"] == "assistant")  # the user's own, flipped
         return USER_TURNS[min(turns_taken, len(USER_TURNS) - 1)]
     return UQH_STEP if system.startswith(UQH_AGENT_MARK) else AGENT_TEXT
-
-
-def serve(latency: float) -> int:
-    from fake_openai_server import FakeOpenAIServer
-
-    srv = FakeOpenAIServer(responder, latency_s=latency, record_requests=False).start()
-    print(f"READY {srv.base_url}", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        return 0
 
 
 def Server(latency: float) -> FakeServerProcess:
@@ -300,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tau2_throughput.md"))
     args = p.parse_args(argv)
     if args.serve:
-        return serve(args.latency)
+        return serve_forever(responder, args.latency)
     levels = [int(x) for x in args.levels.split(",")]
     task_ids = _task_ids(args.tasks)
     os.environ.setdefault("OPENAI_API_KEY", "sk-fake-endpoint-ignores-it")

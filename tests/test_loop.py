@@ -243,21 +243,27 @@ def _real_client(srv, **dec):
                              backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=10)
 
 
+def _arith_episode_on(srv, seed: int):
+    """One arithmetic episode (task 0) through the real client against the fake server ``srv``."""
+
+    async def go():
+        client = _real_client(srv)
+        try:
+            return await run_episode(arith_env(), client, spec=EpisodeSpec("arith-0000#0", "arith-0000", seed=seed),
+                                     system_prompt=SYSTEM, step_budget=4)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
 def test_logprob_capture_through_fake_server(fake_server):
     from fake_openai_server import chosen_probability, tokenize
 
     texts = [step_text("Calc[4*5]", "0.4"), step_text(f"Finish[{ANSWER}]", "0.95")]
 
-    async def go(srv):
-        client = _real_client(srv)
-        try:
-            return await run_episode(arith_env(), client, spec=EpisodeSpec("arith-0000#0", "arith-0000", seed=11),
-                                     system_prompt=SYSTEM, step_budget=4)
-        finally:
-            await client.aclose()
-
     with fake_server(texts) as srv:
-        res = asyncio.run(go(srv))
+        res = _arith_episode_on(srv, seed=11)
         reqs = srv.requests
     ep = res.episode
     assert ep.stop_reason == StopReason.clean and ep.outcome == 1
@@ -283,16 +289,8 @@ def test_each_repair_gets_a_fresh_recorded_seed_derived_from_the_step_seed_and_a
     assert len({11, repair1, repair2}) == 3 and attempt_seed(None, 2) is None
     texts = ["no tags", "<think>x</think>", step_text(f"Finish[{ANSWER}]"), step_text(f"Finish[{ANSWER}]")]
 
-    async def go(srv):
-        client = _real_client(srv)
-        try:
-            return await run_episode(arith_env(), client, spec=EpisodeSpec("arith-0000#0", "arith-0000", seed=11),
-                                     system_prompt=SYSTEM, step_budget=4)
-        finally:
-            await client.aclose()
-
     with fake_server(texts) as srv:
-        res = asyncio.run(go(srv))
+        res = _arith_episode_on(srv, seed=11)
         sent = [r["seed"] for r in srv.requests]
     ep = res.episode
     assert ep.stop_reason == StopReason.clean and ep.steps[0].repair_attempts == 2
@@ -305,16 +303,8 @@ def test_each_repair_gets_a_fresh_recorded_seed_derived_from_the_step_seed_and_a
 
 
 def test_no_logprobs_fault_recorded_per_call(fake_server):
-    async def go(srv):
-        client = _real_client(srv)
-        try:
-            return await run_episode(arith_env(), client, spec=EpisodeSpec("arith-0000#0", "arith-0000", seed=1),
-                                     system_prompt=SYSTEM, step_budget=4)
-        finally:
-            await client.aclose()
-
     with fake_server([step_text("Calc[1]"), step_text(f"Finish[{ANSWER}]")], faults=["no_logprobs"]) as srv:
-        res = asyncio.run(go(srv))
+        res = _arith_episode_on(srv, seed=1)
     assert res.sidecar[0].tokens is None and res.sidecar[0].action_token_range is None
     assert res.sidecar[1].tokens is not None
     assert [s.attempts[0].call.has_logprobs for s in res.episode.steps] == [False, True]
