@@ -14,7 +14,7 @@ from domains.qa_common import DataSource, load_rows, resolve_data_source
 from domains.strategyqa import fallback_corpus
 from rundir.errors import UserError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = (Path(__file__).resolve().parents[2] / "shared" / "data").resolve()  # as the domains resolve it
 SQA_FILE = SHARED / "strategyqa" / "strategyQA_train.json"
 HQA_SAMPLE = SHARED / "hotpotqa" / "hotpotqa_distractor_dev_sample100.jsonl"
 HQA_SIMPLE = SHARED / "hotpotqa" / "hotpot_dev_v1_simplified.json"
