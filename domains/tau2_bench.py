@@ -259,6 +259,8 @@ class _Tau2Domain(Domain):
             args["temperature"] = 0.0  # tau2.config.DEFAULT_LLM_TEMPERATURE_USER; no max_tokens, as in tau2
             base_seed = 0
         args["seed"] = (base_seed + episode_seed) % (2**31)
+        if rt.get("user_timeout_s"):  # the run's --timeout (litellm's default, 600 s, is also uqh's)
+            args["timeout"] = float(rt["user_timeout_s"])
         # The runner's endpoint wins: the local:* server's address, or RunConfig.user_api_base (`uqh run
         # --user-api-base URL`) for an API user model served elsewhere (e.g. vLLM with Qwen 2.5 7B Instruct, as in
         # the paper). The older domain option user_api_base is the fallback; without either, litellm reads the

@@ -94,7 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
     x.add_argument("--no-checkpoints", action="store_true", help="do not checkpoint in-flight episodes")
     x.add_argument("--timeout", type=float, metavar="S",
-                   help="seconds one model call may take before it counts as failed (default 600; retried)")
+                   help="seconds one model call (the agent's, and a simulated user's) may take before it counts as "
+                        "failed (default 600; retried)")
     x.add_argument("--max-retries", type=int, metavar="N",
                    help="retries of a transient model-call failure (429, 5xx, timeout...; default 6)")
     x.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")

@@ -206,7 +206,8 @@ class RunContext:
         runtime: dict[str, Any] = {"run_dir": self.run_dir}
         if self.config.user_model:
             runtime.update(
-                user_model=self.user_model, user_api_base=self.user_api_base, user_decoding=self.config.user_decoding
+                user_model=self.user_model, user_api_base=self.user_api_base, user_decoding=self.config.user_decoding,
+                user_timeout_s=self.timeout_s,  # --timeout bounds the simulated user's calls too
             )
         return runtime
 

@@ -325,6 +325,7 @@ def test_a_local_user_simulator_gets_a_recorded_completion_cap(tmp_path):
                             "user_decoding": cfg.user_decoding})
     args = domain.user_llm_args(episode_seed=5)
     assert args["max_tokens"] == LOCAL_USER_MAX_TOKENS and args["temperature"] == 0.0 and args["seed"] == 5
+    assert "timeout" not in args  # no run timeout given: litellm's own default
     api_user = _resolve(["--domain", "tau2-retail", "--tasks", "1", "--model", "openai/a", "--api-base", "http://a/v1",
                          "--user-model", "openai/u", "--user-api-base", "http://u/v1", "--out", str(tmp_path / "u")])
     assert api_user.user_decoding is None  # an API user model decodes as tau2's (no cap), as before

@@ -146,3 +146,23 @@ def test_worker_fork_server_preloads_tau2_and_its_dbs():
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_runs_timeout_bounds_the_simulated_users_calls(fake_server, tmp_path, monkeypatch):
+    """--timeout reaches the user simulator's litellm call: a stalled user request times out and is sent again
+    (without it, litellm would wait its own 600 s default for the stalled answer)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+    def run_once(out, faults, timeout_s):
+        with fake_server(Script(SOLVED_AGENT, USER_LINES), faults=faults, timeout_sleep_s=4.0) as srv:
+            monkeypatch.setenv("OPENAI_API_BASE", srv.base_url)
+            summary = run_batch(make_config(srv), out, concurrency=1, progress=False, client_factory=client_factory(),
+                                timeout_s=timeout_s)
+            return summary, srv.n_requests
+
+    plain, n_plain = run_once(tmp_path / "plain", [], 600.0)
+    stalled, n_stalled = run_once(tmp_path / "stalled", ["timeout"], 1.0)  # the first request: the user's opening
+    assert plain.ok and stalled.ok
+    ((ep_plain,), (ep_stalled,)) = read_episodes(tmp_path / "plain"), read_episodes(tmp_path / "stalled")
+    assert (ep_stalled.stop_reason, ep_stalled.reward) == (ep_plain.stop_reason, ep_plain.reward) == (StopReason.clean, 1.0)
+    assert n_stalled >= n_plain + 1  # the stalled opening was sent again after 1 s
