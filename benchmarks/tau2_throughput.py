@@ -203,7 +203,45 @@ def run_tau2(srv: Server, task_ids: list[str], trials: int, concurrency: int, st
 # ------------------------------------------------------------------------------------- report
 
 
-def render(cells: list[Cell], args, levels: list[int], warmup: tuple[float, float], tau2_startup: float | None) -> str:
+def per_call_cpu_ms(srv: Server, n: int = 50) -> tuple[float, float]:
+    """CPU milliseconds per model call, one call at a time, of (the simulated user's call: tau2's own
+    ``generate``, i.e. litellm's synchronous ``completion``; the agent's call: uqh's client, direct path)."""
+    import asyncio
+
+    from harness.model_client import make_model_client
+    from rundir.schema import DecodingConfig
+    from tau2.data_model.message import SystemMessage, UserMessage
+    from tau2.utils.llm_utils import generate
+
+    user_msgs = [SystemMessage(role="system", content=f"{USER_MARK} (benchmark)"),
+                 UserMessage(role="user", content="Hi! How can I help you today?")]
+    kwargs = dict(api_base=srv.base_url, temperature=0.0, num_retries=3, drop_params=True, seed=1)
+    for _ in range(3):  # warm: litellm's first call builds its clients
+        generate("openai/fake-user", user_msgs, **kwargs)
+    c0 = time.process_time()
+    for _ in range(n):
+        generate("openai/fake-user", user_msgs, **kwargs)
+    user_ms = (time.process_time() - c0) / n * 1000
+
+    agent_msgs = [{"role": "system", "content": f"{UQH_AGENT_MARK} (benchmark)"}, {"role": "user", "content": "Hi"}]
+
+    async def agent_calls() -> float:
+        client = make_model_client("openai/fake-agent", api_base=srv.base_url, decoding=DecodingConfig())
+        try:
+            for _ in range(3):
+                await client.complete(agent_msgs)
+            c1 = time.process_time()
+            for _ in range(n):
+                await client.complete(agent_msgs)
+            return (time.process_time() - c1) / n * 1000
+        finally:
+            await client.aclose()
+
+    return user_ms, asyncio.run(agent_calls())
+
+
+def render(cells: list[Cell], args, levels: list[int], warmup: tuple[float, float], tau2_startup: float | None,
+           call_cpu: tuple[float, float] | None = None) -> str:
     by = {(c.mode, c.concurrency): c for c in cells}
     modes = list(dict.fromkeys(c.mode for c in cells))
     bound = {c: c / args.latency for c in levels}
@@ -260,6 +298,11 @@ def render(cells: list[Cell], args, levels: list[int], warmup: tuple[float, floa
                              lambda c, m=m: f"{by[('tau2 run', c)].cpu_per_episode_s / by[(m, c)].cpu_per_episode_s:.1f}x"))
     lines += ["", (f"uqh warm-up batch ({args.tasks} episodes: imports, one DB parse, each task's gold DB hash): "
               f"{warmup[0]:.1f} s CPU, {warmup[1]:.1f} s wall.")]
+    if call_cpu is not None:
+        lines += ["", (f"CPU per model call, one at a time: the simulated user's (tau2's own `generate`, litellm's "
+                       f"synchronous `completion`, which uqh keeps for fidelity) {call_cpu[0]:.1f} ms; the agent's "
+                       f"(uqh's client, direct path, with logprobs) {call_cpu[1]:.1f} ms. With 4 user calls per "
+                       f"episode the user simulator is {4 * call_cpu[0]:.0f} ms of uqh's CPU per episode.")]
     if tau2_startup is not None:
         lines.append(f"`tau2 run` start-up (CPU of a 1-episode run, subtracted above): {tau2_startup:.1f} s.")
     tau2_cells = [c for c in cells if c.mode == "tau2 run"]
@@ -301,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         warm = run_uqh(srv, task_ids, 1, min(16, args.tasks), 1)
         warmup = (time.process_time() - c0, time.perf_counter() - t0)
         print(f"warm-up: {warm.episodes} episodes, {warmup[0]:.1f} s CPU", file=sys.stderr)
+        call_cpu = per_call_cpu_ms(srv)
+        print(f"CPU per call: user {call_cpu[0]:.1f} ms, agent {call_cpu[1]:.1f} ms", file=sys.stderr)
         for c in levels:
             for workers in (1, args.workers) if args.workers > 1 else (1,):
                 samples = max(1, -(-args.uqh_waves * c // len(task_ids)))
@@ -317,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(cell)
                 print(f"tau2 run C={c}: steady {cell.steady:.1f}/s ({cell.steady / (c / args.latency):.0%}), "
                       f"{cell.cpu_per_episode_s:.3f} s CPU/episode {cell.notes}", file=sys.stderr)
-    text = render(cells, args, levels, warmup, tau2_startup)
+    text = render(cells, args, levels, warmup, tau2_startup, call_cpu)
     Path(args.out).write_text(text)
     print(text)
     return 0
