@@ -45,6 +45,13 @@ __all__ = ["STOP_GRACE_S", "run_workers"]
 #: Seconds the workers get to exit after being told to stop, before they are killed.
 STOP_GRACE_S = 1.0
 
+#: Queues of batches that ended with items unread (stopped early, or a worker died): kept until this process exits.
+#: A queue's named semaphores are unlinked by whichever thread drops the last reference; left to the queue's feeder
+#: thread, an exit right after a stop could freeze that daemon thread between unlinking a semaphore and telling
+#: the resource tracker, which then warns of a "leaked semaphore" on the terminal. Held here, they are released by
+#: the main thread's exit finalizers.
+_QUEUES_UNTIL_EXIT: list = []
+
 #: Imported once by the fork server, so each worker starts as a fork of a process that already has them.
 _WORKER_PRELOAD = [
     "harness", "harness.runner", "harness.workers", "harness.store", "harness.model_client", "harness.transports",
@@ -86,6 +93,7 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
     endpoint_calls: list[EndpointCounts] = []
     write_failed = False
     pending = {s.episode_id: s for s in specs}
+    said_goodbye = 0  # workers that sent their exit message (they read every end marker of their slots)
     with stop.on_stop(lambda signum: request_stop(StopCause.signal(signum))):
         try:
             for w in range(workers):
@@ -131,6 +139,7 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
                     request_stop(msg[1])
                 elif kind == "exit":
                     alive.discard(msg[1])
+                    said_goodbye += 1
                     cpu_s += msg[2]
                     endpoint_calls = merge_counts(endpoint_calls, msg[3])
         finally:
@@ -140,11 +149,16 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
                 if p.is_alive():
                     p.kill()
                     p.join(timeout=1.0)
-            if stop_deadline is not None:  # unread specs may remain: never block this process's exit on them
+            unread = stop_deadline is not None or said_goodbye < len(procs)
+            if unread:  # unread specs may remain: never block this process's exit on them
                 jobs.cancel_join_thread()
                 results.cancel_join_thread()
             jobs.close()
             results.close()
+            if unread:
+                _QUEUES_UNTIL_EXIT.append((jobs, results))
+            else:  # every slot read its end marker: the feeder thread has nothing left to write
+                jobs.join_thread()
     if cause is None:
         for eid, spec in pending.items():  # a worker died before reporting these
             error(spec, "worker process exited unexpectedly", 0)
