@@ -93,7 +93,7 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
     endpoint_calls: list[EndpointCounts] = []
     write_failed = False
     pending = {s.episode_id: s for s in specs}
-    said_goodbye = 0  # workers that sent their exit message (they read every end marker of their slots)
+    drained = 0  # workers whose slots all read their end marker
     with stop.on_stop(lambda signum: request_stop(StopCause.signal(signum))):
         try:
             for w in range(workers):
@@ -139,7 +139,7 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
                     request_stop(msg[1])
                 elif kind == "exit":
                     alive.discard(msg[1])
-                    said_goodbye += 1
+                    drained += bool(msg[4])
                     cpu_s += msg[2]
                     endpoint_calls = merge_counts(endpoint_calls, msg[3])
         finally:
@@ -149,7 +149,7 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
                 if p.is_alive():
                     p.kill()
                     p.join(timeout=1.0)
-            unread = stop_deadline is not None or said_goodbye < len(procs)
+            unread = stop_deadline is not None or drained < len(procs)
             if unread:  # unread specs may remain: never block this process's exit on them
                 jobs.cancel_join_thread()
                 results.cancel_join_thread()
@@ -157,7 +157,7 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
             results.close()
             if unread:
                 _QUEUES_UNTIL_EXIT.append((jobs, results))
-            else:  # every slot read its end marker: the feeder thread has nothing left to write
+            else:  # every slot read its end marker, so every spec before it: the feeder has nothing left to write
                 jobs.join_thread()
     if cause is None:
         for eid, spec in pending.items():  # a worker died before reporting these
@@ -202,9 +202,11 @@ def _mp_context(preload: list[str]):
 
 def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, environ=None) -> None:
     endpoint_calls: list[EndpointCounts] = []
+    drained = False  # every slot of this worker read its end marker
     with stop.stop_signals():  # SIGINT and SIGTERM stop this worker quietly (see the module docstring)
         try:
             _work(ctx, jobs, results, parent_pid, environ, endpoint_calls)
+            drained = stop.requested() is None  # a stop signal ends the loop early without an error
         except stop.Interrupted:
             pass  # stopped before its event loop ran: nothing in flight
         except BatchStopped as exc:
@@ -214,7 +216,7 @@ def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, en
             _ignore_stop_signals()  # done: a late stop signal (the parent's) must not interrupt the goodbye
     _ignore_stop_signals()
     r = resource.getrusage(resource.RUSAGE_SELF)
-    results.put(("exit", index, r.ru_utime + r.ru_stime, endpoint_calls))
+    results.put(("exit", index, r.ru_utime + r.ru_stime, endpoint_calls, drained))
 
 
 def _ignore_stop_signals() -> None:
