@@ -29,7 +29,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rundir.errors import UserError
-from rundir.reader import _first_line, read_jsonl, read_versioned_json
+from rundir.reader import _first_line, read_jsonl_first_per_key, read_versioned_json
 from rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
 
 JUDGE_MANIFEST_FILE = "judge_manifest.json"
@@ -216,16 +216,8 @@ class JudgeDir:
     def judgments(self) -> list[Judgment]:
         """Judgments in file order, torn-line safe, the first line of each key kept (cached)."""
         if self._judgments is None:
-            seen: set[tuple] = set()
-            out: list[Judgment] = []
-            dups = 0
-            for j in read_jsonl(self.path / JUDGMENTS_FILE, Judgment):
-                if j.key in seen:
-                    dups += 1
-                    continue
-                seen.add(j.key)
-                out.append(j)
-            self._judgments, self.duplicate_lines = out, dups
+            self._judgments, self.duplicate_lines = read_jsonl_first_per_key(
+                self.path / JUDGMENTS_FILE, Judgment, lambda j: j.key)
         return self._judgments
 
     def complete_length(self) -> int:

@@ -21,7 +21,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import Callable, Hashable, Iterator, TypeVar
 
 from pydantic import BaseModel
 
@@ -98,6 +98,22 @@ def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
     path = Path(path)
     for lineno, raw in complete_lines(path):
         yield _parse(path, lineno, raw, model)
+
+
+def read_jsonl_first_per_key(path: Path, model: type[M], key: Callable[[M], Hashable]) -> tuple[list[M], int]:
+    """:func:`read_jsonl` keeping the first line of each ``key`` (a retried append can repeat a record); also
+    returns how many later lines were dropped as repeats."""
+    seen: set = set()
+    out: list[M] = []
+    repeats = 0
+    for rec in read_jsonl(path, model):
+        k = key(rec)
+        if k in seen:
+            repeats += 1
+            continue
+        seen.add(k)
+        out.append(rec)
+    return out, repeats
 
 
 def read_versioned_json(path: Path, model: type[M], what: str, *, hint: str = "") -> M:
@@ -180,16 +196,8 @@ class RunDir:
     def episodes(self) -> list[Episode]:
         """Finished episodes in file order, torn-line safe, the first line of each episode_id kept (cached)."""
         if self._episodes is None:
-            seen: set[str] = set()
-            out: list[Episode] = []
-            dups = 0
-            for ep in read_jsonl(self.path / EPISODES_FILE, Episode):
-                if ep.episode_id in seen:
-                    dups += 1
-                    continue
-                seen.add(ep.episode_id)
-                out.append(ep)
-            self._episodes, self.duplicate_episode_lines = out, dups
+            self._episodes, self.duplicate_episode_lines = read_jsonl_first_per_key(
+                self.path / EPISODES_FILE, Episode, lambda ep: ep.episode_id)
         return self._episodes
 
     def censored_episodes(self) -> list[Episode]:

@@ -11,6 +11,7 @@ one CPU and a small object store per node), against the fake OpenAI server:
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -120,10 +121,19 @@ def test_a_node_killed_mid_run_ends_with_exactly_the_planned_episodes(cluster, f
         config = config.model_copy(update={"api_base": srv.base_url})
         killed = threading.Event()
 
+        def checkpoints_with_steps() -> int:
+            n = 0
+            for path in (tmp_path / "ray" / "checkpoints").glob("*.json"):
+                try:
+                    n += bool(json.loads(path.read_text())["steps"])
+                except (OSError, ValueError, KeyError):
+                    pass  # finished and removed meanwhile
+            return n
+
         def kill_when_busy() -> None:
-            # every episode in flight (2 per actor) has a checkpoint the driver collected: the killed node's
+            # every episode in flight (2 per actor) has a collected checkpoint with a step: the killed node's
             # episodes must resume from theirs
-            while srv.n_requests < 80 or len(list((tmp_path / "ray" / "checkpoints").glob("*.json"))) < 6:
+            while srv.n_requests < 80 or checkpoints_with_steps() < 6:
                 time.sleep(0.005)
             cluster.remove_node(node, allow_graceful=False)
             killed.set()
