@@ -14,6 +14,7 @@ import pytest
 
 from harness.cli import main
 from rundir.schema import EPISODES_FILE, LOCK_FILE, QUARANTINE_SUFFIX, SIDECAR_FILE
+from environment import unavailable
 from run_files import read_episodes, read_sidecar
 from test_runner import solver
 
@@ -26,9 +27,9 @@ def _mount(target: Path, options: str) -> None:
         subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], check=True, capture_output=True,
                        text=True)
     except FileNotFoundError:
-        pytest.skip("cannot mount a tmpfs here (no mount command); CI runs as root and mounts one")
+        unavailable("cannot mount a tmpfs here (no mount command); CI runs as root and mounts one")
     except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot mount a tmpfs here ({exc.stderr.strip() or exc}); CI runs as root and mounts one")
+        unavailable(f"cannot mount a tmpfs here ({exc.stderr.strip() or exc}); CI runs as root and mounts one")
 
 
 @pytest.fixture
@@ -172,7 +173,7 @@ def test_report_out_with_mode_0555(tmp_path):
                                "--bootstrap", "1"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
                               capture_output=True, text=True, timeout=120, preexec_fn=_without_dac_override())
     except subprocess.SubprocessError as exc:
-        pytest.skip(f"cannot run a command subject to file permissions here: {exc}")
+        unavailable(f"cannot run a command subject to file permissions here: {exc}")
     assert proc.returncode == 2, proc.stderr
     line = _one_line(proc.stderr)
     assert line.startswith("uqh report: error: cannot write --out") and "permission denied" in line
