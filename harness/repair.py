@@ -16,11 +16,11 @@ Nothing is deleted: the side files keep the exact bytes.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import run_lock
+from rundir.atomic import atomic_write_bytes
 from rundir.errors import RunDirWriteError
 from rundir.integrity import BadLine
 from rundir.reader import RunDir
@@ -67,20 +67,11 @@ def repair_run_dir(run_dir: Path | str, *, dry_run: bool = False) -> RepairRepor
 
 def _quarantine(path: Path, kept: bytes, moved: bytes) -> None:
     """Append ``moved`` to the quarantine file, then replace ``path`` by ``kept`` (atomically)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(kept)
-            f.flush()
-            os.fsync(f.fileno())
+
+    def save_moved() -> None:
         with open(path.with_name(path.name + QUARANTINE_SUFFIX), "ab") as q:
             q.write(moved)
             q.flush()
             os.fsync(q.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+
+    atomic_write_bytes(path, kept, before_replace=save_moved)

@@ -4,18 +4,28 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 
 def atomic_write_text(path: Path, text: str, *, fsync: bool = True) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
+    atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True,
+                       before_replace: Callable[[], None] | None = None) -> None:
+    """Write ``data`` to ``path`` atomically. ``before_replace`` runs once the temp file is written and before it
+    replaces ``path`` (e.g. saving what the new content drops); if it raises, ``path`` is left as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         try:
