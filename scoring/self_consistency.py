@@ -16,7 +16,7 @@ before canonical answers were, or a domain without them), a task with a single s
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -38,25 +38,31 @@ def _task_counts(episodes: Sequence[Episode]) -> dict[str, Counter | None]:
     return out
 
 
-def mode_frequency(episodes: Sequence[Episode]) -> np.ndarray:
-    """Per episode: the share of its task's samples that give the task's most common answer (NaN: missing)."""
+def _per_episode(episodes: Sequence[Episode], count: Callable[[Episode, Counter], int]) -> np.ndarray:
+    """Per episode: ``count(episode, its task's class counts)`` over the task's samples (NaN: missing)."""
     counts = _task_counts(episodes)
     out = np.full(len(episodes), np.nan)
     for i, ep in enumerate(episodes):
         c = counts.get(ep.task_id) if ep.source_episode_id is None else None
         if c is not None:
-            answers = [n for cls, n in c.items() if cls is not None]
-            out[i] = (max(answers) if answers else 0) / sum(c.values())
+            out[i] = count(ep, c) / sum(c.values())
     return out
+
+
+def mode_frequency(episodes: Sequence[Episode]) -> np.ndarray:
+    """Per episode: the share of its task's samples that give the task's most common answer (NaN: missing)."""
+
+    def mode_count(ep: Episode, c: Counter) -> int:
+        return max((n for cls, n in c.items() if cls is not None), default=0)
+
+    return _per_episode(episodes, mode_count)
 
 
 def agreement(episodes: Sequence[Episode]) -> np.ndarray:
     """Per episode: the share of its task's samples that give the episode's own answer (0 without an answer)."""
-    counts = _task_counts(episodes)
-    out = np.full(len(episodes), np.nan)
-    for i, ep in enumerate(episodes):
-        c = counts.get(ep.task_id) if ep.source_episode_id is None else None
-        if c is not None:
-            cls = ep.info[CANONICAL_ANSWER_KEY]
-            out[i] = 0.0 if cls is None else c[cls] / sum(c.values())
-    return out
+
+    def own_count(ep: Episode, c: Counter) -> int:
+        cls = ep.info[CANONICAL_ANSWER_KEY]
+        return 0 if cls is None else c[cls]
+
+    return _per_episode(episodes, own_count)
