@@ -252,6 +252,10 @@ class Domain(abc.ABC):
         made; the keys a domain reads are its ``runtime_keys``."""
         self.runtime = Runtime(**runtime)
 
+    async def aclose(self) -> None:
+        """Release what the domain bound to the running event loop (e.g. HTTP sessions); the runner calls it once
+        the episodes on that loop are done. Default: nothing to release."""
+
     def manifest_info(self) -> dict[str, Any]:
         """Extra facts for the manifest (corpus, goals file hash, data source...)."""
         return {}

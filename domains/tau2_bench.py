@@ -60,7 +60,7 @@ from __future__ import annotations
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import model_validator
 
@@ -81,6 +81,7 @@ from .tau2.access import (
 from .tau2.actions import parse_action
 from .tau2.episode import Tau2Environment
 from .tau2.replay import count_hops_and_errors
+from .tau2.user_client import DirectUserGenerator, direct_path_applies
 
 __all__ = [
     "GREETING",
@@ -120,6 +121,10 @@ class Tau2Options(DomainOptions):
         description="older name, read as the opposite of transfer_as_env_terminated (true = as tau2)")
     user_api_base: str | None = option_field(
         description="older way to give the user simulator's endpoint; prefer --user-api-base (RunConfig.user_api_base)")
+    user_client: Literal["auto", "litellm"] = option_field(
+        "auto", description="how the simulated user's model is called: auto = an async direct POST for an "
+        "OpenAI-compatible URL (the request tau2's generate would send; domains/tau2/user_client.py), tau2's own "
+        "generate (litellm, in a thread) otherwise; litellm = always tau2's generate")
 
     @model_validator(mode="after")
     def _one_transfer_mapping(self):
@@ -164,17 +169,28 @@ class _Tau2Domain(Domain):
         self._tasks: dict[str, Any] | None = None
         self._user_pool: ThreadPoolExecutor | None = None
         self._user_pool_lock = threading.Lock()
+        self._direct_user: DirectUserGenerator | None | bool = False  # False: not decided yet
 
-    def __getstate__(self) -> dict[str, Any]:  # the user-simulator threads and their lock stay in this process
+    def __getstate__(self) -> dict[str, Any]:  # the user-simulator threads, sessions and lock stay in this process
         state = super().__getstate__()
-        state.pop("_user_pool", None)
-        state.pop("_user_pool_lock", None)
+        for key in ("_user_pool", "_user_pool_lock", "_direct_user"):
+            state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._user_pool = None
         self._user_pool_lock = threading.Lock()
+        self._direct_user = False
+
+    def prepare_runtime(self, runtime) -> None:
+        super().prepare_runtime(runtime)
+        self._direct_user = False  # the user endpoint may have changed: decide again
+
+    async def aclose(self) -> None:
+        """Close the direct user path's HTTP session of the running event loop."""
+        if isinstance(self._direct_user, DirectUserGenerator):
+            await self._direct_user.aclose()
 
     # ------------------------------------------------------------------ tasks and prompt
 
@@ -228,6 +244,18 @@ class _Tau2Domain(Domain):
             if self._user_pool is None:
                 self._user_pool = ThreadPoolExecutor(max_workers=USER_THREADS, thread_name_prefix="tau2-user")
             return self._user_pool
+
+    def direct_user(self) -> DirectUserGenerator | None:
+        """The async direct path for the simulated user's calls (``domains/tau2/user_client.py``), or None where
+        tau2's own ``generate`` is used: option ``user_client=litellm``, a model not served at an
+        OpenAI-compatible URL, or one whose request litellm rewrites."""
+        with self._user_pool_lock:
+            if self._direct_user is False:
+                args = self.user_llm_args(0)
+                use = self.settings.user_client == "auto" and direct_path_applies(self.user_model, args)
+                self._direct_user = (
+                    DirectUserGenerator(self.user_model, args, self.shared_db().user_tools) if use else None)
+            return self._direct_user
 
     def user_llm_args(self, episode_seed: int) -> dict[str, Any]:
         """litellm kwargs for the user simulator: its own decoding, a per-episode seed, the endpoint.
@@ -294,6 +322,7 @@ class _Tau2Domain(Domain):
             "transfer_as_env_terminated": self.transfer_as_env_terminated,
             "observations_truncated": False,  # tool JSON and user replies are shown whole (observation_chars unused)
             "evaluation": "tau2.evaluator.evaluate_simulation(EvaluationType.ALL)",
+            "user_client": self.settings.user_client,
         }
 
     @classmethod

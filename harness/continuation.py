@@ -220,10 +220,13 @@ async def check_replay(domain, config: RunConfig, episode: Episode) -> str | Non
 
 async def check_replays(domain, config: RunConfig, prefixes: Sequence[Episode]) -> list[SkippedPrefix]:
     skipped = []
-    for ep in prefixes:
-        reason = await check_replay(domain, config, ep)
-        if reason is not None:
-            skipped.append(SkippedPrefix(episode_id=ep.episode_id, reason=reason))
+    try:
+        for ep in prefixes:
+            reason = await check_replay(domain, config, ep)
+            if reason is not None:
+                skipped.append(SkippedPrefix(episode_id=ep.episode_id, reason=reason))
+    finally:
+        await domain.aclose()  # e.g. Tau2's user sessions opened by reset(), bound to this event loop
     return skipped
 
 

@@ -579,6 +579,8 @@ async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, erro
             endpoint_calls.extend(endpoint_counts(client))
         with contextlib.suppress(Exception):
             await client.aclose()
+        with contextlib.suppress(Exception):
+            await domain.aclose()
 
 
 def endpoint_counts(client) -> list:

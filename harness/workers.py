@@ -270,6 +270,8 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_cal
             endpoint_calls.extend(endpoint_counts(client))
             with contextlib.suppress(Exception):
                 await client.aclose()
+            with contextlib.suppress(Exception):
+                await domain.aclose()
 
     with gc_tuned():
         asyncio.run(main())

@@ -87,19 +87,24 @@ class ToolCallingServer:
     def make(fake_server, responder):
         from aiohttp import web
 
-        srv = fake_server(responder)
+        chosen: list[str] = []  # the text chosen for the request being served, handed to the plain server
+
+        def once(body):  # the plain server asks again for the same request: the text already chosen
+            return chosen.pop() if chosen else responder(body)
+
+        srv = fake_server(once)
         plain_chat = srv._chat
-        counter = iter(range(1, 1000))
 
         async def chat(request):
             body = json.loads(await request.read())
             text = responder(body)
             if not text.startswith("CALL "):
+                chosen.append(text)
                 return await plain_chat(request)
             srv.requests.append(body)
             _, name, args = text.split(" ", 2)
             message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"user_call_{next(counter)}", "type": "function", "function": {"name": name, "arguments": args}}]}
+                {"id": f"user_call_{len(body['messages'])}", "type": "function", "function": {"name": name, "arguments": args}}]}
             payload = {"id": "chatcmpl-tool", "object": "chat.completion", "created": int(time.time()),
                        "model": body["model"], "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
@@ -139,6 +144,7 @@ def play(domain, srv, task_id: str, *, step_budget: int = 50, episode_seed: int 
             )
         finally:
             await client.aclose()
+            await domain.aclose()  # the simulated user's HTTP session on this event loop
         return env, result
 
     env, result = asyncio.run(go())

@@ -1,7 +1,8 @@
 """Parity with tau2's own Orchestrator: the same agent actions and the same simulated user give the same
 conversation, the same termination reason and the same reward through our loop as through tau2.run's machinery --
 including a gold transfer (clean, tau2's reward), an unknown tool (an error result, counted) and 11 invalid calls
-(tau2's TOO_MANY_ERRORS at the tenth)."""
+(tau2's TOO_MANY_ERRORS at the tenth). Our simulated user takes the direct path
+(``domains/tau2/user_client.py``), tau2's takes litellm: the user's requests must be the same JSON too."""
 from __future__ import annotations
 
 import json
@@ -112,10 +113,14 @@ def _shape(m: dict) -> tuple:
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_same_conversation_termination_and_reward_as_tau2_orchestrator(fake_server, name):
     outputs, user_lines, options, task_id = SCENARIOS[name]
-    with fake_server(Script(outputs, user_lines)) as srv:
+    script = Script(outputs, user_lines)
+    with fake_server(script) as srv:
         domain = make_domain("tau2-retail", srv, **options)
+        assert domain.direct_user() is not None  # ours: the direct user path; theirs: tau2's generate (litellm)
         _, ours = play(domain, srv, task_id, episode_seed=1000)
+        n_ours = len(script.user_requests)
         sim, reward = _run_tau2_orchestrator(domain, task_id, outputs, episode_seed=1000)
+    assert script.user_requests[:n_ours] == script.user_requests[n_ours:]  # the user's requests: the same JSON
     ep = ours.episode
     our_msgs = [m for s in ep.steps for m in s.info["tau2_messages"]]
     their_msgs = [m.model_dump(mode="json") for m in sim.messages]

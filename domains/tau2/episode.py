@@ -96,11 +96,15 @@ class Tau2Environment(Environment):
         loop = asyncio.get_running_loop()
         while True:
             try:
-                # tau2's simulator calls litellm synchronously: a thread of the domain's own pool, so that every
-                # episode's user can wait at once (asyncio's default pool has only min(32, CPUs + 4) threads).
-                user_msg, self._user_state = await loop.run_in_executor(
-                    self.domain.user_executor(), self._user.generate_next_message, incoming, self._user_state
-                )
+                direct = self.domain.direct_user()
+                if direct is not None:  # an OpenAI-compatible URL: the same request, awaited on this loop
+                    user_msg, self._user_state = await direct.next_message(self._user, incoming, self._user_state)
+                else:
+                    # tau2's simulator calls litellm synchronously: a thread of the domain's own pool, so that
+                    # every episode's user can wait at once (asyncio's default pool has min(32, CPUs + 4) threads).
+                    user_msg, self._user_state = await loop.run_in_executor(
+                        self.domain.user_executor(), self._user.generate_next_message, incoming, self._user_state
+                    )
             except Exception as e:  # the user model's endpoint failed: infrastructure, not an outcome
                 raise EnvironmentUnavailable(f"tau2 user simulator call failed: {type(e).__name__}: {e}") from e
             self.hops += 1
