@@ -8,6 +8,8 @@ One fake OpenAI-compatible server (tests/fake_openai_server.py, started by this 
 user (uqh's agent: a four-tag ``Respond[...]`` step with top-5 logprobs; tau2's LLM agent: the same text), and the
 scripted user sends three messages and then ``###STOP###`` -- so every episode is 7 calls (4 user, 3 agent) and a
 clean ending evaluated by tau2's evaluator, in both tools. With C episodes in flight the best rate is C / L calls/s.
+uqh's simulated user takes its direct path here (``domains/tau2/user_client.py``: the request tau2's ``generate``
+sends, awaited on the event loop instead of litellm's synchronous client in a thread); ``tau2 run`` uses litellm.
 
 Cells, for each concurrency C (tau2-retail base tasks 0..T-1, several samples / trials each):
 
@@ -203,45 +205,57 @@ def run_tau2(srv: Server, task_ids: list[str], trials: int, concurrency: int, st
 # ------------------------------------------------------------------------------------- report
 
 
-def per_call_cpu_ms(srv: Server, n: int = 50) -> tuple[float, float]:
-    """CPU milliseconds per model call, one call at a time, of (the simulated user's call: tau2's own
-    ``generate``, i.e. litellm's synchronous ``completion``; the agent's call: uqh's client, direct path)."""
+def per_call_cpu_ms(srv: Server, n: int = 50) -> tuple[float, float, float]:
+    """CPU milliseconds per model call, one call at a time, of: the simulated user's turn through tau2's own
+    ``UserSimulator.generate_next_message`` (litellm's synchronous ``completion``); the same turn through uqh's
+    direct user path (``domains/tau2/user_client.py``, what uqh uses here); the agent's call (uqh's client)."""
     import asyncio
 
+    from domains.tau2.user_client import DirectUserGenerator
     from harness.model_client import make_model_client
     from rundir.schema import DecodingConfig
-    from tau2.data_model.message import SystemMessage, UserMessage
-    from tau2.utils.llm_utils import generate
+    from tau2.data_model.message import AssistantMessage
+    from tau2.user.user_simulator import UserSimulator
 
-    user_msgs = [SystemMessage(role="system", content=f"{USER_MARK} (benchmark)"),
-                 UserMessage(role="user", content="Hi! How can I help you today?")]
-    kwargs = dict(api_base=srv.base_url, temperature=0.0, num_retries=3, drop_params=True, seed=1)
+    llm_args = dict(api_base=srv.base_url, temperature=0.0, num_retries=3, drop_params=True, seed=1)
+    user = UserSimulator(instructions="(benchmark)", llm="openai/fake-user", llm_args=llm_args)
+    greeting = AssistantMessage(role="assistant", content="Hi! How can I help you today?")
     for _ in range(3):  # warm: litellm's first call builds its clients
-        generate("openai/fake-user", user_msgs, **kwargs)
+        user.generate_next_message(greeting, user.get_init_state())
     c0 = time.process_time()
     for _ in range(n):
-        generate("openai/fake-user", user_msgs, **kwargs)
-    user_ms = (time.process_time() - c0) / n * 1000
+        user.generate_next_message(greeting, user.get_init_state())
+    tau2_user_ms = (time.process_time() - c0) / n * 1000
 
     agent_msgs = [{"role": "system", "content": f"{UQH_AGENT_MARK} (benchmark)"}, {"role": "user", "content": "Hi"}]
+
+    async def timed(call) -> float:
+        for _ in range(3):
+            await call()
+        c1 = time.process_time()
+        for _ in range(n):
+            await call()
+        return (time.process_time() - c1) / n * 1000
+
+    async def direct_user_calls() -> float:
+        direct = DirectUserGenerator("openai/fake-user", llm_args, None)
+        try:
+            return await timed(lambda: direct.next_message(user, greeting, user.get_init_state()))
+        finally:
+            await direct.aclose()
 
     async def agent_calls() -> float:
         client = make_model_client("openai/fake-agent", api_base=srv.base_url, decoding=DecodingConfig())
         try:
-            for _ in range(3):
-                await client.complete(agent_msgs)
-            c1 = time.process_time()
-            for _ in range(n):
-                await client.complete(agent_msgs)
-            return (time.process_time() - c1) / n * 1000
+            return await timed(lambda: client.complete(agent_msgs))
         finally:
             await client.aclose()
 
-    return user_ms, asyncio.run(agent_calls())
+    return tau2_user_ms, asyncio.run(direct_user_calls()), asyncio.run(agent_calls())
 
 
 def render(cells: list[Cell], args, levels: list[int], warmup: tuple[float, float], tau2_startup: float | None,
-           call_cpu: tuple[float, float] | None = None) -> str:
+           call_cpu: tuple[float, float, float] | None = None) -> str:
     by = {(c.mode, c.concurrency): c for c in cells}
     modes = list(dict.fromkeys(c.mode for c in cells))
     bound = {c: c / args.latency for c in levels}
@@ -299,10 +313,11 @@ def render(cells: list[Cell], args, levels: list[int], warmup: tuple[float, floa
     lines += ["", (f"uqh warm-up batch ({args.tasks} episodes: imports, one DB parse, each task's gold DB hash): "
               f"{warmup[0]:.1f} s CPU, {warmup[1]:.1f} s wall.")]
     if call_cpu is not None:
-        lines += ["", (f"CPU per model call, one at a time: the simulated user's (tau2's own `generate`, litellm's "
-                       f"synchronous `completion`, which uqh keeps for fidelity) {call_cpu[0]:.1f} ms; the agent's "
-                       f"(uqh's client, direct path, with logprobs) {call_cpu[1]:.1f} ms. With 4 user calls per "
-                       f"episode the user simulator is {4 * call_cpu[0]:.0f} ms of uqh's CPU per episode.")]
+        lines += ["", (f"CPU per model call, one at a time: a simulated-user turn through tau2's own "
+                       f"`generate` (litellm's synchronous `completion`) {call_cpu[0]:.1f} ms, through uqh's "
+                       f"direct user path (the same request, `domains/tau2/user_client.py`; used here) "
+                       f"{call_cpu[1]:.1f} ms; the agent's call (uqh's client, direct path, with logprobs) "
+                       f"{call_cpu[2]:.1f} ms.")]
     if tau2_startup is not None:
         lines.append(f"`tau2 run` start-up (CPU of a 1-episode run, subtracted above): {tau2_startup:.1f} s.")
     tau2_cells = [c for c in cells if c.mode == "tau2 run"]
@@ -345,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         warmup = (time.process_time() - c0, time.perf_counter() - t0)
         print(f"warm-up: {warm.episodes} episodes, {warmup[0]:.1f} s CPU", file=sys.stderr)
         call_cpu = per_call_cpu_ms(srv)
-        print(f"CPU per call: user {call_cpu[0]:.1f} ms, agent {call_cpu[1]:.1f} ms", file=sys.stderr)
+        print(f"CPU per call: user via tau2 generate {call_cpu[0]:.1f} ms, direct {call_cpu[1]:.1f} ms, "
+              f"agent {call_cpu[2]:.1f} ms", file=sys.stderr)
         for c in levels:
             for workers in (1, args.workers) if args.workers > 1 else (1,):
                 samples = max(1, -(-args.uqh_waves * c // len(task_ids)))
