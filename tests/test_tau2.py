@@ -60,6 +60,8 @@ def test_bad_options_are_user_errors():
         get_domain_class("tau2-retail")({"transfer_as_env_terminated": "maybe"})
     with pytest.raises(UserError, match="contradict"):
         get_domain_class("tau2-retail")({"transfer_as_env_terminated": False, "native_user_stops": False})
+    with pytest.raises(UserError, match="user_client must be .*'auto'.*'litellm'.*got 'direct'"):
+        get_domain_class("tau2-retail")({"user_client": "direct"})
     d = get_domain_class("tau2-retail")({})
     with pytest.raises(UserError, match="--user-model"):
         d.make_env("0", episode_seed=1)
