@@ -163,6 +163,28 @@ def test_checkpoint_restarted_when_domain_cannot_replay(fake_server, tmp_path):
     assert ep.task_prompt.startswith("Question:") and ep.n_steps == 2
 
 
+@register_domain("arithmetic-aclose-test")
+class _ClosingArithmetic(ArithmeticDomain):
+    """Records each ``aclose``: the runner releases the domain's loop-bound resources on the batch's own loop."""
+
+    closed: list[int] = []
+
+    async def aclose(self) -> None:
+        import asyncio
+
+        type(self).closed.append(id(asyncio.get_running_loop()))
+
+
+def test_domain_aclose_runs_once_on_the_batch_loop(fake_server, tmp_path):
+    _ClosingArithmetic.closed.clear()
+    config = make_config(n_tasks=2, domain="arithmetic-aclose-test")
+    with fake_server(solver) as srv:
+        summary = run_batch(config.model_copy(update={"api_base": srv.base_url}), tmp_path / "run", concurrency=2,
+                            progress=False)
+    assert summary.ok and len(read_episodes(tmp_path / "run")) == 2
+    assert len(_ClosingArithmetic.closed) == 1
+
+
 def test_replay_mismatch_in_checkpoint_restarts(fake_server, tmp_path):
     config = make_config(n_tasks=1)
     run = tmp_path / "run"
