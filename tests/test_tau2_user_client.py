@@ -63,18 +63,17 @@ def _incoming_sequence(t2, with_tools: bool) -> list:
 
 def _both_paths(srv, responder, domain_name: str, task_id: str, *, with_tools: bool, user_decoding, model=None):
     """(requests, messages, states) from tau2's path, then the same from the direct path."""
-    direct_domain = make_domain(domain_name, srv, user_decoding=user_decoding)
+    domain = make_domain(domain_name, srv, user_decoding=user_decoding)
     if model:
-        direct_domain.prepare_runtime({**direct_domain.runtime, "user_model": model})
-    direct = direct_domain.direct_user()
+        domain.prepare_runtime({**domain.runtime, "user_model": model})
+    direct = domain.direct_user()
     assert isinstance(direct, DirectUserGenerator)
     t2 = Tau2.load()
-    task = direct_domain.tasks()[task_id]
     out = []
     for use_direct in (False, True):
         responder.calls = 0
         start = len(srv.requests)
-        env = direct_domain.make_env(task_id, episode_seed=11)
+        env = domain.make_env(task_id, episode_seed=11)
         user = env._make_user()
         state = user.get_init_state()
         messages, states = [], []
@@ -88,10 +87,10 @@ def _both_paths(srv, responder, domain_name: str, task_id: str, *, with_tools: b
                     reply, state = user.generate_next_message(incoming.model_copy(deep=True), state)
                 messages.append(_dump(reply))
                 states.append([_dump(m) for m in state.messages])
-            await direct_domain.aclose()
+            await domain.aclose()
 
         asyncio.run(turns())
-        out.append((srv.requests[start:], messages, states, task))
+        out.append((srv.requests[start:], messages, states))
     return out
 
 
@@ -114,7 +113,7 @@ def test_direct_path_sends_and_builds_what_tau2_generate_does(fake_server, name)
     domain_name, task_id, with_tools, decoding, replies = CASES[name]
     responder = Turns(replies)
     with ToolCallingServer.make(fake_server, responder) as srv:
-        (theirs_req, theirs_msgs, theirs_states, _), (ours_req, ours_msgs, ours_states, _) = _both_paths(
+        (theirs_req, theirs_msgs, theirs_states), (ours_req, ours_msgs, ours_states) = _both_paths(
             srv, responder, domain_name, task_id, with_tools=with_tools, user_decoding=decoding)
     assert theirs_req and ours_req == theirs_req  # the same JSON bodies, in the same order
     assert ours_msgs == theirs_msgs
@@ -133,7 +132,7 @@ def test_priced_model_costs_the_same_on_both_paths(fake_server):
     """A model in litellm's price map (the server reports usage): tau2's cost, computed from litellm's response."""
     responder = Turns(["Hello.", "Sure.", "###STOP###"])
     with ToolCallingServer.make(fake_server, responder) as srv:
-        (_, theirs, _, _), (_, ours, _, _) = _both_paths(
+        (_, theirs, _), (_, ours, _) = _both_paths(
             srv, responder, "tau2-retail", RETAIL_TASK, with_tools=False, user_decoding=None,
             model="openai/gpt-4o-mini")
     assert ours == theirs and all(m["cost"] > 0 for m in ours)

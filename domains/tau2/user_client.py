@@ -42,14 +42,12 @@ def direct_path_applies(model: str, llm_args: dict[str, Any]) -> bool:
         return False
     Tau2.load()
     import litellm
-    from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
 
     config = litellm.utils.ProviderConfigManager.get_provider_chat_config(
         model.split("/", 1)[1], litellm.LlmProviders.OPENAI)
-    # OpenAIGPTConfig and its unknown-model subclass pass the fields through; the reasoning-model configs rename
-    # or drop them.
-    return type(config).__name__ in ("OpenAIGPTConfig", "OpenAIUnknownModelConfig") and isinstance(
-        config, OpenAIGPTConfig)
+    # OpenAIGPTConfig and its unknown-model subclass pass the fields through; the reasoning-model configs (its
+    # subclasses too) rename or drop them: the exact class decides.
+    return type(config).__name__ in ("OpenAIGPTConfig", "OpenAIUnknownModelConfig")
 
 
 class _SessionsPerLoop:
@@ -155,7 +153,8 @@ class DirectUserGenerator:
 
         t2 = Tau2.load()
         body = json.dumps(self.request_body(messages, llm_args))
-        for attempt in range(self.num_retries + 1):
+        empty_replies = 0
+        while True:
             payload = await self._post(body)
             # litellm's own conversion of an OpenAI JSON reply (what its openai provider returns from completion).
             response = convert_to_model_response_object(response_object=payload,
@@ -167,7 +166,8 @@ class DirectUserGenerator:
                 raise UserCallFailed(f"the user model's reply has role {choice.message.role!r}, not 'assistant'")
             content = choice.message.content
             calls = choice.message.tool_calls or []
-            if (content is None or content.strip() == "") and not calls and attempt < self.num_retries:
+            if (content is None or content.strip() == "") and not calls and empty_replies < self.num_retries:
+                empty_replies += 1
                 continue
             tool_calls = [
                 t2.msg.ToolCall(id=c.id, name=c.function.name, arguments=json.loads(c.function.arguments))
@@ -175,7 +175,6 @@ class DirectUserGenerator:
             ] or None
             return t2.msg.AssistantMessage(role="assistant", content=content, tool_calls=tool_calls, cost=cost,
                                            usage=usage, raw_data=choice.to_dict())
-        raise AssertionError("unreachable: the last attempt returns")  # pragma: no cover
 
     async def _post(self, body: str) -> dict[str, Any]:
         """One chat completion, retried ``num_retries`` times on a transient failure (connection, timeout,
