@@ -31,6 +31,14 @@ def _client(urls, **kw):
                              timeout_s=5, backoff_initial_s=0.001, backoff_max_s=0.005, **kw)
 
 
+def _on_manual_clock(client) -> tuple[EndpointPool, list[float]]:
+    """The client's endpoint pool with its cooldown clock read from ``now[0]`` (advance it by hand)."""
+    pool: EndpointPool = client.transport
+    now = [0.0]
+    pool._clock = lambda: now[0]
+    return pool, now
+
+
 def _calls(client, n, concurrency):
     async def go():
         sem = asyncio.Semaphore(concurrency)
@@ -77,9 +85,7 @@ def test_a_failing_endpoint_leaves_the_rotation_with_a_warning_and_is_retried_la
     caplog.set_level(logging.WARNING, logger="harness.endpoints")
     with fake_server(STEP) as good, fake_server(STEP, faults=["500"] * 1000) as bad:
         client = _client([good.base_url, bad.base_url])
-        pool: EndpointPool = client.transport
-        now = [0.0]
-        pool._clock = lambda: now[0]
+        pool, now = _on_manual_clock(client)
         results = _calls(client, 30, concurrency=1)
         assert len(results) == 30  # every call succeeded (retried on the good endpoint)
         first = {c.url: c for c in client.endpoint_counts()}
@@ -101,9 +107,7 @@ def test_an_endpoint_that_recovers_is_back_in_rotation(fake_server, caplog):
     caplog.set_level(logging.WARNING, logger="harness.endpoints")
     with fake_server(STEP) as good, fake_server(STEP, faults=["503"] * 3) as flaky:
         client = _client([good.base_url, flaky.base_url])
-        pool: EndpointPool = client.transport
-        now = [0.0]
-        pool._clock = lambda: now[0]
+        pool, now = _on_manual_clock(client)
         _calls(client, 10, concurrency=1)
         assert pool.in_rotation() == [good.base_url]
         now[0] += 31.0
