@@ -17,6 +17,9 @@ OpenAI-style prefix cache served.
 prefixes per distribution -- uniform q, and a Table 7-shaped one (67.8% of prefixes stuck, q ~ U[0, 0.02]; the
 rest q ~ U[0.3, 1], so 23% above 0.5) -- for tight numbers. **Part 3**: the same rule against the fixed design of
 equal guaranteed precision (the smallest M whose interval has half-width <= H at every outcome count).
+**Part 4**: the floor for any rule at H = 0.1 -- oracles that know the q distribution, with each early interval
+a 95% interval or with coverage only averaged over prefixes (exact, no sampling; closed forms checked in
+``tests/test_qz_cost_bounds.py``).
 
 Numbers are measured and written, never asserted.
 """
@@ -248,6 +251,106 @@ def per_look(name: str, h: float, n: int, max_branches: int, seed: int = 2) -> d
     return {"interval": name, "h": h, "branches": used.mean() / max_branches, "coverage": cover.mean()}
 
 
+def prior_density(kind: str, grid: np.ndarray) -> np.ndarray:
+    """The q distributions of ``draw_q`` as probability weights on a grid."""
+    if kind == "uniform":
+        w = np.ones_like(grid)
+    else:
+        w = 0.678 * (grid <= 0.02) / 0.02 + 0.322 * ((grid >= 0.3) & (grid <= 1.0)) / 0.7
+    return w / w.sum()
+
+
+def oracle_bayes(kind: str, h: float, max_branches: int, level: float = 0.95, grid_size: int = 20000) -> dict:
+    """The fewest branches any rule can use when each early stop must report an interval of half-width <= h that
+    holds ``level`` of the probability of q given the outcomes, with the true q distribution known (coverage
+    averaged over prefixes: a weaker demand than coverage at every q). It looks after every branch and stops at
+    the first outcome count where such an interval exists, so no rule of that kind stops earlier on any path.
+    A prefix that reaches M reports its shortest interval holding ``level``. Exact: a sum over the (n, successes)
+    states, no sampling."""
+    grid = (np.arange(grid_size) + 0.5) / grid_size  # cell midpoints: `window` cells span exactly 2h
+    window = int(round(2 * h * grid_size))
+    alive = {0: prior_density(kind, grid)}  # successes -> joint weight over q of reaching (n, successes) unstopped
+    branches = coverage = early = 0.0
+    for n in range(1, max_branches + 1):
+        grown: dict[int, np.ndarray] = {}
+        for k, w in alive.items():
+            grown[k] = grown.get(k, 0) + w * (1 - grid)
+            grown[k + 1] = grown.get(k + 1, 0) + w * grid
+        alive = {}
+        for k, w in grown.items():
+            mass = float(w.sum())
+            cum = np.concatenate([[0.0], np.cumsum(w / mass)])
+            best = float((cum[window:] - cum[:-window]).max())
+            if best >= level:
+                branches, coverage = branches + mass * n, coverage + mass * best
+                early += mass if n < max_branches else 0.0
+            elif n == max_branches:  # stops at M with its shortest `level` interval (wider than 2h)
+                branches, coverage = branches + mass * n, coverage + mass * level
+            else:
+                alive[k] = w
+    return {"kind": kind, "h": h, "level": level, "branches": branches / max_branches, "coverage": coverage,
+            "stopped_early": early}
+
+
+def coverage_floor(kind: str, h: float, max_branches: int, target: float, grid_size: int = 20000) -> dict:
+    """The fewest branches any rule can use at an averaged coverage of ``target``, with the true q distribution
+    known and nothing asked of single intervals: an early stop needs an interval of half-width <= h (holding any
+    share of the probability of q), and a prefix that reaches M may report [0, 1]. Minimises E[branches] +
+    lam * P(miss) by backward induction over the (n, successes) states, which carry everything the decision
+    needs, and mixes the two policies whose lam bracket the target (a randomised rule: the exact floor)."""
+    grid = (np.arange(grid_size) + 0.5) / grid_size
+    window = int(round(2 * h * grid_size))
+    log_prior = np.log(np.maximum(prior_density(kind, grid), 1e-300))
+    best, p_success = {}, {}
+    for n in range(1, max_branches + 1):
+        for k in range(n + 1):
+            log_w = log_prior + k * np.log(grid) + (n - k) * np.log1p(-grid)
+            w = np.exp(log_w - log_w.max())
+            w /= w.sum()
+            cum = np.concatenate([[0.0], np.cumsum(w)])
+            best[n, k] = float((cum[window:] - cum[:-window]).max()) if n < max_branches else 1.0
+            p_success[n, k] = float((w * grid).sum())
+    p_success[0, 0] = float((prior_density(kind, grid) * grid).sum())
+
+    def policy(lam: float) -> tuple[float, float]:
+        value = {(max_branches, k): float(max_branches) for k in range(max_branches + 1)}
+        stops = {(max_branches, k) for k in range(max_branches + 1)}
+        for n in range(max_branches - 1, 0, -1):
+            for k in range(n + 1):
+                a = p_success[n, k]
+                go_on = a * value[n + 1, k + 1] + (1 - a) * value[n + 1, k]
+                stop_now = n + lam * (1 - best[n, k])
+                value[n, k] = min(stop_now, go_on)
+                if stop_now < go_on:
+                    stops.add((n, k))
+        reach, branches, covered = {(0, 0): 1.0}, 0.0, 0.0
+        for n in range(1, max_branches + 1):
+            grown: dict[tuple[int, int], float] = {}
+            for (_, k), pr in reach.items():
+                a = p_success[n - 1, k]
+                grown[n, k + 1] = grown.get((n, k + 1), 0.0) + pr * a
+                grown[n, k] = grown.get((n, k), 0.0) + pr * (1 - a)
+            reach = {}
+            for state, pr in grown.items():
+                if state in stops:
+                    branches, covered = branches + pr * n, covered + pr * best[state]
+                else:
+                    reach[state] = pr
+        return branches / max_branches, covered
+
+    lo, hi = 0.0, 1e6  # lam: 0 stops every prefix at once; 1e6 stops none early
+    low, high = policy(lo), policy(hi)
+    if low[1] >= target:
+        return {"kind": kind, "h": h, "target": target, "branches": low[0], "coverage": low[1]}
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        got = policy(mid)
+        lo, low, hi, high = (lo, low, mid, got) if got[1] >= target else (mid, got, hi, high)
+    share = (target - low[1]) / (high[1] - low[1]) if high[1] > low[1] else 1.0
+    return {"kind": kind, "h": h, "target": target, "branches": low[0] + share * (high[0] - low[0]),
+            "coverage": target}
+
+
 # ------------------------------------------------------------------------------------------ report
 
 
@@ -257,7 +360,8 @@ def lower_bound_half_width(n: int, alpha: float = 0.05) -> float:
     return (1.0 - alpha ** (1.0 / n)) / 2
 
 
-def render(e2e: dict, sims: dict[str, list[dict]], matched: list[dict], naive: list[dict], args, wall: float) -> str:
+def render(e2e: dict, sims: dict[str, list[dict]], matched: list[dict], naive: list[dict], floors: list[dict],
+           args, wall: float) -> str:
     m = e2e["max_branches"]
     fixed = e2e["runs"][0]
     lines = [
@@ -325,8 +429,31 @@ def render(e2e: dict, sims: dict[str, list[dict]], matched: list[dict], naive: l
     ]
     for r in naive:
         lines.append(f"| {r['interval']} | {r['h']:g} | {100 * r['branches']:.1f}% | {100 * r['coverage']:.2f}% |")
+    lines += [
+        "",
+        f"## The floor for any rule at H = 0.1: oracles that know the distribution of q, M = {m}",
+        "",
+        "Exact sums over outcome paths, no sampling. *Each early interval 95%*: stops a prefix at the first branch "
+        "count where an interval of half-width <= H holds 95% of the probability of q given the outcomes (under "
+        "the true q distribution), looking after every branch; no rule whose early intervals hold 95% stops "
+        "earlier on any path. *Averaged coverage*: the weakest reading -- only the coverage averaged over prefixes "
+        "must reach the target; early intervals may hold less if others hold more, and a prefix that reaches M "
+        "may report [0, 1]. The fewest branches such a rule can use, by backward induction over "
+        "(branches, successes) with a price on a miss, mixing the two policies that bracket the target.",
+        "",
+        "| q | demand | branches vs fixed M | stopped early | coverage (averaged over prefixes) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in floors:
+        demand = (f"each early interval {100 * r['level']:.0f}%" if "level" in r
+                  else f"averaged coverage {100 * r['target']:.0f}%")
+        early = f"{100 * r['stopped_early']:.1f}%" if "stopped_early" in r else "--"
+        lines.append(f"| {'U[0, 1]' if r['kind'] == 'uniform' else 'Table 7 shape'} | {demand} | "
+                     f"{100 * r['branches']:.1f}% | {early} | {100 * r['coverage']:.2f}% |")
     lb = lower_bound_half_width(m)
     best = {r["kind"]: (r["m_h"], r["branches"]) for r in matched if r["h"] == 0.1}
+    per_interval = {r["kind"]: r["branches"] for r in floors if r.get("level") == 0.95}
+    averaged = {r["kind"]: r["branches"] for r in floors if r.get("target") == 0.93}
     lines += [
         "",
         "## Reading",
@@ -337,7 +464,17 @@ def render(e2e: dict, sims: dict[str, list[dict]], matched: list[dict], naive: l
         f"prefix at H = 0.1 before {m} branches -- `ci:0.1` runs exactly the fixed design (100% of the calls, "
         "identical q_hat). Even intervals that ignore optional stopping (Clopper-Pearson, Jeffreys, checked at each "
         "round) do not reach 0.1 within 10 draws; the Wald interval does, with zero width after 0/n or n/n, and "
-        "covers almost nothing (last table).",
+        "covers almost nothing (the table of fixed-n intervals).",
+        "- **Not even an oracle reaches it on uniform q.** A rule that knows the true distribution of q needs "
+        f"{100 * per_interval['uniform']:.0f}% of the branches of fixed M = {m} when each early interval must be "
+        "a 95% interval, and still "
+        f"{100 * averaged['uniform']:.0f}% when only the coverage averaged over prefixes must reach 93% (the "
+        "weakest reading of the issue's two demands). On the Table 7 shape the per-interval oracle needs "
+        f"{100 * per_interval['table7']:.0f}%; only the averaged-coverage oracle gets under half "
+        f"({100 * averaged['table7']:.0f}%), by knowing that two thirds of the prefixes are stuck and giving "
+        "them intervals that hold less than 95% each. A rule that learned the q distribution from the run's own "
+        "prefixes (empirical Bayes) could at best approach that, with coverage that holds only on average over "
+        "prefixes; uqh does not ship one.",
         "- What the rule buys at this M: wider targets stop the prefixes whose outcomes agree -- most of the Table "
         "7-shaped population, fewer of the uniform one -- at a measured cost in MAE vs fixed M (the rows above). "
         "Coverage stays above the nominal 95% in every ci:H row: the interval is anytime-valid, and conservative.",
@@ -372,10 +509,14 @@ def main(argv: list[str] | None = None) -> int:
     matched = [matched_precision(h, args.matched_prefixes, kind) for kind in ("uniform", "table7") for h in (0.2, 0.1)]
     naive = [per_look(name, h, args.sim_prefixes // 4, args.branches)
              for name in ("clopper-pearson", "jeffreys", "wald") for h in (0.1, 0.2)]
-    text = render(e2e, sims, matched, naive, args, time.perf_counter() - t0)
+    floors = [row for kind in ("uniform", "table7") for row in (
+        oracle_bayes(kind, 0.1, args.branches, 0.95),
+        *(coverage_floor(kind, 0.1, args.branches, target) for target in (0.93, 0.95)))]
+    text = render(e2e, sims, matched, naive, floors, args, time.perf_counter() - t0)
     args.out.write_text(text)
     args.out.with_suffix(".json").write_text(json.dumps(
-        {"end_to_end": e2e, "simulation": sims, "matched": matched, "per_look": naive}, indent=1, default=float) + "\n")
+        {"end_to_end": e2e, "simulation": sims, "matched": matched, "per_look": naive, "floors": floors},
+        indent=1, default=float) + "\n")
     print(text)
     return 0
 
