@@ -330,8 +330,12 @@ async def run_specs(
                     with contextlib.suppress(Exception):
                         env.close()
             written = io.submit(persist, result)
+            # If the batch is cancelled, the shielded future still gets the write's outcome, which is read from
+            # `written` below; mark it read too, or asyncio logs "Future exception was never retrieved" at exit.
+            shielded = asyncio.wrap_future(written)
+            shielded.add_done_callback(_mark_retrieved)
             try:
-                value = await asyncio.shield(asyncio.wrap_future(written))
+                value = await asyncio.shield(shielded)
             except asyncio.CancelledError:
                 # Stopping: the episode is finished, so let its write (milliseconds) complete and count it.
                 try:
@@ -548,6 +552,11 @@ def serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]
     rows = "".join(j + "\n" for j in result.sidecar_json_prefix).encode()
     rows += b"".join(r.model_dump_json().encode() + b"\n" for r in result.sidecar[k:])
     return ep.episode_id, line, rows, EpisodeSummary.of(ep)
+
+
+def _mark_retrieved(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def run_cancellable(coro: Awaitable[None]) -> None:

@@ -396,3 +396,46 @@ def test_calls_are_counted_live_for_the_progress_rate(fake_server, tmp_path):
         summary = run_batch(config, tmp_path / "run", concurrency=2, progress=False, client_factory=fast_client_factory())
         n_requests = len(srv.requests)
     assert summary.stats.live_calls == n_requests == summary.stats.calls == 6
+
+
+def test_write_failing_after_the_batch_is_cancelled_leaves_no_unread_future(fake_server, tmp_path, caplog):
+    """A batch cancelled while an episode's write is under way still takes the write's outcome (and counts a
+    failure as the stop cause); asyncio must not find an unread exception when the loop's futures are collected."""
+    import asyncio
+    import gc
+    import threading
+
+    from harness.runner import RunContext, run_specs
+    from rundir.errors import RunDirWriteError
+
+    config = make_config(n_tasks=1)
+    writing, release = threading.Event(), threading.Event()
+
+    def persist(result):  # the I/O thread: the write starts, the batch is cancelled, then the write fails
+        writing.set()
+        release.wait(10)
+        raise RunDirWriteError(tmp_path / "run", OSError(28, "No space left on device"))
+
+    async def main(base_url):
+        ctx = RunContext(config=config.model_copy(update={"api_base": base_url}), system_prompt=SYSTEM,
+                         model="openai/fake", api_base=base_url, run_dir=tmp_path / "run", checkpoints=False)
+        client = fast_client_factory()("openai/fake", base_url)
+        batch = asyncio.ensure_future(run_specs(ctx, plan_specs(ctx.config), domain=ArithmeticDomain(),
+                                                client=client, persist=persist, on_error=lambda *a: None))
+        await asyncio.get_running_loop().run_in_executor(None, writing.wait, 10)
+        batch.cancel()
+        release.set()
+        ended = "normally"
+        try:
+            await batch
+        except BaseException as exc:  # noqa: BLE001 - only its kind is kept: its traceback holds the futures
+            ended = type(exc).__name__
+        await asyncio.sleep(0.05)  # the write's outcome reaches the shielded future
+        await client.aclose()
+        return ended
+
+    with fake_server(solver) as srv, caplog.at_level("ERROR", logger="asyncio"):
+        ended = asyncio.run(main(srv.base_url))
+        gc.collect()
+    assert ended in ("CancelledError", "BatchStopped")
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
