@@ -13,6 +13,7 @@ model strings and keys, builds the domain, selects the tasks and fingerprints th
 from __future__ import annotations
 
 import logging
+import math
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -254,6 +255,8 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     if model.startswith("local:"):  # a tiny local model only produces parsed steps with the grammar's help
         decoding.setdefault("grammar", True)
         decoding.setdefault("max_tokens", LOCAL_GRAMMAR_MAX_TOKENS if decoding["grammar"] else LOCAL_MAX_TOKENS)
+    if dec.temperature is not None and not math.isfinite(dec.temperature):  # nan would be recorded as null
+        raise UserError(f"--temperature must be a finite number, got {dec.temperature}")
     if dec.temperature is not None and dec.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {dec.temperature}")
     if dec.top_p is not None and not 0 < dec.top_p <= 1:

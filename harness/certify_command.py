@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.arg_types import finite_float
+
 NO_ANSWER = "(no answer)"
 VERIFY_FIELDS = ("task_id", "question", "top_answer", "votes", "other_answers", "example_action", "acceptable")
 _YES = {"1", "yes", "y", "true", "t", "accept", "accepted", "correct"}
@@ -23,9 +25,9 @@ _NO = {"0", "no", "n", "false", "f", "reject", "rejected", "wrong"}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories of `uqh run --samples K`")
-    p.add_argument("--alpha", type=float, default=0.1, help="miscoverage level α of the certificate (default 0.1)")
+    p.add_argument("--alpha", type=finite_float, default=0.1, help="miscoverage level α of the certificate (default 0.1)")
     split = p.add_mutually_exclusive_group()
-    split.add_argument("--cal-frac", type=float, metavar="F",
+    split.add_argument("--cal-frac", type=finite_float, metavar="F",
                        help="fraction of the tasks in the calibration split (default 0.5; 1.0: every task, the "
                             "reliability level without a test split)")
     split.add_argument("--cal-ids", metavar="FILE",
@@ -36,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resplits", type=int, default=100, metavar="R",
                    help="random re-splits for split stability (0: none)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples of mean CIs (0: none)")
-    p.add_argument("--stop-delta", type=float, default=0.05, metavar="DELTA",
+    p.add_argument("--stop-delta", type=finite_float, default=0.05, metavar="DELTA",
                    help="level of the stopping rules replayed on the recorded samples (default 0.05)")
     v = p.add_mutually_exclusive_group()
     v.add_argument("--export-verification", metavar="FILE",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.arg_types import finite_float
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="source run directory (read only)")
@@ -46,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the audit CIs (default 1000)")
     p.add_argument("--qz-only", action="store_true", help="no model calls: recompute qz.jsonl and the audit")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
-    p.add_argument("--timeout", type=float, metavar="S",
+    p.add_argument("--timeout", type=finite_float, metavar="S",
                    help="seconds one model call may take before it counts as failed (default 600; retried)")
     p.add_argument("--max-retries", type=int, metavar="N",
                    help="retries of a transient model-call failure (default 6)")

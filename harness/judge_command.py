@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.arg_types import finite_float
+
 ALL_METRICS = "GF,LC,EE,PQ,PA,TS,TC"
 #: Judges write a rationale: the completion cap is larger than an agent step's.
 DEFAULT_MAX_TOKENS = 1024
@@ -32,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--limit", type=int, metavar="N",
                    help="judge only the first N episodes of each run (canonical order)")
     j.add_argument("--concurrency", type=int, metavar="C", help="judge calls in flight (default 8; 2 for local:)")
-    j.add_argument("--temperature", type=float, metavar="T", help="judge sampling temperature (default 0.2)")
+    j.add_argument("--temperature", type=finite_float, metavar="T", help="judge sampling temperature (default 0.2)")
     j.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"judge completion cap (default {DEFAULT_MAX_TOKENS})")
     j.add_argument("--seed", type=int, metavar="N",

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.arg_types import finite_float
 from harness.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
 
 #: The QA flags: aliases of domain options (`-D key=value` sets the same option).
@@ -37,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sel.add_argument("--tasks", type=int, metavar="N", help="the domain's first/sampled N tasks")
     sel.add_argument("--task-ids", metavar="A,B,...", help="comma-separated task ids")
     g.add_argument("--samples", type=int, metavar="K", help="episodes per task (default 1)")
-    g.add_argument("--stop-on-consensus", type=float, metavar="DELTA",
+    g.add_argument("--stop-on-consensus", type=finite_float, metavar="DELTA",
                    help="sequential sampling: stop drawing a task's samples once its mode (canonical answer) is "
                         "certified at error level DELTA (seed 002 §9; docs/certify.md)")
     g.add_argument("--stop-rule", choices=("anytime", "hoeffding"),
@@ -62,8 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a file of endpoint URLs for --model, one per line (as --api-base repeated)")
     m.add_argument("--user-model", metavar="M", help="user-simulator model (Tau2)")
     m.add_argument("--user-api-base", metavar="URL", help="OpenAI-compatible endpoint for --user-model (Tau2)")
-    m.add_argument("--temperature", type=float)
-    m.add_argument("--top-p", type=float)
+    m.add_argument("--temperature", type=finite_float)
+    m.add_argument("--top-p", type=finite_float)
     m.add_argument("--seed", type=int, help="run seed (default 42); per-episode seeds derive from it")
     m.add_argument("--max-tokens", type=int,
                    help=f"completion cap (default 512; for local: models {LOCAL_GRAMMAR_MAX_TOKENS}, "
@@ -93,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_backend_arguments(x)
     x.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
     x.add_argument("--no-checkpoints", action="store_true", help="do not checkpoint in-flight episodes")
-    x.add_argument("--timeout", type=float, metavar="S",
+    x.add_argument("--timeout", type=finite_float, metavar="S",
                    help="seconds one model call (the agent's, and a simulated user's) may take before it counts as "
                         "failed (default 600; retried)")
     x.add_argument("--max-retries", type=int, metavar="N",

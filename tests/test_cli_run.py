@@ -425,3 +425,38 @@ def test_a_finished_run_ends_with_a_next_hint_whose_commands_work(fake_server, t
         assert main(argv) == 0, command
     assert (tmp_path / "runs" / "my demo-report" / "report.html").is_file()
     assert (tmp_path / "runs" / "my demo-export" / "steps.parquet").is_file()
+
+
+@pytest.mark.parametrize("command,flag", [
+    (["run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1"],
+     "--temperature"),
+    (["run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1"],
+     "--timeout"),
+    (["run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
+      "--samples", "3"], "--stop-on-consensus"),
+])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_refused_before_anything_is_written(command, flag, value, tmp_path, capsys):
+    # float() accepts them; a nan temperature used to be run, recorded as null, and then no command could read
+    # the run directory
+    from harness.cli import main
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exited:
+        main([*command, f"{flag}={value}", "--out", str(out), "--no-progress"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be a finite number, got '{value}'" in err.splitlines()[-1]
+    assert not out.exists()
+
+
+def test_build_layer_refuses_a_nan_temperature_from_the_python_api(tmp_path):
+    import math
+
+    from harness.build import DecodingOverrides, RunOverrides, draft
+    from rundir.errors import UserError
+
+    overrides = RunOverrides(domain="arithmetic", tasks=1, model="openai/x", api_base="http://127.0.0.1:9/v1",
+                             decoding=DecodingOverrides(temperature=math.nan), out=tmp_path / "r")
+    with pytest.raises(UserError, match="--temperature must be a finite number"):
+        draft(None, overrides)
