@@ -71,7 +71,7 @@ def options_from_args(args: argparse.Namespace):
     if args.censoring == "exact":
         if not args.q_z:
             raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
-        q_z = {k: r.q_hat_z for k, r in read_qz_file(args.q_z).items()}
+        q_z = {k: r.q_hat_z for k, r in read_qz_file(args.q_z).items()}  # checked; each run's share: run()
     elif args.q_z:
         raise UserError("--q-z is only used with --censoring exact")
     if args.include_parse_errors and args.censoring == "exclude":
@@ -119,6 +119,7 @@ def pooling_warning(runs) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import sys
 
     from reports.render import emit
@@ -132,6 +133,12 @@ def run(args: argparse.Namespace) -> int:
     if args.paired and len(args.run_dirs) < 2:
         raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")
     runs = [load_run(d) for d in args.run_dirs]  # every input is validated before anything is printed
+    opts_of = [opts] * len(runs)
+    if opts.censoring == "exact":  # each run gets the q_Z of its own continuation (episode ids repeat across runs)
+        from rundir.qz_file import qz_for_runs
+
+        per_run = qz_for_runs([args.q_z], [(r.run_dir, r.manifest.config_hash) for r in runs])
+        opts_of = [dataclasses.replace(opts, q_z=q) for q in per_run]
     notes = []
     for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
         missing = RunDir.open(d).episodes_missing_sidecar_rows()
@@ -142,21 +149,23 @@ def run(args: argparse.Namespace) -> int:
         # ids must be covered in every run before scoring starts
         from scoring.streams import build_sample
 
-        for r in runs:
-            build_sample(r, "verbal", censoring="exact", q_z=opts.q_z, include_parse_errors=opts.include_parse_errors,
-                         missing_qz=opts.missing_qz)
+        for r, o in zip(runs, opts_of):
+            build_sample(r, "verbal", censoring="exact", q_z=o.q_z, include_parse_errors=o.include_parse_errors,
+                         missing_qz=o.missing_qz)
     comparisons = []
     if args.paired:
         from scoring.paired import compare_runs
 
-        comparisons = [compare_runs(runs[0], r, opts) for r in runs[1:]]
+        comparisons = [compare_runs(runs[0], r, opts_of[0], o) for r, o in zip(runs[1:], opts_of[1:])]
     targets = list(runs)
     if args.pooled and len(runs) > 1:
         warning = pooling_warning(runs)
         if warning:
             print(f"uqh score: warning: {warning}", file=sys.stderr)
         targets.append(pool_runs(runs))
-    results = [score_run(r, opts) for r in targets]
+        opts_of.append(opts if opts.censoring != "exact" else dataclasses.replace(  # pool_runs prefixes ids "k:"
+            opts, q_z={f"{k}:{e}": v for k, o in enumerate(opts_of) for e, v in o.q_z.items()}))
+    results = [score_run(r, o) for r, o in zip(targets, opts_of)]
     for res in results:
         if res.counts.complete == 0:
             notes.append(f"{res.run_dir}: {no_complete_reason(res.counts, opts.censoring)}")

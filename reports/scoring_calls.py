@@ -116,13 +116,14 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
     from scoring.streams import load_run as load_run_data
     from scoring.weights import WEIGHT_SCHEMES
 
-    q_z: dict[str, float] = {}
-    if opts.q_z_files:
-        from rundir.qz_file import read_qz_file
-
-        for f in opts.q_z_files:
-            q_z.update({k: r.q_hat_z for k, r in read_qz_file(Path(f)).items()})
     items = [(r, load_run_data(r.path)) for r in runs]
+    q_z_of: dict[int, dict[str, float]] = {}  # by id(RunData): each run's own q_Z (episode ids repeat across runs)
+    if opts.q_z_files:
+        from rundir.qz_file import qz_for_runs
+
+        runs_and_hashes = [(d.run_dir, d.manifest.config_hash) for _, d in items]
+        per_run = qz_for_runs([Path(f) for f in opts.q_z_files], runs_and_hashes)
+        q_z_of = {id(d): q for (_, d), q in zip(items, per_run)}
     if opts.pool:
         items = _with_pooled(items)
     taken: set[str] = set()
@@ -142,7 +143,8 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
         )
         if has_censored:
             res.censored_shift = censored_shift(res.by_weights[PRIMARY_WEIGHTS])
-            if q_z and not pooled:
+            q_z = q_z_of.get(id(data))
+            if q_z is not None and not pooled:
                 res.exact_missing = missing_qz(data, q_z)
                 if res.exact_missing == 0:
                     res.exact = score_run(data, ScoreOptions(censoring="exact", q_z=q_z, auq=False, **base))

@@ -23,6 +23,8 @@ _EXPORTS = {
     "read_jsonl": "rundir.reader",
     "QzRecord": "rundir.qz_file",
     "read_qz_file": "rundir.qz_file",
+    "qz_for_runs": "rundir.qz_file",
+    "qz_source": "rundir.qz_file",
     "write_qz_file": "rundir.qz_file",
     "atomic_write_text": "rundir.atomic",
 }

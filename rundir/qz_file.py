@@ -89,3 +89,38 @@ def read_qz_file(path: Path) -> dict[str, QzRecord]:
             raise UserError(f"{path}:{lineno}: duplicate q_Z record for episode {rec.episode_id!r}")
         out[rec.episode_id] = rec
     return out
+
+
+def qz_source(path: Path) -> tuple[str, str] | None:
+    """(config hash, directory) of the run a q_Z file estimates, from the continuation manifest beside it; None for
+    a file outside a continuation run directory (made by hand or copied out), whose source cannot be known."""
+    from rundir.reader import read_manifest_file
+    from rundir.schema import MANIFEST_FILE
+
+    path = Path(path)
+    if not (path.parent / MANIFEST_FILE).is_file():
+        return None
+    continuation = read_manifest_file(path.parent).config.continuation or {}
+    if "source_config_hash" not in continuation:
+        return None
+    return continuation["source_config_hash"], str(continuation.get("source_run_dir", "?"))
+
+
+def qz_for_runs(paths: Iterable[Path], runs: list[tuple[Path, str]]) -> list[dict[str, float]]:
+    """q_hat_Z by episode id for each of ``runs`` ((directory, config hash) pairs), from the q_Z files ``paths``.
+
+    Episode ids repeat across runs (``arith-0000#0`` in every arithmetic run), so a file applies only to the run
+    it was estimated from; a file from none of them is refused in one line. A file without a source (see
+    :func:`qz_source`) applies to every run."""
+    per_run: list[dict[str, float]] = [{} for _ in runs]
+    for path in paths:
+        records = read_qz_file(path)
+        source = qz_source(path)
+        targets = [i for i, (_, config_hash) in enumerate(runs) if source is None or config_hash == source[0]]
+        if not targets:
+            given = ", ".join(str(d) for d, _ in runs)
+            raise UserError(f"q_Z file {path} estimates run {source[1]} (config hash {source[0][:12]}), not "
+                            f"{given}; pass the qz.jsonl that `uqh continue` wrote for that run")
+        for i in targets:
+            per_run[i].update({k: r.q_hat_z for k, r in records.items()})
+    return per_run

@@ -46,8 +46,10 @@ def _streams(sample: Sample, opts: ScoreOptions) -> dict[str, tuple[np.ndarray |
     return out
 
 
-def compare_runs(a: RunData, b: RunData, opts: ScoreOptions) -> PairedComparison:
-    """Every metric of ``b`` minus ``a`` on their shared tasks (module docstring). UserError when they share none."""
+def compare_runs(a: RunData, b: RunData, opts: ScoreOptions, opts_b: ScoreOptions | None = None) -> PairedComparison:
+    """Every metric of ``b`` minus ``a`` on their shared tasks (module docstring). UserError when they share none.
+    ``opts_b``: ``opts`` with ``b``'s own q_Z (episode ids repeat across runs); default ``opts``."""
+    q_z_of = {"a": opts.q_z, "b": (opts_b or opts).q_z}
     tasks = shared_tasks(a, b)
     if not tasks:
         raise UserError(f"--paired needs runs of the same tasks: {a.run_dir} and {b.run_dir} share no task id")
@@ -58,7 +60,7 @@ def compare_runs(a: RunData, b: RunData, opts: ScoreOptions) -> PairedComparison
     task_of = {run: dict(zip(map(str, r.episode_ids), map(str, r.tasks))) for run, r in (("a", ra), ("b", rb))}
     rows: list[PairedRow] = []
     for predictor in opts.predictor_names():
-        samples = {run: build_sample(r, predictor, censoring=opts.censoring, q_z=opts.q_z,
+        samples = {run: build_sample(r, predictor, censoring=opts.censoring, q_z=q_z_of[run],
                                      include_parse_errors=opts.include_parse_errors, missing_qz=opts.missing_qz,
                                      labels=opts.labels)
                    for run, r in (("a", ra), ("b", rb))}
