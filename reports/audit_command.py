@@ -23,8 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise UserError(f"--out {args.out} exists and is not a directory; pick a directory path")
+    if args.out is not None:  # before the tables are computed and printed: a bad --out writes nothing
+        from reports.report import check_out_writable
+
+        check_out_writable(args.out)
     tables = audit(args.run_dirs, n_boot=args.bootstrap)
     emit(Output(tables=tables, json_text=tables_json(tables)), args.format)
     if args.out is not None:

@@ -30,7 +30,7 @@ def check_destination(to) -> None:
 
     if (to / MANIFEST_FILE).exists():
         raise UserError(f"--to {to} is a run directory; export into a directory of its own")
-    check_out_writable(to)
+    check_out_writable(to, "--to")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -76,15 +76,20 @@ class ReportResult:
     html: Path
 
 
-def check_out_writable(out_dir: Path) -> None:
-    """UserError unless ``out_dir`` is (or can be created as) a writable directory. Writes nothing."""
+def check_out_writable(out_dir: Path, flag: str = "--out") -> None:
+    """UserError unless ``out_dir`` is (or can be created as) a writable directory that is not a run directory
+    (whose files only the writer of the run may add). Writes nothing."""
+    from rundir.schema import MANIFEST_FILE
+
     if out_dir.exists():
         if not out_dir.is_dir():
-            raise UserError(f"--out {out_dir} exists and is not a directory; pick a directory path")
+            raise UserError(f"{flag} {out_dir} exists and is not a directory; pick a directory path")
+        if (out_dir / MANIFEST_FILE).exists():
+            raise UserError(f"{flag} {out_dir} is a run directory; write into a directory of its own")
         if not os.access(out_dir, os.W_OK | os.X_OK):
-            raise UserError(f"cannot write --out {out_dir}: {_access_reason(out_dir)}; pick a writable directory")
+            raise UserError(f"cannot write {flag} {out_dir}: {_access_reason(out_dir)}; pick a writable directory")
         return
-    check_creatable(out_dir)
+    check_creatable(out_dir, flag)
 
 
 def _access_reason(path: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -143,6 +144,29 @@ def test_report_out_on_a_read_only_file_system(tmpfs, capsys):
         line = _one_line(capsys.readouterr().err)
         assert line.startswith("uqh report: error: ") and fragment in line
     assert list(ro.iterdir()) == []
+
+
+def test_audit_and_export_check_their_output_directory_before_any_work(tmpfs, capsys):
+    ro = tmpfs("ro2", "ro,size=64k")
+    for argv, fragment in ((["audit", str(PRE_CHANGE), "--out", str(ro / "audit")], "cannot create --out"),
+                           (["export", str(PRE_CHANGE), "--to", str(ro / "export")], "cannot create --to")):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        line = _one_line(captured.err)
+        assert line.startswith(f"uqh {argv[0]}: error: ") and fragment in line, line
+        assert captured.out == ""  # refused before the tables were computed and printed
+    assert list(ro.iterdir()) == []
+
+
+@pytest.mark.parametrize("command,flag", [("report", "--out"), ("audit", "--out"), ("export", "--to")])
+def test_outputs_never_go_into_a_run_directory(command, flag, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(PRE_CHANGE, run)
+    before = sorted(p.name for p in run.iterdir())
+    assert main([command, str(PRE_CHANGE), flag, str(run)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"uqh {command}: error: {flag} {run} is a run directory"), line
+    assert sorted(p.name for p in run.iterdir()) == before
 
 
 def _without_dac_override():
