@@ -139,6 +139,9 @@ def load_rows(source: DataSource) -> list[dict[str, Any]]:
                 f"cannot load the hub dataset {source.hub}: {why}; pass --data PATH to a local JSON/JSONL file, "
                 "set UQH_SHARED_DATA to the shared data folder, or HF_HUB_OFFLINE=1 to use a cached download"
             )
+    library_log = logging.getLogger("datasets")
+    level = library_log.level
+    library_log.setLevel(logging.CRITICAL + 1)  # its own error lines would repeat the one line raised below
     try:
         if source.files:
             ds = datasets.load_dataset("json", data_files=list(source.files), split="train")
@@ -146,10 +149,13 @@ def load_rows(source: DataSource) -> list[dict[str, Any]]:
             ds = datasets.load_dataset(source.hub, source.config, split=source.split)
     except Exception as exc:  # datasets raises many types (connection, not found, arrow); all are user-fixable
         what = ", ".join(source.files) if source.files else f"the hub dataset {source.hub} ({source.config or 'default'}, {source.split})"
+        hint = ("--data must be a JSON or JSONL file of the dataset's rows" if source.files else
+                "pass --data PATH to a local JSON/JSONL file or set UQH_SHARED_DATA to the shared data folder")
         raise UserError(
-            f"cannot load {what}: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}; "
-            "pass --data PATH to a local JSON/JSONL file or set UQH_SHARED_DATA to the shared data folder"
+            f"cannot load {what}: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}; {hint}"
         ) from None
+    finally:
+        library_log.setLevel(level)
     return [dict(r) for r in ds]
 
 

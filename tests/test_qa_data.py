@@ -222,3 +222,19 @@ def test_strategyqa_fallback_corpus_is_labelled_and_warned(tmp_path, caplog):
     assert "Julius Caesar had three children." in texts
     assert info["data_files"] == [str(SQA_FILE)] and len(info["data_sha256"]) == 64
     assert info["top_k"] == 3 and info["retrieval"] == "bm25"
+
+
+def test_a_data_file_that_is_not_json_gives_one_line_through_the_cli(tmp_path, capsys):
+    # the datasets library logs its own errors; uqh's one line is the only thing the user sees
+    from harness.cli import main
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("# not a data set\n\nsome prose\n")
+    out = tmp_path / "run"
+    assert main(["run", "--domain", "hotpotqa", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
+                 "--tasks", "2", "--data", str(notes), "--out", str(out), "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"uqh run: error: cannot load {notes}: ")
+    assert "--data must be a JSON or JSONL file" in captured.err and "pass --data" not in captured.err
+    assert not out.exists()
