@@ -14,7 +14,8 @@ subset), ``M`` independent continuation branches under the same model, prompt, d
    seed is ``derive_seed(run seed, "<source_id>@b<k>")``: deterministic in (run seed, episode, branch).
    Branches are written by the batch runner, so the continuation directory is resumable and crash-safe like
    any run; its manifest's ``RunConfig.continuation`` records the source run directory, the source config hash,
-   ``branches``, ``extra_steps`` and the continued prefix ids. The source run directory is only read.
+   ``branches``, ``extra_steps`` and the continued prefix ids. A larger ``branches`` resumes it too, keeping the
+   finished branches (:func:`check_resume`). The source run directory is only read.
    With ``--stop-rule ci:H`` (:mod:`harness.stop_rules`) the branches run in rounds and a prefix stops once its
    interval for q_Z is narrow enough (:func:`run_rounds`); branch k is the same episode under every rule.
 3. **q_Z** is not computed here (the write path never imports scoring): :func:`scoring.qz_audit.estimate_qz`
@@ -27,7 +28,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from harness.stop_rules import FIXED, StopRule, decide, parse_stop_rule, resolved_outcome
 from rundir.atomic import atomic_write_text
@@ -250,10 +251,45 @@ class ContinueReport:
     decisions: list[StopDecision] = field(default_factory=list)
     #: Branches the fixed design would run on the same prefixes (prefixes x ``--branches``).
     n_branches_max: int = 0
+    #: The ``--branches`` the run directory recorded when this call resumed it with a larger one (else None).
+    grown_from: int | None = None
 
     @property
     def n_branches_missing(self) -> int:
         return self.n_branches_planned - self.n_branches_written
+
+
+def check_resume(out_dir: Path, config_at: Callable[[int], RunConfig], branches: int) -> int:
+    """The ``--branches`` M recorded in ``out_dir``'s manifest, when ``out_dir`` can be resumed with ``branches``;
+    UserError, nothing written, otherwise. ``config_at(m)``: this continuation's config with M = ``m``.
+
+    Resuming needs the same config (:func:`harness.store.check_resumable` names the fields that differ), except
+    that M may grow: branch k of a prefix is the same episode at every M (:func:`branch_spec`), so the finished
+    branches are branches 0 .. M-1 of the larger run (a sequential rule's rounds below the recorded M are the same
+    at every larger M: :meth:`harness.stop_rules.StopRule.rounds`). A smaller M is refused: the directory holds
+    branches beyond it, which q_Z would average."""
+    from harness.store import check_resumable
+
+    recorded = (RunDir.open(out_dir).config.continuation or {}).get("branches")
+    if not isinstance(recorded, int) or recorded == branches:
+        check_resumable(out_dir, config_at(branches))
+        return branches
+    check_resumable(out_dir, config_at(recorded))  # all else as recorded, or the fields that differ are named
+    if branches < recorded:
+        raise UserError(
+            f"{out_dir} holds a continuation with --branches {recorded}; it cannot be resumed with fewer "
+            f"({branches}), as it may hold branches beyond them: re-run with --branches {recorded} or more "
+            "(the finished branches are kept), or use a new --out directory"
+        )
+    return recorded
+
+
+def _record_more_branches(store, config: RunConfig) -> None:
+    """Record the larger M of ``config`` in the manifest of ``store`` (open, holding the lock): its config and
+    hash, and the earlier M in ``info["branches_grown_from"]``."""
+    before = store.manifest.config.continuation["branches"]
+    store.manifest.config, store.manifest.config_hash = config, config.config_hash()
+    store.update_manifest_info(branches_grown_from=[*store.manifest.info.get("branches_grown_from", []), before])
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -281,7 +317,9 @@ def run_continuations(
     backend: Any = None,
 ) -> ContinueReport:
     """Replay-check the selected censored prefixes of ``source_dir`` and run ``branches`` continuation branches of
-    each faithful one into ``out_dir`` (created, or resumed when it holds the same continuation config).
+    each faithful one into ``out_dir`` (created, or resumed when it holds the same continuation config or the same
+    with fewer branches: :func:`check_resume`; the manifest then records the larger M, the finished branches are
+    kept).
 
     ``extra_steps`` defaults to the source step budget. The source directory is only read. ``stop_rule``
     (:mod:`harness.stop_rules`): ``fixed`` runs all ``branches`` at once; ``ci:H`` runs them in rounds and stops
@@ -293,7 +331,7 @@ def run_continuations(
     from harness import run_lock
     from harness.build import check_endpoint_list
     from harness.runner import run_batch
-    from harness.store import RunStore, check_out_dir, check_resumable
+    from harness.store import RunStore, check_out_dir
 
     source_dir, out_dir = Path(source_dir), Path(out_dir)
     check_endpoint_list([api_base] if isinstance(api_base, str) else list(api_base or ()))
@@ -303,11 +341,16 @@ def run_continuations(
     rule = stop_rule if isinstance(stop_rule, StopRule) else parse_stop_rule(stop_rule)
     prefixes = select_prefixes(manifest, episodes, n=n_prefixes, ids=ids)
     k = manifest.config.step_budget if extra_steps is None else extra_steps
-    config = continuation_config(manifest, source_dir, prefixes, branches=branches, extra_steps=k, api_base=api_base,
-                                 stop_rule=rule)
+
+    def config_at(m: int) -> RunConfig:
+        return continuation_config(manifest, source_dir, prefixes, branches=m, extra_steps=k, api_base=api_base,
+                                   stop_rule=rule)
+
+    config = config_at(branches)
     check_out_dir(out_dir)  # also refuses, naming it, another process writing out_dir
-    if (out_dir / MANIFEST_FILE).exists():
-        check_resumable(out_dir, config)  # resume refuses a different config: check now, before any replay work
+    recorded = branches
+    if (out_dir / MANIFEST_FILE).exists():  # resume refuses a different config: check now, before any replay work
+        recorded = check_resume(out_dir, config_at, branches)
 
     if backend is not None and hasattr(backend, "check"):
         backend.check(config)
@@ -328,9 +371,13 @@ def run_continuations(
         # Create the run directory first so that the skipped prefixes are recorded even if the run is interrupted;
         # its lock passes from the store to the scope without a gap.
         system_prompt = domain.system_prompt()
-        store = RunStore.open_or_create(out_dir, config, system_prompt=system_prompt, info=domain.manifest_info())
+        grown_from = recorded if recorded < branches else None
+        store = RunStore.open_or_create(out_dir, config_at(recorded), system_prompt=system_prompt,
+                                        info=domain.manifest_info())
         try:
             scope.enter_context(run_lock.hold(out_dir))
+            if grown_from is not None:  # before any branch of the larger M runs
+                _record_more_branches(store, config)
         finally:
             store.close()
         try:
@@ -342,8 +389,10 @@ def run_continuations(
         if hasattr(backend, "__enter__"):  # one connection (or local Ray instance) for every round
             own_scope.enter_context(backend)
         if not rule.is_fixed:
-            return run_rounds(config, out_dir, keep, rule, n_prefixes=len(prefixes), skipped=skipped,
-                              concurrency=concurrency, progress=progress, client_factory=client_factory, **options)
+            report = run_rounds(config, out_dir, keep, rule, n_prefixes=len(prefixes), skipped=skipped,
+                                concurrency=concurrency, progress=progress, client_factory=client_factory, **options)
+            report.grown_from = grown_from
+            return report
         specs = branch_specs(config, keep, branches)
         summary = None
         if specs:
@@ -359,6 +408,7 @@ def run_continuations(
             n_branches_written=written,
             summary=summary,
             n_branches_max=len(specs),
+            grown_from=grown_from,
         )
 
 
@@ -394,7 +444,9 @@ def run_rounds(
     of the fixed run. A decision reads only branches ``0 .. round target - 1`` from the run directory; a prefix
     whose round lost a branch (model failure) stays open and gets no further round in this call. Re-running
     replays the rounds (finished branches are not run again), runs what is missing and so takes the same
-    decisions on the same recorded outcomes -- resume needs no state beyond the episodes.
+    decisions on the same recorded outcomes -- resume needs no state beyond the episodes. Resumed with a larger M,
+    it takes the decisions of a fresh run with that M: the rounds below the old M are the same, so a prefix that
+    stopped below it stays stopped, and one that reached it is decided again by the new rounds.
     """
     from harness.loop import branch_episode_id
     from harness.runner import run_batch
@@ -408,6 +460,8 @@ def run_rounds(
     planned = 0
     for target in rule.rounds(max_branches):
         specs = branch_specs(config, open_prefixes, target, first=planned)
+        # planned before the round runs, so that a round a signal or a write failure stopped counts its branches
+        planned_of.update((ep.episode_id, target) for ep in open_prefixes)
         if any(s.episode_id not in done for s in specs):
             summaries.append(run_batch(config, out_dir, specs=specs, concurrency=concurrency, progress=progress,
                                        client_factory=client_factory, progress_label="uqh continue",
@@ -417,7 +471,6 @@ def run_rounds(
                 break
         still_open = []
         for ep in open_prefixes:
-            planned_of[ep.episode_id] = target
             outcomes = []
             for k in range(target):  # contiguous from branch 0: a decision never skips a missing branch
                 branch = done.get(branch_episode_id(ep.episode_id, k))

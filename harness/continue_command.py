@@ -3,7 +3,8 @@
     uqh continue RUN_DIR --branches M --extra-steps K [--prefixes N | --ids ID ...] [--min-valid 5]
                  --out CONT_DIR [--concurrency C] [--qz-method hybrid|mc|plugin] [--stop-rule fixed|ci:H]
 
-Re-running the same command resumes an interrupted continuation run (finished branches are kept).
+Re-running the same command resumes an interrupted continuation run (finished branches are kept); so does the
+same command with a larger --branches, which adds the missing branches (a smaller one is refused).
 With ``--qz-only`` no model is called: q_Z and the audit are recomputed from the branches already in CONT_DIR.
 """
 from __future__ import annotations
@@ -16,7 +17,8 @@ from harness.arg_types import finite_float
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="source run directory (read only)")
     p.add_argument("--branches", "-M", type=int, default=10,
-                   help="continuation branches per prefix (default 10); the maximum under a sequential --stop-rule")
+                   help="continuation branches per prefix (default 10); the maximum under a sequential --stop-rule. "
+                        "A larger M resumes CONT_DIR with its finished branches kept")
     p.add_argument("--stop-rule", default="fixed", metavar="RULE",
                    help="fixed (default: M branches per prefix, the paper's design) or ci:H (rounds of branches; a "
                         "prefix stops once its 95%% anytime-valid interval for q_Z has half-width <= H, else at M)")
@@ -129,6 +131,9 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
             workers=args.workers or 1,
             backend=backend,
         )
+        if report.grown_from is not None:
+            print(f"--branches {args.branches}: {args.out} had {report.grown_from} per prefix; its finished branches "
+                  "are kept")
         for s in report.skipped:
             print(f"skipped {s.episode_id}: {s.reason}")
         print(
@@ -178,10 +183,14 @@ def next_steps(estimate, out, args: argparse.Namespace) -> list[str]:
     exact = f"uqh score {source} --censoring exact --q-z {qz_file}"
     lines = []
     if c.retained == 0:
+        m = estimate.audit.cost.max_branches if estimate.audit.cost is not None else None
+        more = f"a --branches larger than {m}" if m else "a larger --branches"
+        again = "`uqh continue` without --qz-only" if args.qz_only else "the same command"
+        lower = " or lower --min-valid" if c.min_valid > 1 else ""
         lines.append(f"no prefix retained: none of the {c.prefixes_with_branches} continued prefixes has {c.min_valid} "
                      f"valid resolved branches (--min-valid {c.min_valid}); q_Z file has {c.records} estimates "
-                     f"({c.records_plugin} plug-in). Run more branches (the same command with a larger --branches "
-                     "keeps the finished ones) or lower --min-valid.")
+                     f"({c.records_plugin} plug-in). Run more branches ({again} with {more} keeps the finished "
+                     f"ones){lower}.")
     if c.records == 0:
         lines.append(f"next: uqh score {source} --censoring simple   (no q_hat_Z to score the exact censored "
                      "score with)")
@@ -203,5 +212,5 @@ def stop_summary(report) -> str:
             f"{by['max_branches']} at --branches; {report.n_branches_written} of at most {report.n_branches_max} "
             f"branches run ({100 * share:.0f}%)")
     if by[None]:
-        line += f"; {by[None]} prefixes open (a branch failed; re-run to resume)"
+        line += f"; {by[None]} prefixes open (a round did not finish; re-run to resume)"
     return line

@@ -125,7 +125,11 @@ class StopRule:
         return "fixed" if self.half_width is None else f"ci:{self.half_width:g}"
 
     def rounds(self, max_branches: int) -> list[int]:
-        """Cumulative branches per prefix after each round, ending at ``max_branches``."""
+        """Cumulative branches per prefix after each round, ending at ``max_branches``.
+
+        The rounds below ``max_branches`` are the same for every larger maximum, so a run resumed with a larger
+        ``--branches`` takes the same decisions up to the old maximum (:func:`harness.continuation.check_resume`).
+        """
         if max_branches < 1:
             raise ValueError("max_branches must be at least 1")
         if self.is_fixed:

@@ -191,9 +191,12 @@ def test_seeds_reproducible_and_resume(source_run, tmp_path):
     srv.requests.clear()
     rep = cont.run_continuations(src, a, branches=2, extra_steps=1, progress=False)
     assert srv.requests == [] and rep.n_branches_written == 6
-    # a different continuation config in the same directory is refused
+    # a different continuation config in the same directory is refused, as is a smaller M (a larger one resumes:
+    # tests/test_continue_resume.py)
     with pytest.raises(UserError, match="different config"):
-        cont.run_continuations(src, a, branches=3, extra_steps=1, progress=False)
+        cont.run_continuations(src, a, branches=2, extra_steps=2, progress=False)
+    with pytest.raises(UserError, match="cannot be resumed with fewer"):
+        cont.run_continuations(src, a, branches=1, extra_steps=1, progress=False)
 
 
 def test_tampered_prefix_is_reported_and_not_continued(source_run, tmp_path, capsys):

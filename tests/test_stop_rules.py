@@ -97,6 +97,14 @@ def test_rounds():
     assert StopRule(0.2).rounds(1) == [1] and FIXED.rounds(10) == [10]
 
 
+def test_rounds_below_a_maximum_are_the_same_at_every_larger_one():
+    """What resuming with a larger --branches relies on: up to the old maximum the same decisions are taken."""
+    rule = StopRule(0.2)
+    for m in range(1, 30):
+        for larger in range(m + 1, 31):
+            assert [r for r in rule.rounds(larger) if r < m] == [r for r in rule.rounds(m) if r < m]
+
+
 def test_all_failures_stop_where_the_half_width_first_reaches_h():
     # half-widths after n zeros (upper / 2): n=4 0.329, n=5 0.2925, n=9 0.2027, n=10 0.1885
     assert upper_after_zeros(4) / 2 > 0.3 > upper_after_zeros(5) / 2
