@@ -3,10 +3,11 @@ contents.
 
 What is shown: finished/planned for the whole run (episodes finished before a resume included; samples that
 sequential sampling skipped taken out of the plan), the whole run's stop reasons, calls/s and the ETA of this
-invocation, retries, infrastructure errors and the cost (``n/a`` until a priced call: an unpriced run never reads
-``$0``). On a terminal the bar fits 80 columns (the stop reasons are cut with an ellipsis first); otherwise a start
-line is printed at once and a status line every ``plain_every_s`` seconds (also while no episode finishes) and at
-the end.
+invocation, retries, infrastructure errors, and the tokens and cost of this invocation's calls (cost ``n/a`` until
+a priced call: an unpriced run never reads ``$0``); the calls of an episode that ends without being written count
+when it ends. On a terminal the bar fits 80 columns (the stop reasons are cut with an ellipsis first); otherwise a
+start line is printed at once and a status line every ``plain_every_s`` seconds (also while no episode finishes)
+and at the end.
 """
 from __future__ import annotations
 
@@ -17,16 +18,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from rundir.schema import Episode
+from rundir.schema import CallRecord, Episode
 
 
 @dataclass
-class EpisodeSummary:
-    """The accounting of the calls one finished episode made in this session: a copied prefix (continuation
-    branches) and steps restored from a checkpoint (made before a crash, counted by that session) excluded;
-    small and picklable."""
+class CallTotals:
+    """Totals over model calls that returned: tokens, cost (unpriced calls counted apart: they never add a fake
+    $0), calls without logprobs or with null content, and the retries before them; small and picklable."""
 
-    stop_reason: str
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -36,31 +35,41 @@ class EpisodeSummary:
     retries: int = 0
     content_null_calls: int = 0
 
+    def add_call(self, call: CallRecord) -> None:
+        self.calls += 1
+        self.retries += call.retries
+        self.content_null_calls += call.content_null
+        self.prompt_tokens += call.usage.prompt_tokens or 0
+        self.completion_tokens += call.usage.completion_tokens or 0
+        if call.cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += call.cost_usd
+        if not call.has_logprobs:
+            self.calls_without_logprobs += 1
+
+
+@dataclass(kw_only=True)
+class EpisodeSummary(CallTotals):
+    """A finished episode's stop reason and the totals of the calls it made in this session: a copied prefix
+    (continuation branches) and steps restored from a checkpoint (made before a crash, counted by that session)
+    excluded."""
+
+    stop_reason: str
+
     @classmethod
     def of(cls, episode: Episode) -> "EpisodeSummary":
         out = cls(stop_reason=episode.stop_reason.value)
         first = max(episode.prefix_steps, int(episode.info.get("resumed_after_step", 0) or 0))
-        attempts = [a for s in episode.steps[first:] for a in s.attempts]
-        attempts += list(episode.failed_step or [])
-        for att in attempts:
-            call = att.call
-            out.calls += 1
-            out.retries += call.retries
-            out.content_null_calls += call.content_null
-            out.prompt_tokens += call.usage.prompt_tokens or 0
-            out.completion_tokens += call.usage.completion_tokens or 0
-            if call.cost_usd is None:
-                out.unpriced_calls += 1
-            else:
-                out.cost_usd += call.cost_usd
-            if not call.has_logprobs:
-                out.calls_without_logprobs += 1
+        for att in [a for s in episode.steps[first:] for a in s.attempts] + list(episode.failed_step or []):
+            out.add_call(att.call)
         return out
 
 
 class BatchStats:
-    """Running totals of a batch: this invocation's finished episodes by stop reason, tokens, cost, retries, infra
-    errors; and the stop reasons of the planned episodes finished before it (a resume)."""
+    """Running totals of a batch: this invocation's finished episodes by stop reason, infra errors, and every call
+    it made with its tokens, cost and retries (those of episodes that did not finish included); and the stop
+    reasons of the planned episodes finished before it (a resume)."""
 
     def __init__(self, total: int, already_done: int = 0, stop_reasons_before: dict[str, int] | None = None):
         self.total = total
@@ -78,24 +87,36 @@ class BatchStats:
         self.calls_without_logprobs = 0
         self.retries = 0
         self.content_null_calls = 0
+        #: Of ``calls``: those of episodes that ended in this invocation without being written (failed on
+        #: infrastructure, cut short by a stop, or their write failed). Paid for all the same.
+        self.unfinished_calls = 0
         self.infra_errors = 0
         self.error_messages: Counter[str] = Counter()
         self.started = time.monotonic()
         #: Calls answered so far in this process, counted as they return (:class:`CountingClient`): the rate while
-        #: long episodes are still running. Worker processes' calls count when their episodes finish.
+        #: long episodes are still running. Worker processes' calls count when their episodes end.
         self.live_calls = 0
 
-    def add(self, summary: "EpisodeSummary") -> None:
+    def add(self, summary: EpisodeSummary) -> None:
+        """A finished episode, with the calls it made in this session."""
         self.done += 1
         self.stop_reasons[summary.stop_reason] += 1
-        self.calls += summary.calls
-        self.prompt_tokens += summary.prompt_tokens
-        self.completion_tokens += summary.completion_tokens
-        self.cost_usd += summary.cost_usd
-        self.unpriced_calls += summary.unpriced_calls
-        self.calls_without_logprobs += summary.calls_without_logprobs
-        self.retries += summary.retries
-        self.content_null_calls += summary.content_null_calls
+        self._add_calls(summary)
+
+    def add_unfinished_calls(self, calls: CallTotals) -> None:
+        """The calls of an episode that ended in this session without being written."""
+        self._add_calls(calls)
+        self.unfinished_calls += calls.calls
+
+    def _add_calls(self, calls: CallTotals) -> None:
+        self.calls += calls.calls
+        self.prompt_tokens += calls.prompt_tokens
+        self.completion_tokens += calls.completion_tokens
+        self.cost_usd += calls.cost_usd
+        self.unpriced_calls += calls.unpriced_calls
+        self.calls_without_logprobs += calls.calls_without_logprobs
+        self.retries += calls.retries
+        self.content_null_calls += calls.content_null_calls
 
     def add_error(self, message: str, *, retries: int = 0) -> None:
         """An episode that failed on infrastructure; ``retries``: the transient failures its last call retried."""
@@ -163,8 +184,8 @@ class BatchStats:
 
 
 class CountingClient:
-    """Wraps a model client: every call that returns is counted into ``stats.live_calls`` (progress only; the
-    accounting of record is the finished episodes'). Everything else is the wrapped client's."""
+    """Wraps a model client: every call that returns is counted into ``stats.live_calls`` (the progress rate only;
+    the accounting is by episode: :class:`EpisodeSummary`, :class:`TotallingClient`). Everything else is the wrapped client's."""
 
     def __init__(self, inner, stats: BatchStats) -> None:
         self._inner = inner
@@ -174,6 +195,24 @@ class CountingClient:
         result = await self._inner.complete(messages, **kwargs)
         self._stats.live_calls += 1
         return result
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+class TotallingClient:
+    """Wraps a model client for one episode: the record of every call that returns is added to ``totals``, so the
+    calls of an episode that never finishes (whose record is never written) are still accounted. Everything else
+    is the wrapped client's."""
+
+    def __init__(self, inner, totals: CallTotals) -> None:
+        self._inner = inner
+        self._totals = totals
+
+    async def complete(self, messages, **kwargs):
+        completion = await self._inner.complete(messages, **kwargs)
+        self._totals.add_call(completion.call)
+        return completion
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)

@@ -243,8 +243,12 @@ def summary_rows(summary) -> list[tuple[str, str]]:
     if s.infra_errors:
         top = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3))
         rows.append(("infra errors", f"{s.infra_errors} this run, not written (re-run to resume): {top}"))
-    null = f", {s.content_null_calls} with null content" if s.content_null_calls else ""
-    rows.append(("model calls", f"{s.calls} ({s.calls_without_logprobs} without logprobs{null}); {s.retries} retries; "
+    calls = f"{s.calls} ({s.calls_without_logprobs} without logprobs"
+    if s.content_null_calls:
+        calls += f", {s.content_null_calls} with null content"
+    if s.unfinished_calls:  # paid for, though their episodes are not (yet) in the run directory
+        calls += f", {s.unfinished_calls} by episodes not finished"
+    rows.append(("model calls", f"{calls}); {s.retries} retries; "
                                 f"{s.rate_text()}; tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} "
                                 f"completion; {s.cost_text()}"))
     rows.append(("time", f"{duration_text(s.elapsed_s())} this run"))

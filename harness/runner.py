@@ -19,8 +19,9 @@ its share of the ``concurrency`` slots; the parent stays the single writer of th
 Stopping early -- the batch ends before its last episode, with a :class:`StopCause` in the summary, and re-running
 the same command resumes -- on
 - SIGINT or SIGTERM (:mod:`harness.stop`): in-flight episodes are cancelled at once (no model request is sent
-  after the signal; their checkpoints stay), episodes already finished are still written, worker processes and
-  the local model server are stopped, and the summary is returned within about a second;
+  after the signal; their checkpoints stay, and the summary counts their calls), episodes already finished are
+  still written, worker processes and the local model server are stopped, and the summary is returned within
+  about a second;
 - a run-directory write failure (:class:`rundir.errors.RunDirWriteError`: disk full, read-only file system): the
   store has cut its files back to the last whole episode;
 - an endpoint that cannot be reached on the first call (:class:`harness.model_types.EndpointUnreachable`: a wrong
@@ -52,7 +53,7 @@ from harness.loop import (
     open_episode,
     run_episode,
 )
-from harness.progress import BatchStats, CountingClient, EpisodeSummary, Progress
+from harness.progress import BatchStats, CallTotals, CountingClient, EpisodeSummary, Progress, TotallingClient
 from rundir.errors import RunDirWriteError, UserError
 from rundir.schema import ExecutionSettings, RunConfig
 
@@ -229,6 +230,7 @@ async def run_specs(
     on_done: Callable[[Any], None] | None = None,
     on_error: Callable[[EpisodeSpec, str, int], None],
     checkpoint_sink: Callable[[str, str], None] | None = None,
+    on_unfinished_calls: Callable[[CallTotals], None] | None = None,
 ) -> None:
     """Run episodes concurrently (at most ``ctx.concurrency`` at a time) on the current event loop.
 
@@ -239,6 +241,9 @@ async def run_specs(
     infrastructure. An episode that has finished is written and counted even when the batch is cancelled while
     its write is under way. ``checkpoint_sink(episode_id, json)`` receives the checkpoints instead of the files in
     ``ctx.run_dir`` (a process that does not write the run directory, e.g. a Ray actor on another machine).
+    ``on_unfinished_calls(totals)`` receives the calls of each episode that made some but ended without
+    ``persist`` taking its result (it failed on infrastructure, the batch was cancelled or stopped, or its write
+    failed): they were paid for, though no record of them is written.
 
     Raises :class:`BatchStopped` (after cancelling the other episodes) when a write to the run directory fails or
     the first call cannot reach the endpoint.
@@ -294,63 +299,73 @@ async def run_specs(
         io.submit(write_checkpoint_json, run_dir, partial.episode_id, data).add_done_callback(checkpoint_written)
 
     async def one(spec: EpisodeSpec) -> None:
-        async with sem:
-            env = None
-            try:
-                env, task_prompt, spec = await open_episode(domain, spec)
-                result = await run_episode(
-                    env,
-                    client,
-                    spec=spec,
-                    task_prompt=task_prompt,
-                    system_prompt=ctx.system_prompt,
-                    step_budget=spec.step_budget or ctx.config.step_budget,
-                    on_step=checkpoint if use_checkpoints else None,
-                )
-                if isinstance(spec.start, Resume):  # record that a crash split this episode
-                    result.episode.info["resumed_after_step"] = len(spec.start.steps)
-                annotate_canonical_answer(domain, result.episode)
-                cached = encoder.cached_rows(spec.episode_id)
-                if len(cached) <= len(result.sidecar):
-                    result.sidecar_json_prefix = cached
-            except EndpointUnreachable as exc:
-                stop_all(StopCause.unreachable(exc))
-                return
-            except (ModelCallFailed, EnvironmentUnavailable) as exc:
-                on_error(spec, f"model call failed: {_first_line(exc)}", getattr(exc, "retries", 0))
-                return
-            except Exception as exc:  # noqa: BLE001 - any other crash is an infra error, reported, re-queued
-                log.debug("episode %s crashed", spec.episode_id, exc_info=True)
-                on_error(spec, f"{type(exc).__name__}: {_first_line(exc)}", 0)
-                return
-            finally:
-                encoder.forget(spec.episode_id)
-                last_write.pop(spec.episode_id, None)
-                if env is not None:
-                    with contextlib.suppress(Exception):
-                        env.close()
-            written = io.submit(persist, result)
-            # If the batch is cancelled, the shielded future still gets the write's outcome, which is read from
-            # `written` below; mark it read too, or asyncio logs "Future exception was never retrieved" at exit.
-            shielded = asyncio.wrap_future(written)
-            shielded.add_done_callback(_mark_retrieved)
-            try:
-                value = await asyncio.shield(shielded)
-            except asyncio.CancelledError:
-                # Stopping: the episode is finished, so let its write (milliseconds) complete and count it.
+        calls = CallTotals()  # this episode's calls in this process (for on_unfinished_calls)
+        episode_client = TotallingClient(client, calls) if on_unfinished_calls is not None else client
+        handed_over = False  # persist took the finished episode: its record accounts for its calls
+        try:
+            async with sem:
+                env = None
                 try:
-                    value = written.result()
+                    env, task_prompt, spec = await open_episode(domain, spec)
+                    result = await run_episode(
+                        env,
+                        episode_client,
+                        spec=spec,
+                        task_prompt=task_prompt,
+                        system_prompt=ctx.system_prompt,
+                        step_budget=spec.step_budget or ctx.config.step_budget,
+                        on_step=checkpoint if use_checkpoints else None,
+                    )
+                    if isinstance(spec.start, Resume):  # record that a crash split this episode
+                        result.episode.info["resumed_after_step"] = len(spec.start.steps)
+                    annotate_canonical_answer(domain, result.episode)
+                    cached = encoder.cached_rows(spec.episode_id)
+                    if len(cached) <= len(result.sidecar):
+                        result.sidecar_json_prefix = cached
+                except EndpointUnreachable as exc:
+                    stop_all(StopCause.unreachable(exc))
+                    return
+                except (ModelCallFailed, EnvironmentUnavailable) as exc:
+                    on_error(spec, f"model call failed: {_first_line(exc)}", getattr(exc, "retries", 0))
+                    return
+                except Exception as exc:  # noqa: BLE001 - any other crash is an infra error, reported, re-queued
+                    log.debug("episode %s crashed", spec.episode_id, exc_info=True)
+                    on_error(spec, f"{type(exc).__name__}: {_first_line(exc)}", 0)
+                    return
+                finally:
+                    encoder.forget(spec.episode_id)
+                    last_write.pop(spec.episode_id, None)
+                    if env is not None:
+                        with contextlib.suppress(Exception):
+                            env.close()
+                written = io.submit(persist, result)
+                # If the batch is cancelled, the shielded future still gets the write's outcome, which is read
+                # from `written` below; mark it read too, or asyncio logs "Future exception was never retrieved"
+                # at exit.
+                shielded = asyncio.wrap_future(written)
+                shielded.add_done_callback(_mark_retrieved)
+                try:
+                    value = await asyncio.shield(shielded)
+                except asyncio.CancelledError:
+                    # Stopping: the episode is finished, so let its write (milliseconds) complete and count it.
+                    try:
+                        value = written.result()
+                    except RunDirWriteError as exc:
+                        causes.append(StopCause.write_failure(exc))
+                    else:
+                        handed_over = True
+                        if on_done is not None:
+                            on_done(value)
+                    raise
                 except RunDirWriteError as exc:
-                    causes.append(StopCause.write_failure(exc))
-                else:
-                    if on_done is not None:
-                        on_done(value)
-                raise
-            except RunDirWriteError as exc:
-                stop_all(StopCause.write_failure(exc))
-                return
-            if on_done is not None:
-                on_done(value)
+                    stop_all(StopCause.write_failure(exc))
+                    return
+                handed_over = True
+                if on_done is not None:
+                    on_done(value)
+        finally:
+            if not handed_over and calls.calls and on_unfinished_calls is not None:
+                on_unfinished_calls(calls)
 
     async def slot(pull) -> None:
         while (spec := await pull()) is not None:
@@ -458,14 +473,18 @@ def run_batch(
             return ep_summary
 
         def write(episode_id: str, episode_line: bytes, sidecar_bytes: bytes, ep_summary: EpisodeSummary) -> None:
-            store.append_serialized(episode_id, episode_line, sidecar_bytes)
+            try:
+                store.append_serialized(episode_id, episode_line, sidecar_bytes)
+            except RunDirWriteError:
+                stats.add_unfinished_calls(ep_summary)  # made (and paid for) in this session, just not written
+                raise
             counted(ep_summary)
 
         def counted(ep_summary: EpisodeSummary) -> None:
             stats.add(ep_summary)
             bar.update()
 
-        def error(spec: EpisodeSpec, message: str, retries: int = 0) -> None:
+        def error(spec: EpisodeSpec | None, message: str, retries: int = 0) -> None:
             stats.add_error(message, retries=retries)
             bar.update()
 
@@ -501,7 +520,7 @@ def run_batch(
 
                     hooks = BatchHooks(persist=persist, counted=counted, write=write, error=error,
                                        write_checkpoint=write_checkpoint, client_factory=client_factory,
-                                       stats=stats)
+                                       stats=stats, unfinished_calls=stats.add_unfinished_calls)
                     ran = (backend or LocalBackend(workers)).run(ctx, todo, domain, hooks)
                     summary.stopped, summary.worker_cpu_s = ran.stopped, ran.worker_cpu_s
                     summary.endpoint_calls = ran.endpoint_calls
@@ -578,11 +597,13 @@ async def _run_in_process(ctx: RunContext, specs, domain, persist, counted, erro
     ``endpoint_calls``, also when the batch stops early."""
     client = build_client(ctx.config, ctx.model, ctx.api_base, client_factory, timeout_s=ctx.timeout_s,
                           max_retries=ctx.max_retries, api_bases=ctx.api_bases)
+    unfinished_calls = None
     if stats is not None:  # calls/s in the progress line while episodes are still running
         client = CountingClient(client, stats)
+        unfinished_calls = stats.add_unfinished_calls
     try:
         await run_cancellable(run_specs(ctx, specs, domain=domain, client=client, persist=persist, on_done=counted,
-                                        on_error=error))
+                                        on_error=error, on_unfinished_calls=unfinished_calls))
     finally:
         if endpoint_calls is not None:
             endpoint_calls.extend(endpoint_counts(client))

@@ -4,7 +4,8 @@ The workers are forked from a fork server that preloaded the harness (spawned wh
 inherit the parent's open files -- the run directory's writer lock included. Each has its own event loop, model
 client and its share of the ``concurrency`` slots (the total stays ``concurrency``); every slot pulls the next
 episode from one shared job queue as it frees up (dynamic load balance). Workers write only their own checkpoint
-files; they send finished episodes (already serialized) to the parent, the single writer of the JSONL files.
+files; they send finished episodes (already serialized) to the parent, the single writer of the JSONL files, and the
+calls of every episode that ends without a result (failed, or cut short by a stop), which the parent counts.
 
 Stopping: the parent's first SIGINT/SIGTERM (or a fatal cause: a write failure, an unreachable endpoint) sends
 SIGTERM to every worker; a worker treats SIGINT and SIGTERM alike (a Ctrl-C reaches the whole process group):
@@ -59,10 +60,14 @@ _WORKER_PRELOAD = [
 ]
 
 
-def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error
+def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error, unfinished_calls
                 ) -> tuple[float, StopCause | None, list[EndpointCounts]]:
     """Run the episodes in worker processes; return the CPU seconds the workers reported, why the batch stopped
-    early (None: every episode was attempted) and the workers' per-endpoint counts (several endpoints)."""
+    early (None: every episode was attempted) and the workers' per-endpoint counts (several endpoints).
+
+    ``write(episode_id, line, rows, summary)`` appends and counts a finished episode; ``error(spec, message,
+    retries)`` counts an infrastructure failure, and ``unfinished_calls(totals)`` the calls of an episode that
+    ended without a result (:class:`harness.backends.BatchHooks`)."""
     mp_ctx = _mp_context(worker_preload(ctx.config, ctx.model, ctx.api_base))
     results = mp_ctx.Queue()  # children -> parent: finished episodes, errors, exits
     jobs = mp_ctx.Queue()  # parent -> children: specs pulled as slots free up (dynamic load balance)
@@ -91,7 +96,6 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
 
     cpu_s = 0.0
     endpoint_calls: list[EndpointCounts] = []
-    write_failed = False
     pending = {s.episode_id: s for s in specs}
     drained = 0  # workers whose slots all read their end marker
     with stop.on_stop(lambda signum: request_stop(StopCause.signal(signum))):
@@ -123,18 +127,17 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
                 kind = msg[0]
                 if kind == "done":
                     _, eid, line, rows, ep_summary = msg
-                    if write_failed:
-                        continue  # the store refuses appends after a write failure
-                    try:
+                    try:  # after a write failure the store refuses every append (its calls still count)
                         write(eid, line, rows, ep_summary)
                     except RunDirWriteError as exc:
-                        write_failed = True
                         request_stop(StopCause.write_failure(exc))
                         continue
                     pending.pop(eid, None)
                 elif kind == "error":
                     _, eid, message, retries = msg
                     error(pending.pop(eid, None), message, retries)
+                elif kind == "unfinished_calls":
+                    unfinished_calls(msg[1])
                 elif kind == "stopped":
                     request_stop(msg[1])
                 elif kind == "exit":
@@ -240,6 +243,9 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_cal
     def failed(spec: EpisodeSpec, message: str, retries: int = 0) -> None:
         results.put(("error", spec.episode_id, message, retries))
 
+    def unfinished(calls) -> None:  # sent at once: a worker killed after the stop grace still reported them
+        results.put(("unfinished_calls", calls))
+
     async def main() -> None:
         import multiprocessing as mp
         from concurrent.futures import ThreadPoolExecutor
@@ -263,7 +269,8 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_cal
             return loop.run_in_executor(pullers, jobs.get)
 
         try:
-            await run_cancellable(run_specs(ctx, pull, domain=domain, client=client, persist=done, on_error=failed))
+            await run_cancellable(run_specs(ctx, pull, domain=domain, client=client, persist=done, on_error=failed,
+                                            on_unfinished_calls=unfinished))
         finally:
             watcher.cancel()
             pullers.shutdown(wait=False)

@@ -128,7 +128,8 @@ def test_checkpointed_episode_resumes_from_last_step(fake_server, tmp_path):
         resumed_requests = srv.requests[n_before:]
     assert second.ok
     assert len(resumed_requests) == 1  # only step 2 was asked for
-    assert first.stats.calls == 0  # its one call belongs to an episode that did not finish in that session
+    # its one call counts in the session that made it, though its episode did not finish there
+    assert (first.stats.calls, first.stats.unfinished_calls) == (1, 1)
     assert second.stats.calls == 1  # the call restored from the checkpoint is not counted again
     assert [m["role"] for m in resumed_requests[0]["messages"]] == ["system", "user", "assistant", "user"]
     (ep,) = read_episodes(run)

@@ -45,6 +45,9 @@ class BatchHooks:
     client_factory: Callable[[str, str | None], Any] | None = None
     #: The progress line's counters (calls as they return, in-process runs only).
     stats: Any = None
+    #: Count the calls (:class:`harness.progress.CallTotals`) of an episode that ended without a result in another
+    #: process (failed, or cut short by a stop): made and paid for in this session, never written.
+    unfinished_calls: Callable[[Any], None] = lambda calls: None
 
 
 @dataclass
@@ -89,7 +92,7 @@ class LocalBackend:
         from harness.workers import run_workers
 
         result.worker_cpu_s, result.stopped, result.endpoint_calls = run_workers(
-            ctx, specs, self.workers, hooks.write, hooks.error)
+            ctx, specs, self.workers, hooks.write, hooks.error, hooks.unfinished_calls)
         return result
 
 
