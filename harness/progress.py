@@ -183,39 +183,40 @@ class BatchStats:
         )
 
 
-class CountingClient:
-    """Wraps a model client: every call that returns is counted into ``stats.live_calls`` (the progress rate only;
-    the accounting is by episode: :class:`EpisodeSummary`, :class:`TotallingClient`). Everything else is the wrapped client's."""
+class _ObservedClient:
+    """Wraps a model client and hands every completion that returns to ``on_return``. Everything else is the
+    wrapped client's."""
 
-    def __init__(self, inner, stats: BatchStats) -> None:
+    def __init__(self, inner, on_return: Callable[[object], None]) -> None:
         self._inner = inner
-        self._stats = stats
-
-    async def complete(self, messages, **kwargs):
-        result = await self._inner.complete(messages, **kwargs)
-        self._stats.live_calls += 1
-        return result
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-
-class TotallingClient:
-    """Wraps a model client for one episode: the record of every call that returns is added to ``totals``, so the
-    calls of an episode that never finishes (whose record is never written) are still accounted. Everything else
-    is the wrapped client's."""
-
-    def __init__(self, inner, totals: CallTotals) -> None:
-        self._inner = inner
-        self._totals = totals
+        self._on_return = on_return
 
     async def complete(self, messages, **kwargs):
         completion = await self._inner.complete(messages, **kwargs)
-        self._totals.add_call(completion.call)
+        self._on_return(completion)
         return completion
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
+
+
+class CountingClient(_ObservedClient):
+    """Every call that returns is counted into ``stats.live_calls`` (the progress rate only; the accounting is by
+    episode: :class:`EpisodeSummary`, :class:`TotallingClient`)."""
+
+    def __init__(self, inner, stats: BatchStats) -> None:
+        def count(_completion) -> None:
+            stats.live_calls += 1
+
+        super().__init__(inner, count)
+
+
+class TotallingClient(_ObservedClient):
+    """For one episode: the record of every call that returns is added to ``totals``, so the calls of an episode
+    that never finishes (whose record is never written) are still accounted."""
+
+    def __init__(self, inner, totals: CallTotals) -> None:
+        super().__init__(inner, lambda completion: totals.add_call(completion.call))
 
 
 def duration_text(seconds: float | None) -> str:
