@@ -288,8 +288,7 @@ def _record_more_branches(store, config: RunConfig) -> None:
     """Record the larger M of ``config`` in the manifest of ``store`` (open, holding the lock): its config and
     hash, and the earlier M in ``info["branches_grown_from"]``."""
     before = store.manifest.config.continuation["branches"]
-    store.manifest.config, store.manifest.config_hash = config, config.config_hash()
-    store.update_manifest_info(branches_grown_from=[*store.manifest.info.get("branches_grown_from", []), before])
+    store.replace_config(config, branches_grown_from=[*store.manifest.info.get("branches_grown_from", []), before])
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -258,6 +258,12 @@ class RunStore:
         self.manifest.info.update(info)
         self._write_manifest()
 
+    def replace_config(self, config: RunConfig, **info: Any) -> None:
+        """Record ``config`` (and its hash) as the run's from now on, with ``info``: for a change the caller has
+        checked keeps every written episode valid (a continuation grown to more branches)."""
+        self.manifest.config, self.manifest.config_hash = config, config.config_hash()
+        self.update_manifest_info(**info)
+
     def _write_manifest(self) -> None:
         try:
             atomic_write_text(self.run_dir / MANIFEST_FILE, self.manifest.model_dump_json(indent=2) + "\n")
