@@ -50,7 +50,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """Validate flags into :class:`scoring.pipeline.ScoreOptions` (UserError on bad input)."""
     from rundir.errors import UserError
-    from rundir.qz_file import read_qz_file
     from scoring.pipeline import ScoreOptions
     from scoring.rules import DEFAULT_SCORES, parse_score
     from scoring.streams import check_predictor
@@ -67,11 +66,10 @@ def options_from_args(args: argparse.Namespace):
     check_scheme(args.weights)
     if args.bootstrap < 0:
         raise UserError("--bootstrap must be >= 0")
-    q_z = None
     if args.censoring == "exact":
         if not args.q_z:
             raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
-        q_z = {k: r.q_hat_z for k, r in read_qz_file(args.q_z).items()}  # checked; each run's share: run()
+        # the file is read once the runs are known: each run gets its own share of it (run())
     elif args.q_z:
         raise UserError("--q-z is only used with --censoring exact")
     if args.include_parse_errors and args.censoring == "exclude":
@@ -84,7 +82,6 @@ def options_from_args(args: argparse.Namespace):
         weights=args.weights,
         censoring=args.censoring,
         labels=args.labels,
-        q_z=q_z,
         include_parse_errors=args.include_parse_errors,
         missing_qz=args.missing_qz,
         n_bootstrap=args.bootstrap,
