@@ -260,35 +260,56 @@ def prior_density(kind: str, grid: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
+def _posterior_tables(kind: str, h: float, max_branches: int, grid_size: int) -> tuple[dict, dict]:
+    """Per (n, successes) state: the share of the probability of q (given the outcomes, under the true q
+    distribution) that the best interval of half-width h holds, and the chance that the next branch succeeds."""
+    grid = (np.arange(grid_size) + 0.5) / grid_size  # cell midpoints: `window` cells span exactly 2h
+    window = int(round(2 * h * grid_size))
+    prior = prior_density(kind, grid)
+    log_prior = np.log(np.maximum(prior, 1e-300))
+    best, p_success = {}, {(0, 0): float((prior * grid).sum())}
+    for n in range(1, max_branches + 1):
+        for k in range(n + 1):
+            log_w = log_prior + k * np.log(grid) + (n - k) * np.log1p(-grid)
+            w = np.exp(log_w - log_w.max())
+            w /= w.sum()
+            cum = np.concatenate([[0.0], np.cumsum(w)])
+            best[n, k] = float((cum[window:] - cum[:-window]).max())
+            p_success[n, k] = float((w * grid).sum())
+    return best, p_success
+
+
+def _follow(stops: set, coverage_at: dict, p_success: dict, max_branches: int) -> tuple[float, float, float]:
+    """(branches / M, coverage, share stopped before M) of the rule that stops at the states in ``stops`` (and at
+    M), reporting an interval that covers with ``coverage_at[state]``: exact sums over outcome paths."""
+    reach, branches, covered, early = {(0, 0): 1.0}, 0.0, 0.0, 0.0
+    for n in range(1, max_branches + 1):
+        grown: dict[tuple[int, int], float] = {}
+        for (_, k), pr in reach.items():
+            a = p_success[n - 1, k]
+            grown[n, k + 1] = grown.get((n, k + 1), 0.0) + pr * a
+            grown[n, k] = grown.get((n, k), 0.0) + pr * (1 - a)
+        reach = {}
+        for state, pr in grown.items():
+            if n == max_branches or state in stops:
+                branches, covered = branches + pr * n, covered + pr * coverage_at[state]
+                early += pr if n < max_branches else 0.0
+            else:
+                reach[state] = pr
+    return branches / max_branches, covered, early
+
+
 def oracle_bayes(kind: str, h: float, max_branches: int, level: float = 0.95, grid_size: int = 20000) -> dict:
     """The fewest branches any rule can use when each early stop must report an interval of half-width <= h that
     holds ``level`` of the probability of q given the outcomes, with the true q distribution known (coverage
     averaged over prefixes: a weaker demand than coverage at every q). It looks after every branch and stops at
     the first outcome count where such an interval exists, so no rule of that kind stops earlier on any path.
-    A prefix that reaches M reports its shortest interval holding ``level``. Exact: a sum over the (n, successes)
-    states, no sampling."""
-    grid = (np.arange(grid_size) + 0.5) / grid_size  # cell midpoints: `window` cells span exactly 2h
-    window = int(round(2 * h * grid_size))
-    alive = {0: prior_density(kind, grid)}  # successes -> joint weight over q of reaching (n, successes) unstopped
-    branches = coverage = early = 0.0
-    for n in range(1, max_branches + 1):
-        grown: dict[int, np.ndarray] = {}
-        for k, w in alive.items():
-            grown[k] = grown.get(k, 0) + w * (1 - grid)
-            grown[k + 1] = grown.get(k + 1, 0) + w * grid
-        alive = {}
-        for k, w in grown.items():
-            mass = float(w.sum())
-            cum = np.concatenate([[0.0], np.cumsum(w / mass)])
-            best = float((cum[window:] - cum[:-window]).max())
-            if best >= level:
-                branches, coverage = branches + mass * n, coverage + mass * best
-                early += mass if n < max_branches else 0.0
-            elif n == max_branches:  # stops at M with its shortest `level` interval (wider than 2h)
-                branches, coverage = branches + mass * n, coverage + mass * level
-            else:
-                alive[k] = w
-    return {"kind": kind, "h": h, "level": level, "branches": branches / max_branches, "coverage": coverage,
+    A prefix that reaches M reports its shortest interval holding ``level``."""
+    best, p_success = _posterior_tables(kind, h, max_branches, grid_size)
+    stops = {s for s, share in best.items() if share >= level and s[0] < max_branches}
+    coverage_at = {s: share if share >= level else level for s, share in best.items()}
+    branches, coverage, early = _follow(stops, coverage_at, p_success, max_branches)
+    return {"kind": kind, "h": h, "level": level, "branches": branches, "coverage": coverage,
             "stopped_early": early}
 
 
@@ -298,23 +319,12 @@ def coverage_floor(kind: str, h: float, max_branches: int, target: float, grid_s
     share of the probability of q), and a prefix that reaches M may report [0, 1]. Minimises E[branches] +
     lam * P(miss) by backward induction over the (n, successes) states, which carry everything the decision
     needs, and mixes the two policies whose lam bracket the target (a randomised rule: the exact floor)."""
-    grid = (np.arange(grid_size) + 0.5) / grid_size
-    window = int(round(2 * h * grid_size))
-    log_prior = np.log(np.maximum(prior_density(kind, grid), 1e-300))
-    best, p_success = {}, {}
-    for n in range(1, max_branches + 1):
-        for k in range(n + 1):
-            log_w = log_prior + k * np.log(grid) + (n - k) * np.log1p(-grid)
-            w = np.exp(log_w - log_w.max())
-            w /= w.sum()
-            cum = np.concatenate([[0.0], np.cumsum(w)])
-            best[n, k] = float((cum[window:] - cum[:-window]).max()) if n < max_branches else 1.0
-            p_success[n, k] = float((w * grid).sum())
-    p_success[0, 0] = float((prior_density(kind, grid) * grid).sum())
+    best, p_success = _posterior_tables(kind, h, max_branches, grid_size)
+    coverage_at = {s: share if s[0] < max_branches else 1.0 for s, share in best.items()}
 
     def policy(lam: float) -> tuple[float, float]:
         value = {(max_branches, k): float(max_branches) for k in range(max_branches + 1)}
-        stops = {(max_branches, k) for k in range(max_branches + 1)}
+        stops = set()
         for n in range(max_branches - 1, 0, -1):
             for k in range(n + 1):
                 a = p_success[n, k]
@@ -323,20 +333,7 @@ def coverage_floor(kind: str, h: float, max_branches: int, target: float, grid_s
                 value[n, k] = min(stop_now, go_on)
                 if stop_now < go_on:
                     stops.add((n, k))
-        reach, branches, covered = {(0, 0): 1.0}, 0.0, 0.0
-        for n in range(1, max_branches + 1):
-            grown: dict[tuple[int, int], float] = {}
-            for (_, k), pr in reach.items():
-                a = p_success[n - 1, k]
-                grown[n, k + 1] = grown.get((n, k + 1), 0.0) + pr * a
-                grown[n, k] = grown.get((n, k), 0.0) + pr * (1 - a)
-            reach = {}
-            for state, pr in grown.items():
-                if state in stops:
-                    branches, covered = branches + pr * n, covered + pr * best[state]
-                else:
-                    reach[state] = pr
-        return branches / max_branches, covered
+        return _follow(stops, coverage_at, p_success, max_branches)[:2]
 
     lo, hi = 0.0, 1e6  # lam: 0 stops every prefix at once; 1e6 stops none early
     low, high = policy(lo), policy(hi)
