@@ -4,7 +4,7 @@
         [--no-ram-cache-run] [--out benchmarks/results/continuation.md]
 
 A continuation branch's first call sends the whole recorded prefix conversation (rebuilt from the record by
-``harness.loop.build_messages``; no model call is made *for* the prefix). All M branches of a prefix send the
+``uqh.harness.episode.loop.build_messages``; no model call is made *for* the prefix). All M branches of a prefix send the
 same prompt, so a server that caches prompts evaluates the prefix once. llama-cpp-python's server keeps the KV
 state of its last request and reuses the longest common token prefix (its ``cache_prompt`` behaviour); with
 ``--cache true`` it also keeps other prompts' states in RAM. Measured here, in one process, on two prefixes
@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import harness  # noqa: E402,F401 - sets the litellm env before litellm is imported
-from rundir.schema import Attempt, CallRecord, DecodingConfig, Step  # noqa: E402
+import uqh  # noqa: E402,F401 - sets the litellm env before litellm is imported
+from uqh.rundir.schema import Attempt, CallRecord, DecodingConfig, Step  # noqa: E402
 
 FILLER = (
     "The calculator log shows intermediate values computed so far, with carried digits and partial sums "
@@ -73,9 +73,9 @@ async def timed_calls(client, prompts: list[tuple[list[dict], int]]) -> tuple[fl
 
 def run_mode(server_cache: bool, orders: dict[str, list[str]], messages: dict[str, list[dict]], branches: int,
              max_tokens: int) -> dict[str, tuple[float, int, int]]:
-    from harness.continuation import branch_seed
-    from harness.local_model import LOCAL_MODELS, LocalModelServer, find_gguf
-    from harness.model_client import make_model_client
+    from uqh.harness.continuation import branch_seed
+    from uqh.harness.model.local import LOCAL_MODELS, LocalModelServer, find_gguf
+    from uqh.harness.model.client import make_model_client
 
     class Server(LocalModelServer):
         def command(self) -> list[str]:
@@ -125,7 +125,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "continuation.md"))
     args = ap.parse_args()
 
-    from harness.loop import build_messages
+    from uqh.harness.episode.loop import build_messages
 
     system = (ROOT / "prompts" / "arithmetic.txt").read_text()
     messages = {}

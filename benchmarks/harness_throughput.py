@@ -8,9 +8,9 @@ The fake server (tests/fake_openai_server.py) runs in a separate process and ans
 possible rate is C / L calls/s (the "bound"). For each concurrency C it measures:
 
 - ``bare litellm``: ``litellm.acompletion`` with logprobs, the baseline everybody starts from;
-- ``client (litellm)``: :func:`harness.model_client.make_model_client` forced onto its litellm path;
+- ``client (litellm)``: :func:`uqh.harness.model.client.make_model_client` forced onto its litellm path;
 - ``client (direct)``: the same client on its direct path (the default for OpenAI-compatible URLs);
-- ``harness``: the full batch runner (:func:`harness.runner.run_batch`, ``arithmetic`` domain, every step
+- ``harness``: the full batch runner (:func:`uqh.harness.runner.run_batch`, ``arithmetic`` domain, every step
   parsed, stepped and checkpointed, episodes + sidecar written with fsync) on the direct path;
 - ``harness --no-checkpoints``: the same without the per-step checkpoint files (shows what they cost);
 - ``harness --workers N``: the harness spread over N worker processes;
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import harness  # noqa: E402,F401 - sets the litellm env before litellm is imported
+import uqh  # noqa: E402,F401 - sets the litellm env before litellm is imported
 
 STEP_TEXT = (
     "<think>Compute it.</think>\n<action>Calc[2+3]</action>\n<confidence>0.7</confidence>\n"
@@ -148,8 +148,8 @@ def bench_bare_litellm(base_url: str, concurrency: int, n_calls: int) -> Cell:
 
 
 def bench_client(base_url: str, concurrency: int, n_calls: int, *, direct: bool) -> Cell:
-    from harness.model_client import make_model_client
-    from rundir.schema import DecodingConfig
+    from uqh.harness.model.client import make_model_client
+    from uqh.rundir.schema import DecodingConfig
 
     async def main():
         client = make_model_client("openai/fake", api_base=base_url, decoding=DecodingConfig(), timeout_s=60, direct=direct)
@@ -174,10 +174,11 @@ def bench_harness(
     base_url: str, concurrency: int, n_calls: int, *, workers: int, step_budget: int = 3, checkpoints: bool = True,
     model: str = "openai/fake",
 ) -> Cell:
-    from domains import get_domain_class
-    from harness.runner import prompt_sha256, run_batch
-    from rundir import RunDir
-    from rundir.schema import DecodingConfig, RunConfig
+    from uqh.domains.registry import get_domain_class
+    from uqh.harness.config.build import prompt_sha256
+    from uqh.harness.runner import run_batch
+    from uqh.rundir import RunDir
+    from uqh.rundir.schema import DecodingConfig, RunConfig
 
     domain = get_domain_class("arithmetic")({}, observation_chars=420)
     # Whole waves of C episodes (every step of every episode is one call), so the C/L bound is reachable.
@@ -193,7 +194,7 @@ def bench_harness(
         decoding=DecodingConfig(),
         step_budget=step_budget,
         prompt_sha256=prompt_sha256(domain.system_prompt()),
-        package_version=harness.__version__,
+        package_version=uqh.__version__,
     )
     with tempfile.TemporaryDirectory(prefix="uqh-bench-") as tmp:
         started = time.time()

@@ -13,7 +13,7 @@ so branch k of a prefix has the same outcome whichever rule runs it. ``uqh conti
 absolute error of q_hat against the true q and against the fixed-M q_hat, and the prompt tokens the server's
 OpenAI-style prefix cache served.
 
-**Part 2, simulation**: the same decision function (``harness.stop_rules.decide``) on ``--sim-prefixes`` simulated
+**Part 2, simulation**: the same decision function (``uqh.harness.sampling.branch_rules.decide``) on ``--sim-prefixes`` simulated
 prefixes per distribution -- uniform q, and a Table 7-shaped one (67.8% of prefixes stuck, q ~ U[0, 0.02]; the
 rest q ~ U[0.3, 1], so 23% above 0.5) -- for tight numbers. **Part 3**: the same rule against the fixed design of
 equal guaranteed precision (the smallest M whose interval has half-width <= H at every outcome count).
@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import harness  # noqa: E402,F401 - sets the litellm env before litellm is imported
-from harness.stop_rules import StopRule, confidence_sequence, decide  # noqa: E402
+import uqh  # noqa: E402,F401 - sets the litellm env before litellm is imported
+from uqh.harness.sampling.branch_rules import StopRule, confidence_sequence, decide  # noqa: E402
 
 CALC = "<think>keep going</think>\n<action>Calc[1+1]</action>\n<confidence>0.3</confidence>\n<explanation>e</explanation>"
 FINISH = "<think>done</think>\n<action>Finish[{a}]</action>\n<confidence>0.9</confidence>\n<explanation>e</explanation>"
@@ -55,7 +55,7 @@ FINISH = "<think>done</think>\n<action>Finish[{a}]</action>\n<confidence>0.9</co
 
 def unique_tasks(n: int) -> list[str]:
     """The first n arithmetic task ids with distinct questions (the server keys q on the question)."""
-    from domains.arithmetic import make_question
+    from uqh.domains.arithmetic import make_question
 
     seen, out, i = set(), [], 0
     while len(out) < n:
@@ -79,7 +79,7 @@ class KnownQ:
     def __call__(self, req: dict) -> str:
         if self.mode == "source":
             return CALC
-        from domains.arithmetic import safe_eval
+        from uqh.domains.arithmetic import safe_eval
 
         question = req["messages"][1]["content"]
         answer = int(safe_eval(re.search(r"What is (.*)\?", question).group(1)))
@@ -88,15 +88,16 @@ class KnownQ:
 
 
 def end_to_end(n_prefixes: int, max_branches: int, half_widths: list[float], concurrency: int) -> dict:
-    from domains import get_domain_class
-    from domains.arithmetic import make_question
+    from uqh.domains.registry import get_domain_class
+    from uqh.domains.arithmetic import make_question
     from fake_openai_server import FakeOpenAIServer
-    from harness.continuation import run_continuations
-    from harness.runner import prompt_sha256, run_batch
-    from reports.continuation_audit import audit_continuation
+    from uqh.harness.continuation import run_continuations
+    from uqh.harness.config.build import prompt_sha256
+    from uqh.harness.runner import run_batch
+    from uqh.reports.continuation_audit import audit_continuation
     from run_files import read_episodes
-    from rundir.reader import RunDir
-    from rundir.schema import DecodingConfig, RunConfig
+    from uqh.rundir.reader import RunDir
+    from uqh.rundir.schema import DecodingConfig, RunConfig
 
     tasks = unique_tasks(n_prefixes)
     q_true = {f"{t}#0": (i + 0.5) / n_prefixes for i, t in enumerate(tasks)}
@@ -108,7 +109,7 @@ def end_to_end(n_prefixes: int, max_branches: int, half_widths: list[float], con
             domain = get_domain_class("arithmetic")({})
             cfg = RunConfig(domain="arithmetic", task_ids=tasks, model="openai/fake", api_base=srv.base_url,
                             decoding=DecodingConfig(max_tokens=64, seed=42), step_budget=1,
-                            prompt_sha256=prompt_sha256(domain.system_prompt()), package_version=harness.__version__)
+                            prompt_sha256=prompt_sha256(domain.system_prompt()), package_version=uqh.__version__)
             assert run_batch(cfg, work / "src", progress=False, concurrency=concurrency).ok
             responder.mode = "branch"
             fixed_q = None
@@ -211,7 +212,7 @@ def matched_precision(h: float, n: int, kind: str = "uniform", seed: int = 1) ->
     cover = np.empty(n, bool)
     for i in range(n):
         s = np.cumsum(rng.uniform(size=m_h) < q[i])
-        for target in rounds:  # the rule of harness.stop_rules.decide (all branches resolve here)
+        for target in rounds:  # the rule of uqh.harness.sampling.branch_rules.decide (all branches resolve here)
             k = int(s[target - 1])
             if half(k, target) <= h or target == m_h:
                 break

@@ -8,8 +8,8 @@ seconds: arithmetic episodes are 2 calls (Calc, then Finish: clean, Y=1); tau2-r
 agent always responds, the scripted user stops after three messages; tau2's evaluator scores the ending), the same
 script as benchmarks/tau2_throughput.py. Each domain runs two batch sizes N1 < N2 on each backend, in one process:
 
-- ``local``: :func:`harness.runner.run_batch` in this process (after a warm-up batch: imports, Tau2's DB parse);
-- ``ray``: the same with :class:`harness.backends.ray_backend.RayBackend` on a local Ray instance started once by
+- ``local``: :func:`uqh.harness.runner.run_batch` in this process (after a warm-up batch: imports, Tau2's DB parse);
+- ``ray``: the same with :class:`uqh.harness.backends.ray_backend.RayBackend` on a local Ray instance started once by
   this script (``--actors`` actors; this machine's CPUs), so every batch makes its actors anew (a per-batch cost).
 
 A batch's cost is a fixed part (start-up: actors, imports, the domain through the object store) plus a marginal part
@@ -72,10 +72,10 @@ class Cell:
 
 
 def config_for(domain: str, n: int, url: str):
-    import harness
-    from harness.build import build_domain
-    from harness.runner import prompt_sha256
-    from rundir.schema import DecodingConfig, RunConfig
+    import uqh
+    from uqh.harness.config.build import build_domain
+    from uqh.harness.config.build import prompt_sha256
+    from uqh.rundir.schema import DecodingConfig, RunConfig
 
     if domain == "arithmetic":
         task_ids, samples, extra = [f"arith-{i:04d}" for i in range(n)], 1, {}
@@ -84,7 +84,7 @@ def config_for(domain: str, n: int, url: str):
         extra = dict(split="base", user_model="openai/fake-user", user_api_base=url)
     config = RunConfig(domain=domain, task_ids=task_ids, samples_per_task=samples, model="openai/fake-agent",
                        api_base=url, decoding=DecodingConfig(), step_budget=50 if domain != "arithmetic" else 4,
-                       prompt_sha256="", package_version=harness.__version__, **extra)
+                       prompt_sha256="", package_version=uqh.__version__, **extra)
     return config.model_copy(update={"prompt_sha256": prompt_sha256(build_domain(config).system_prompt())})
 
 
@@ -104,7 +104,7 @@ def _daemon_cpu(exclude: set[int]) -> dict[int, float]:
 
 
 def run_cell(domain: str, backend, n: int, url: str, concurrency: int, exclude: set[int]) -> Cell:
-    from harness.runner import run_batch
+    from uqh.harness.runner import run_batch
 
     config = config_for(domain, n, url)
     with tempfile.TemporaryDirectory(prefix="uqh-ray-bench-") as tmp:
@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve_forever(responder, args.latency)
     args.arith = [int(x) for x in args.arith.split(",")]
     args.tau2 = [int(x) for x in args.tau2.split(",")]
-    import harness  # noqa: F401 - sets the litellm environment before litellm is imported
-    from harness.backends.ray_backend import RayBackend
+    import uqh  # noqa: F401 - sets the litellm environment before litellm is imported
+    from uqh.harness.backends.ray_backend import RayBackend
 
     cells: list[Cell] = []
     with FakeServerProcess([sys.executable, __file__, "--serve", "--latency", str(args.latency)]) as server:

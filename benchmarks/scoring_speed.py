@@ -25,12 +25,12 @@ import numpy as np
 from scipy.special import beta as beta_fn
 from scipy.special import betainc
 
-from scoring.bootstrap import paired_bootstrap
-from scoring.calibration import cross_fit_platt, sigmoid
-from scoring.diagnostics import DIAGNOSTICS, ScalarDiagnostics, trajectory_scalar
-from scoring.rules import parse_score
-from scoring.tps import tps
-from scoring.weights import trajectory_weights
+from uqh.scoring.bootstrap import paired_bootstrap
+from uqh.scoring.calibration import cross_fit_platt, sigmoid
+from uqh.scoring.diagnostics import DIAGNOSTICS, ScalarDiagnostics, trajectory_scalar
+from uqh.scoring.rules import parse_score
+from uqh.scoring.tps import tps
+from uqh.scoring.weights import trajectory_weights
 
 RULES = ("log", "brier", "beta:2,4")
 
@@ -111,7 +111,7 @@ def loop_sigmoid(u):
 
 
 def loop_fit(recs, lam=1.0):
-    """recs: list of (forecast, y, w). Same procedure as scoring.calibration.fit_platt, in plain Python."""
+    """recs: list of (forecast, y, w). Same procedure as uqh.scoring.calibration.fit_platt, in plain Python."""
     sw = sum(w for _, _, w in recs)
     xr = [loop_logit(f) for f, _, _ in recs]
     mu = sum(w * x for x, (_, _, w) in zip(xr, recs)) / sw

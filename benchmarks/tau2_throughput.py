@@ -13,7 +13,7 @@ sends, awaited on the event loop instead of litellm's synchronous client in a th
 
 Cells, for each concurrency C (tau2-retail base tasks 0..T-1, several samples / trials each):
 
-- ``uqh``: the full batch runner in this process (``harness.runner.run_batch``: loop, tau2 environment, user
+- ``uqh``: the full batch runner in this process (``uqh.harness.runner.run_batch``: loop, tau2 environment, user
   simulator, evaluator, checkpoints, run directory with fsync), ``waves x C`` episodes;
 - ``uqh --workers N``: the same over N worker processes;
 - ``tau2 run``: tau2-bench's CLI (``--max-concurrency C``, ``--num-trials``), ``waves x C`` episodes (at least one
@@ -112,21 +112,22 @@ def _task_ids(n: int) -> list[str]:
 
 
 def _uqh_config(url: str, task_ids: list[str], samples: int):
-    import harness
-    from harness.runner import build_domain, prompt_sha256
-    from rundir.schema import DecodingConfig, RunConfig
+    import uqh
+    from uqh.harness.runner import build_domain
+    from uqh.harness.config.build import prompt_sha256
+    from uqh.rundir.schema import DecodingConfig, RunConfig
 
     config = RunConfig(
         domain="tau2-retail", split="base", task_ids=task_ids, samples_per_task=samples, model="openai/fake-agent",
-        api_base=url, decoding=DecodingConfig(), step_budget=50, prompt_sha256="", package_version=harness.__version__,
+        api_base=url, decoding=DecodingConfig(), step_budget=50, prompt_sha256="", package_version=uqh.__version__,
         user_model="openai/fake-user", user_api_base=url,
     )
     return config.model_copy(update={"prompt_sha256": prompt_sha256(build_domain(config).system_prompt())})
 
 
 def run_uqh(srv: Server, task_ids: list[str], samples: int, concurrency: int, workers: int) -> Cell:
-    from harness.runner import run_batch
-    from rundir import RunDir
+    from uqh.harness.runner import run_batch
+    from uqh.rundir import RunDir
 
     config = _uqh_config(srv.base_url, task_ids, samples)
     with tempfile.TemporaryDirectory(prefix="uqh-tau2-bench-") as tmp:
@@ -211,9 +212,9 @@ def per_call_cpu_ms(srv: Server, n: int = 50) -> tuple[float, float, float]:
     direct user path (``domains/tau2/user_client.py``, what uqh uses here); the agent's call (uqh's client)."""
     import asyncio
 
-    from domains.tau2.user_client import DirectUserGenerator
-    from harness.model_client import make_model_client
-    from rundir.schema import DecodingConfig
+    from uqh.domains.tau2.user_client import DirectUserGenerator
+    from uqh.harness.model.client import make_model_client
+    from uqh.rundir.schema import DecodingConfig
     from tau2.data_model.message import AssistantMessage
     from tau2.user.user_simulator import UserSimulator
 
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(x) for x in args.levels.split(",")]
     task_ids = _task_ids(args.tasks)
     os.environ.setdefault("OPENAI_API_KEY", "sk-fake-endpoint-ignores-it")
-    import harness  # noqa: F401 - sets the litellm environment before litellm is imported
+    import uqh  # noqa: F401 - sets the litellm environment before litellm is imported
 
     cells: list[Cell] = []
     tau2_startup = None

@@ -42,10 +42,10 @@ def naive_bm25(query_terms, docs, avgdl, df, n, k1=0.9, b=0.4):
 
 
 async def bench(args) -> str:
-    import harness  # noqa: F401  (environment defaults)
-    from domains import get_domain_class
-    from domains.webshop.lucene_analysis import analyze
-    from domains.webshop.search import product_search_text
+    import uqh  # noqa: F401  (environment defaults)
+    from uqh.domains.registry import get_domain_class
+    from uqh.domains.webshop.lucene_analysis import analyze
+    from uqh.domains.webshop.search import product_search_text
 
     opts = {"split": "all"}
     if args.data:

@@ -30,8 +30,8 @@ done
 # Expand groups (paper-all, paper-tau2) into preset names; unknown names fail here, before any run.
 expanded=$("$PY" -c '
 import sys
-from harness.presets import expand
-from rundir.errors import UserError
+from uqh.harness.config.presets import expand
+from uqh.rundir.errors import UserError
 try:
     for n in sys.argv[1:]:
         print("\n".join(expand(n)))
@@ -43,13 +43,13 @@ mapfile -t names <<<"$expanded"
 if [ "$dry_run" = 1 ]; then
   # the plan with exactly the flags the runs get (a group, e.g. paper-all, is planned in one process with a total)
   for name in "${presets[@]}"; do
-    "$PY" -m harness.cli run --preset "$name" --dry-run "${extra[@]}"
+    "$PY" -m uqh.cli run --preset "$name" --dry-run "${extra[@]}"
   done
   exit 0
 fi
 
 for name in "${names[@]}"; do
   echo "== $name"
-  "$PY" -m harness.cli run --preset "$name" "${extra[@]}"
+  "$PY" -m uqh.cli run --preset "$name" "${extra[@]}"
 done
 echo "done: run directories under runs/paper-*/; next: .venv/bin/uqh audit runs/paper-* && .venv/bin/uqh report runs/paper-* --out runs/report-paper"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from harness.loop import derive_seed, episode_id_for
+from uqh.harness.episode.loop import derive_seed, episode_id_for
 
 DESIGN = [5, 5, 4, 3, 2, 1, 0, 5]  # right answers out of 5 per task
 ARITH_PLAN = {f"arith-{i:04d}": ["R"] * c + ["W"] * (5 - c) for i, c in enumerate(DESIGN)}
@@ -25,7 +25,7 @@ def sample_of(plan: dict[str, list[str]], run_seed: int = 42):
 
 
 def arithmetic_agent(plan: dict[str, list[str]], run_seed: int = 42):
-    from domains.arithmetic import safe_eval
+    from uqh.domains.arithmetic import safe_eval
 
     who = sample_of(plan, run_seed)
 

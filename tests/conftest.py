@@ -21,7 +21,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _TESTS_DIR = str(Path(__file__).resolve().parent)
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
-# Subprocesses started by tests (`python -m harness.cli ...` in a temporary cwd) import this checkout's packages,
+# Subprocesses started by tests (`python -m uqh.cli ...` in a temporary cwd) import this checkout's packages,
 # not whatever an editable install points at.
 _REPO = str(Path(__file__).resolve().parent.parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p)

@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 
-from rundir.judgments import JudgeMetric
+from uqh.rundir.judgments import JudgeMetric
 
 LABEL_TO_CODE = {m.label.upper(): m.value for m in JudgeMetric}
 

@@ -1,4 +1,4 @@
-"""Write small but complete run directories with the rundir.schema models, for audit/report tests.
+"""Write small but complete run directories with the uqh.rundir.schema models, for audit/report tests.
 
 Every episode is spelled out by an :class:`EpisodeSpec`-like dict so that counts and means can be computed
 by hand in the tests.
@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rundir.schema import (
+from uqh.rundir.schema import (
     EPISODES_FILE,
     MANIFEST_FILE,
     SIDECAR_FILE,

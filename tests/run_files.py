@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rundir.reader import RunDir, read_jsonl
-from rundir.schema import EPISODES_FILE, SIDECAR_FILE, Episode, LogprobRow, Manifest
+from uqh.rundir.reader import RunDir, read_jsonl
+from uqh.rundir.schema import EPISODES_FILE, SIDECAR_FILE, Episode, LogprobRow, Manifest
 
 
 def read_manifest(run_dir: Path) -> Manifest:

@@ -1,10 +1,10 @@
-"""Build run directories in the exact run-directory schema (rundir.schema models) for the scoring tests."""
+"""Build run directories in the exact run-directory schema (uqh.rundir.schema models) for the scoring tests."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from rundir.schema import (
+from uqh.rundir.schema import (
     EPISODES_FILE,
     MANIFEST_FILE,
     SIDECAR_FILE,

@@ -15,11 +15,11 @@ import asyncio
 import json
 import time
 
-from domains import get_domain_class
-from domains.tau2_bench import message_from_dict
-from harness.loop import EpisodeSpec, run_episode
-from harness.model_client import make_model_client
-from rundir.schema import DecodingConfig, StopReason
+from uqh.domains.registry import get_domain_class
+from uqh.domains.tau2.domain import message_from_dict
+from uqh.harness.episode.loop import EpisodeSpec, run_episode
+from uqh.harness.model.client import make_model_client
+from uqh.rundir.schema import DecodingConfig, StopReason
 
 AGENT_MARK = "You are a customer-support agent operating in the tau2-bench domain"
 USER_MARK = "# User Simulation Guidelines"
@@ -129,7 +129,7 @@ def make_domain(name: str, srv, *, user_decoding: DecodingConfig | None = USER_D
 
 
 def play(domain, srv, task_id: str, *, step_budget: int = 50, episode_seed: int = 1000):
-    """One episode through ``harness.loop.run_episode``; checked against tau2's own path before it is returned."""
+    """One episode through ``uqh.harness.episode.loop.run_episode``; checked against tau2's own path before it is returned."""
 
     async def go():
         env = domain.make_env(task_id, episode_seed=episode_seed)

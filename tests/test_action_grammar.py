@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from domains import domain_names, get_domain_class
-from harness.cli import main
-from harness.model_client import grammar_text
+from uqh.domains.registry import domain_names, get_domain_class
+from uqh.cli import main
+from uqh.harness.model.client import grammar_text
 from test_runner import solver
 
 

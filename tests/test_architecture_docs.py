@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 
-from harness.cli import main
+from uqh.cli import main
 from scoring_fixtures import synthetic_run
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
@@ -20,13 +20,13 @@ def _block(section: str) -> str:
 
 def test_domain_example_runs_end_to_end(tmp_path, monkeypatch, fake_server):
     import domains
-    import domains.base
+    import uqh.domains.base
 
     (tmp_path / "prompts").mkdir()
     (tmp_path / "prompts" / "guess.txt").write_text("Guess the number. Use Guess[n].")
-    monkeypatch.setattr(domains.base, "PROMPTS_DIR", tmp_path / "prompts")
-    domains._load_all()
-    exec(compile(_block("## How to add a domain"), "docs/architecture.md", "exec"), {"__name__": "domains.guess"})
+    monkeypatch.setattr(uqh.domains.base, "PROMPTS_DIR", tmp_path / "prompts")
+    uqh.domains.registry._load_all()
+    exec(compile(_block("## How to add a domain"), "docs/architecture.md", "exec"), {"__name__": "uqh.domains.registry.guess"})
     try:
         def answer(req):
             last = req["messages"][-1]["content"]
@@ -39,7 +39,7 @@ def test_domain_example_runs_end_to_end(tmp_path, monkeypatch, fake_server):
             rc = main(["run", "--domain", "guess", "-D", "n_tasks=3", "--tasks", "3", "--model", "openai/fake",
                        "--api-base", srv.base_url, "--out", str(out), "--no-progress"])
         assert rc == 0
-        from rundir import RunDir
+        from uqh.rundir import RunDir
 
         run = RunDir.open(out)
         assert run.manifest.config.domain_options == {"n_tasks": 3} and len(run.episodes()) == 3
@@ -47,11 +47,11 @@ def test_domain_example_runs_end_to_end(tmp_path, monkeypatch, fake_server):
                      "--api-base", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "bad")]) == 2
         assert not (tmp_path / "bad").exists()
     finally:
-        domains._REGISTRY.pop("guess", None)
+        uqh.domains.registry._REGISTRY.pop("guess", None)
 
 
 def test_predictor_and_metric_examples_reach_the_score_output(tmp_path, capsys):
-    from scoring.registry import unregister_metric, unregister_predictor
+    from uqh.scoring.registry import unregister_metric, unregister_predictor
 
     run = synthetic_run(tmp_path / "run", n=30)
     exec(compile(_block("## How to add a predictor"), "docs/architecture.md", "exec"), {})

@@ -6,9 +6,9 @@ import io
 
 import pytest
 
-from harness.cli import main
-from rundir.errors import UserError
-from reports.audit import audit, load_runs, selection_diagnostic, termination_audit
+from uqh.cli import main
+from uqh.rundir.errors import UserError
+from uqh.reports.audit import audit, load_runs, selection_diagnostic, termination_audit
 from report_fixtures import tau2_like, webshop_like
 
 
@@ -64,7 +64,7 @@ def test_selection_diagnostic_means_by_hand(runs):
 
 
 def test_trajectory_without_any_confidence_is_counted_not_imputed(tmp_path):
-    from rundir.schema import StopReason
+    from uqh.rundir.schema import StopReason
     from report_fixtures import Ep, write_run
 
     d = write_run(tmp_path / "r", "webshop", 3, [
@@ -127,7 +127,7 @@ def test_runs_with_the_same_directory_name_get_distinct_labels(tmp_path):
 
 
 def test_markdown_number_formatting():
-    from reports.tables import Table, fmt
+    from uqh.reports.tables import Table, fmt
 
     assert [fmt(-0.00929), fmt(-0.6931), fmt(0.0), fmt(None), fmt(float("nan")), fmt(2290), fmt(True)] == [
         "-0.00929", "-0.693", "0.000", "—", "—", "2,290", "yes"]

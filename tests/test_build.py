@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 from test_tau2 import RETAIL_TASK, SOLVED_AGENT, USER_LINES, Script
 
-from domains import domain_names, get_domain_class
-from domains.base import Runtime
-from harness.build import RunOverrides, build_client, build_domain, draft, resolve_config
-from harness.cli import main
-from harness.presets import get_preset, plan
-from harness.run_command import add_arguments, overrides_from_args
-from rundir.errors import UserError
-from rundir.schema import RunConfig
+from uqh.domains.registry import domain_names, get_domain_class
+from uqh.domains.base import Runtime
+from uqh.harness.config.build import RunOverrides, build_client, build_domain, draft, resolve_config
+from uqh.cli import main
+from uqh.harness.config.presets import get_preset
+from uqh.harness.config.plan import plan
+from uqh.cli.run_command import add_arguments, overrides_from_args
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import RunConfig
 from run_files import read_manifest
 
 HERE = Path(__file__).resolve().parent
@@ -257,8 +258,8 @@ def test_plan_and_run_resolve_the_same_config(tmp_path, monkeypatch):
 
 
 def test_continuation_config_is_the_source_config_with_typed_updates(tmp_path):
-    from harness.continuation import continuation_config
-    from rundir.schema import Episode, Manifest, StopReason
+    from uqh.harness.continuation import continuation_config
+    from uqh.rundir.schema import Episode, Manifest, StopReason
 
     source_cfg = RunConfig(domain="tau2-retail", task_ids=["0", "1", "2"], model="openai/x", api_base="http://x/v1",
                            step_budget=3, prompt_sha256="p", package_version="0", domain_options={"max_hops": 9},
@@ -284,7 +285,7 @@ def test_continuation_config_is_the_source_config_with_typed_updates(tmp_path):
 
 
 def test_local_models_use_the_grammar_unless_no_grammar_and_the_cap_follows(tmp_path):
-    from harness.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
+    from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
 
     base = ["--domain", "arithmetic", "--tasks", "1", "--model", "local:smollm2", "--out", str(tmp_path / "r")]
     on = _resolve(base).decoding
@@ -298,7 +299,7 @@ def test_local_models_use_the_grammar_unless_no_grammar_and_the_cap_follows(tmp_
 
 
 def test_run_help_states_the_caps_the_manifest_records(tmp_path, capsys):
-    from harness.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
+    from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
 
     with pytest.raises(SystemExit):
         main(["run", "--help"])
@@ -313,7 +314,7 @@ def test_run_help_states_the_caps_the_manifest_records(tmp_path, capsys):
 
 
 def test_a_local_user_simulator_gets_a_recorded_completion_cap(tmp_path):
-    from harness.build import LOCAL_USER_MAX_TOKENS
+    from uqh.harness.config.build import LOCAL_USER_MAX_TOKENS
 
     cfg = _resolve(["--domain", "tau2-retail", "--tasks", "1", "--model", "openai/a", "--api-base", "http://a/v1",
                     "--user-model", "local:smollm2", "--out", str(tmp_path / "r")])

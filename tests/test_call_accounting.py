@@ -14,9 +14,9 @@ from fake_openai_server import count_prompt_tokens, tokenize
 from run_files import read_episodes, read_sidecar
 from test_runner import make_config, solver
 
-from domains.arithmetic import make_question
-from harness.run_command import summary_rows
-from harness.runner import run_batch
+from uqh.domains.arithmetic import make_question
+from uqh.cli.run_command import summary_rows
+from uqh.harness.runner import run_batch
 
 #: USD the fake server reports in ``usage.cost`` for every answer (as OpenRouter does): a priced run.
 COST_PER_CALL = 0.001
@@ -109,7 +109,7 @@ def test_calls_of_episodes_cut_short_by_a_stop_signal_are_counted(fake_server, t
 @pytest.mark.parametrize("workers", [1, 2])
 def test_calls_of_an_episode_whose_write_failed_are_counted(fake_server, tmp_path, monkeypatch, workers):
     """The disk fills up under the second episode's append: the batch stops, and its two calls still count."""
-    from harness import store
+    from uqh.harness.store import writer as store
 
     appended = []
     real_append = store.append_fsync

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from domains import domain_names, get_domain_class
-from domains.base import Domain
-from rundir.schema import Attempt, CallRecord, Episode, Step, StopReason
+from uqh.domains.registry import domain_names, get_domain_class
+from uqh.domains.base import Domain
+from uqh.rundir.schema import Attempt, CallRecord, Episode, Step, StopReason
 
 
 def step(action: str, t: int = 1, info: dict | None = None) -> Step:
@@ -74,7 +74,7 @@ def test_no_final_answer_is_the_no_answer_class(stop):
 
 def test_arithmetic_matches_what_the_environment_scored():
     """The class is the number the environment compared with the answer: equal classes, equal outcomes."""
-    from domains.arithmetic import ArithmeticEnv, make_question
+    from uqh.domains.arithmetic import ArithmeticEnv, make_question
 
     _, answer = make_question("arith-0007")
     for given in (f"{answer}", f"{answer}.0", f"{answer + 1}"):
@@ -95,7 +95,7 @@ def test_hotpotqa_squad_normalised_finish(answer, expected):
 
 
 def test_hotpotqa_class_agrees_with_exact_match():
-    from domains.hotpotqa import exact_match
+    from uqh.domains.qa.hotpotqa import exact_match
 
     a, b = "The Eiffel Tower", "eiffel tower!"
     assert exact_match(a, b) == 1
@@ -126,7 +126,7 @@ def test_webshop_purchased_asin_and_options():
 
 @pytest.fixture
 def webshop(tmp_path, monkeypatch):
-    import domains.webshop.goals as goals_mod
+    import uqh.domains.webshop.goals as goals_mod
     from test_webshop_env import make_catalog_dir
 
     monkeypatch.setattr(goals_mod, "CACHE_DIR", tmp_path / "cache")

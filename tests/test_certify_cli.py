@@ -10,8 +10,8 @@ import math
 import pytest
 
 from certify_agents import ARITH_PLAN, DESIGN, arithmetic_agent, strategyqa_agent
-from harness.cli import main
-from scoring.certify import split_calibration
+from uqh.cli import main
+from uqh.scoring.certify.certificate import split_calibration
 
 #: rank score per task of the arithmetic design: c >= 3 right answers of 5 -> the mode (1); 1-2 -> second (2);
 #: none -> never sampled (inf). arith-0006's samples: 2 wrong, 3 without an answer.
@@ -148,7 +148,7 @@ def test_runs_recorded_without_canonical_answers_are_canonicalised_now(arith_run
 
 
 def test_human_verification_round_trip(arith_run, tmp_path, capsys):
-    from domains.arithmetic import make_question
+    from uqh.domains.arithmetic import make_question
 
     sheet = tmp_path / "verify.csv"
     rc, out, err = certify(capsys, arith_run, "--cal-frac", "1.0", "--seed", "2", "--export-verification", sheet)
@@ -206,7 +206,7 @@ def _bad(tmp_path, rows, fieldnames=("task_id", "top_answer", "acceptable")):
     ("empty", "marks no task"),
 ])
 def test_bad_verification_file_one_line_exit_2(arith_run, tmp_path, capsys, case, fragment):
-    from domains.arithmetic import make_question
+    from uqh.domains.arithmetic import make_question
 
     right = str(make_question("arith-0000")[1])
     rows = {
@@ -274,7 +274,7 @@ def test_multiple_runs_give_one_summary_row_each(arith_run, capsys):
 def test_score_offers_self_consistency_predictors(arith_run, capsys):
     """Item 5: the mode frequency and the agreement of a task's samples are trajectory-level predictors of the
     scoring tables, computed from the recorded canonical answers."""
-    from scoring.streams import load_run
+    from uqh.scoring.streams import load_run
 
     data = load_run(arith_run)
     first_step = {str(e): data.offsets[i] for i, e in enumerate(data.episode_ids)}
@@ -300,7 +300,7 @@ def test_score_offers_self_consistency_predictors(arith_run, capsys):
 
 
 def test_strategyqa_run_and_certify(fake_server, tmp_path, capsys, monkeypatch):
-    from domains import get_domain_class
+    from uqh.domains.registry import get_domain_class
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
     domain = get_domain_class("strategyqa")({})

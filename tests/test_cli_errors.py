@@ -15,7 +15,7 @@ HEAVY = ("litellm", "openai", "tau2", "bm25s", "numpy", "scipy", "matplotlib", "
          "pyarrow", "jinja2", "playwright", "ray")
 DRIVER = f"""
 import json, sys
-from harness.cli import main
+from uqh.cli import main
 try:
     rc = main(sys.argv[1:])
 except SystemExit as exc:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from rundir.schema import EPISODES_FILE, SIDECAR_FILE
+from uqh.cli import main
+from uqh.rundir.schema import EPISODES_FILE, SIDECAR_FILE
 from run_files import read_episodes, read_manifest, read_sidecar, wait_for_lines
 from test_runner import solver
 
@@ -121,7 +121,7 @@ def test_resume_after_kill_9(fake_server, tmp_path, workers):
     n_tasks = 12
     before = _multiprocessing_pids()
     with fake_server(solver, latency_s=0.25) as srv:
-        cmd = [sys.executable, "-m", "harness.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
+        cmd = [sys.executable, "-m", "uqh.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
                "--api-base", srv.base_url, "--tasks", str(n_tasks), "--concurrency", "3", "--out", str(out),
                "--no-progress", "--workers", str(workers)]
         env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -207,7 +207,7 @@ def test_domain_options_only_when_set_and_grammar_forwarded(fake_server, tmp_pat
                    "--no-progress") == 0
         body = srv.requests[0]
     assert "<think>" in body["grammar"] and body["top_logprobs"] == 3
-    from harness.loop import derive_seed
+    from uqh.harness.episode.loop import derive_seed
 
     assert body["seed"] == derive_seed(7, "arith-0007#0")
     m = read_manifest(out)
@@ -243,7 +243,7 @@ def test_infra_error_exits_1_and_rerun_resumes(fake_server, tmp_path, capsys):
 
 def test_resume_progress_counts_the_whole_run_and_prints_before_the_first_episode(fake_server, tmp_path, capsys,
                                                                                  monkeypatch):
-    import harness.progress as progress
+    import uqh.harness.progress as progress
 
     monkeypatch.setattr(progress, "clock_text", lambda: "09:00:00")
     out = tmp_path / "run"
@@ -341,8 +341,8 @@ def test_invalid_api_base_writes_nothing_exit_2(tmp_path, capsys, url):
 
 
 def test_continue_refuses_credentials_in_its_api_base(tmp_path, capsys):
-    from harness.continuation import run_continuations
-    from rundir.errors import UserError
+    from uqh.harness.continuation import run_continuations
+    from uqh.rundir.errors import UserError
 
     with pytest.raises(UserError, match=r"\*\*\*@h/v1 contains credentials"):
         run_continuations(tmp_path / "src", tmp_path / "cont", branches=1, api_base="https://k:v@h/v1")
@@ -354,7 +354,7 @@ def test_dotenv_in_the_working_directory_is_read(tmp_path):
     (tmp_path / ".env").write_text("OPENROUTER_API_KEY=sk-or-from-dotenv\n")
     env = {k: v for k, v in os.environ.items() if k != "OPENROUTER_API_KEY"}
     env["PYTHONPATH"] = str(REPO)
-    cmd = [sys.executable, "-m", "harness.cli", "run", "--domain", "arithmetic", "--tasks", "1", "--out", "r",
+    cmd = [sys.executable, "-m", "uqh.cli", "run", "--domain", "arithmetic", "--tasks", "1", "--out", "r",
            "--dry-run"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -439,7 +439,7 @@ def test_a_finished_run_ends_with_a_next_hint_whose_commands_work(fake_server, t
 def test_non_finite_numbers_refused_before_anything_is_written(command, flag, value, tmp_path, capsys):
     # float() accepts them; a nan temperature used to be run, recorded as null, and then no command could read
     # the run directory
-    from harness.cli import main
+    from uqh.cli import main
 
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exited:
@@ -453,8 +453,8 @@ def test_non_finite_numbers_refused_before_anything_is_written(command, flag, va
 def test_build_layer_refuses_a_nan_temperature_from_the_python_api(tmp_path):
     import math
 
-    from harness.build import DecodingOverrides, RunOverrides, draft
-    from rundir.errors import UserError
+    from uqh.harness.config.build import DecodingOverrides, RunOverrides, draft
+    from uqh.rundir.errors import UserError
 
     overrides = RunOverrides(domain="arithmetic", tasks=1, model="openai/x", api_base="http://127.0.0.1:9/v1",
                              decoding=DecodingOverrides(temperature=math.nan), out=tmp_path / "r")

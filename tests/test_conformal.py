@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from scoring.certify import CertifyItem, CertifyOptions, certify_items, split_calibration
-from scoring.conformal import (
+from uqh.scoring.certify.certificate import CertifyItem, CertifyOptions, certify_items, split_calibration
+from uqh.scoring.certify.conformal import (
     conformal_k,
     conformal_threshold,
     conformal_thresholds,

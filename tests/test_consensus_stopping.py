@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.consensus import (
+from uqh.harness.sampling.consensus import (
     certify,
     check_rule,
     earliest_stop,

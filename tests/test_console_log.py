@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from harness import console_log
-from harness.cli import main
+from uqh.cli import console_log
+from uqh.cli import main
 from test_runner import solver
 
 
@@ -32,8 +32,8 @@ def _emit_mixture() -> None:
         bm25s.setLevel(old)
     logging.getLogger("asyncio").debug("Using selector: EpollSelector")
     logging.getLogger("litellm").warning("some library chatter")
-    logging.getLogger("harness.local_model").info("local model server: starting smollm2")
-    logging.getLogger("domains.qa_common").warning("StrategyQA: using the fallback corpus\nsecond line")
+    logging.getLogger("uqh.harness.model.local").info("local model server: starting smollm2")
+    logging.getLogger("uqh.domains.qa.common").warning("StrategyQA: using the fallback corpus\nsecond line")
 
 
 def test_normal_run_prints_our_warnings_as_one_line_notices_and_nothing_else(capsys):
@@ -48,7 +48,7 @@ def test_verbose_shows_our_details_with_a_timestamp_and_other_libraries_warnings
     lines = capsys.readouterr().err.splitlines()
     stamp = r"\d\d:\d\d:\d\d\.\d{3} "
     assert re.fullmatch(stamp + r"WARNING litellm: some library chatter", lines[0])
-    assert re.fullmatch(stamp + r"harness\.local_model: local model server: starting smollm2", lines[1])
+    assert re.fullmatch(stamp + r"uqh\.harness\.model\.local: local model server: starting smollm2", lines[1])
     assert re.fullmatch(stamp + r"WARNING domains\.qa_common: StrategyQA: using the fallback corpus", lines[2])
     assert not any("bm25s" in ln or "selector" in ln for ln in lines)
 
@@ -68,7 +68,7 @@ def test_uqh_v_run_shows_the_endpoint_and_each_retry_with_its_reason(fake_server
     with fake_server(solver, faults=["503"]) as srv:
         assert main(["-v", *_run(tmp_path, srv)]) == 0
     err = capsys.readouterr().err
-    assert f"harness.build: agent model openai/fake at {srv.base_url} (" in err
+    assert f"uqh.harness.config.build: agent model openai/fake at {srv.base_url} (" in err
     retry = [ln for ln in err.splitlines() if "transient failure" in ln]
     assert len(retry) == 1 and "503" in retry[0] and "retry 1/6" in retry[0], err
 

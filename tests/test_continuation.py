@@ -15,16 +15,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import harness
-from domains import get_domain_class
-from domains.arithmetic import make_question
-from harness import continuation as cont
-from reports.continuation_audit import audit_continuation
-from harness.cli import main as uqh
-from harness.loop import build_messages, derive_seed
-from harness.runner import prompt_sha256, run_batch
-from rundir.errors import UserError
-from rundir.schema import DecodingConfig, Episode, RunConfig, StopReason
+from uqh import __version__ as uqh_version
+from uqh.domains.registry import get_domain_class
+from uqh.domains.arithmetic import make_question
+from uqh.harness import continuation as cont
+from uqh.reports.continuation_audit import audit_continuation
+from uqh.cli import main as uqh
+from uqh.harness.episode.loop import build_messages, derive_seed
+from uqh.harness.config.build import prompt_sha256
+from uqh.harness.runner import run_batch
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import DecodingConfig, Episode, RunConfig, StopReason
 from run_files import read_episodes, read_manifest
 
 CALC = "<think>keep going</think>\n<action>Calc[1+1]</action>\n<confidence>{c}</confidence>\n<explanation>unsure</explanation>"
@@ -58,7 +59,7 @@ class Responder:
 
 
 def _answer(question: str) -> int:
-    from domains.arithmetic import safe_eval
+    from uqh.domains.arithmetic import safe_eval
 
     expr = re.search(r"What is (.*)\?", question).group(1)
     return int(safe_eval(expr))
@@ -80,7 +81,7 @@ def make_config(domain: str, task_ids, base_url: str, *, step_budget: int, optio
         step_budget=step_budget,
         domain_options=options or {},
         prompt_sha256=prompt_sha256(d.system_prompt()),
-        package_version=harness.__version__,
+        package_version=uqh_version,
     )
 
 
@@ -254,7 +255,7 @@ def test_user_errors(source_run, tmp_path, capsys):
 
 
 def _write_run(run_dir: Path, config: RunConfig, episodes: list[Episode], system_prompt: str = "sys") -> None:
-    from harness.store import RunStore
+    from uqh.harness.store.writer import RunStore
 
     with RunStore.open_or_create(run_dir, config, system_prompt=system_prompt) as store:
         for ep in episodes:
@@ -262,7 +263,7 @@ def _write_run(run_dir: Path, config: RunConfig, episodes: list[Episode], system
 
 
 def _step(t, conf, action="Calc[1+1]", obs="Result: 2", repairs=0):
-    from rundir.schema import Attempt, CallRecord, Step
+    from uqh.rundir.schema import Attempt, CallRecord, Step
 
     return Step(t=t, think="", action=action, verbal_confidence=conf, explanation="e", observation=obs,
                 repair_attempts=repairs, attempts=[Attempt(attempt=0, raw_text="x", call=CallRecord(model="m"))])
@@ -271,7 +272,7 @@ def _step(t, conf, action="Calc[1+1]", obs="Result: 2", repairs=0):
 def test_estimate_qz_on_generated_runs(tmp_path):
     """Aggregation with unresolved / parse-error branches, sensitivity rows, hybrid plug-in and the projection
     identity (to 1e-12), on run directories written directly."""
-    from rundir.qz_file import read_qz_file
+    from uqh.rundir.qz_file import read_qz_file
 
     rng = np.random.default_rng(5)
     Z = 4
@@ -327,7 +328,7 @@ def test_estimate_qz_on_generated_runs(tmp_path):
     assert a.identity_max_error < 1e-12
     assert a.counts.max_abs_branch_vs_source_forecast == 0.0
     # Eq. (17): exact - simple = q * sum_t w_t logit(F_t), per prefix
-    from scoring.weights import trajectory_weights
+    from uqh.scoring.weights import trajectory_weights
 
     for row in a.per_prefix:
         i = int(row.episode_id[1:].split("#")[0])
@@ -435,8 +436,8 @@ def test_hotpotqa_branch_resumes_lookup_cursor(tmp_path, fake_server):
 def test_interrupted_branch_resumes_from_its_checkpoint(source_run, tmp_path):
     """Issue item 6 through the same machinery: a branch whose model fails mid-way keeps its checkpoint (prefix +
     completed new steps); re-running continues from the last completed step instead of restarting."""
-    from harness.model_client import make_model_client
-    from harness.model_types import ModelCallFailed
+    from uqh.harness.model.client import make_model_client
+    from uqh.harness.model.errors import ModelCallFailed
 
     src, srv, responder = source_run
     responder.mode = "source"  # always Calc: branches only end on their budget
@@ -562,7 +563,7 @@ def test_webshop_branch_resumes_page_and_selected_options(tmp_path, fake_server)
 
     with fake_server(shopper) as srv:
         cfg = RunConfig(domain="webshop", task_ids=[task], model="openai/fake", api_base=srv.base_url, step_budget=3,
-                        prompt_sha256=prompt_sha256(ws.system_prompt()), package_version=harness.__version__,
+                        prompt_sha256=prompt_sha256(ws.system_prompt()), package_version=uqh_version,
                         decoding=DecodingConfig(max_tokens=64))
         src = tmp_path / "src"
         assert run_batch(cfg, src, progress=False).ok
@@ -604,7 +605,7 @@ def _held_by_another_process(path: Path) -> bool:
     import subprocess
     import sys
 
-    code = "import sys; from harness import run_lock; print(run_lock.is_held(sys.argv[1]))"
+    code = "import sys; from uqh.harness.store import lock as run_lock; print(run_lock.is_held(sys.argv[1]))"
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent, check=True)
     return done.stdout.strip() == "True"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from harness.cli import main as uqh
-from rundir.schema import StopReason
+from uqh.cli import main as uqh
+from uqh.rundir.schema import StopReason
 from run_files import read_episodes, read_manifest
 
 SEARCH = "<think>t</think>\n<action>Search[hoodie]</action>\n<confidence>0.4</confidence>\n<explanation>e</explanation>"

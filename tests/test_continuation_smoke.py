@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from harness.cli import main as uqh
-from rundir.schema import StopReason
+from uqh.cli import main as uqh
+from uqh.rundir.schema import StopReason
 from run_files import read_episodes, read_manifest
 
 

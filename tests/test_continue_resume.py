@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from harness.cli import main as uqh
-from harness.runner import run_batch
+from uqh.cli import main as uqh
+from uqh.harness.runner import run_batch
 from run_files import read_episodes, read_manifest
 from test_continuation import Responder, make_config, tree_digest
 from test_qz_sequential import TASKS as SIX_TASKS

@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from harness.backends.ray_actor import code_digest
-from harness.backends.ray_backend import forwarded_environment
-from harness.build import build_domain
-from harness.loop import EpisodeSpec, open_episode
-from rundir.schema import RunConfig
+from uqh.harness.backends.ray_actor import code_digest
+from uqh.harness.backends.ray_backend import forwarded_environment
+from uqh.harness.config.build import build_domain
+from uqh.harness.episode.loop import EpisodeSpec, open_episode
+from uqh.rundir.schema import RunConfig
 
 
 def _domain(name: str, **options):
@@ -50,7 +50,7 @@ def test_a_pickled_domain_carries_its_data_and_opens_the_same_episodes(name, opt
 
 
 def test_a_pickled_webshop_domain_needs_no_data_files(tmp_path, monkeypatch):
-    from domains.qa_common import shared_data_root
+    from uqh.domains.qa.common import shared_data_root
 
     src = shared_data_root() / "webshop"
     data = tmp_path / "webshop"
@@ -59,7 +59,7 @@ def test_a_pickled_webshop_domain_needs_no_data_files(tmp_path, monkeypatch):
     domain.load_data()
     blob = pickle.dumps(domain)
     shutil.rmtree(data)  # as on a node without the files
-    monkeypatch.setattr("domains.webshop._RESOURCE_CACHE", {})  # nor this process's cache of them
+    monkeypatch.setattr("uqh.domains.webshop._RESOURCE_CACHE", {})  # nor this process's cache of them
     copy = pickle.loads(blob)
     tasks = copy.all_task_ids()
     assert tasks == domain.all_task_ids()

@@ -12,13 +12,13 @@ import socket
 
 import pytest
 
-from harness.cli import main
-from harness.endpoints import EndpointPool, endpoint_summary_lines, merge_counts, EndpointCounts
-from harness.model_client import make_model_client
-from harness.model_types import EndpointUnreachable
-from harness.runner import run_batch
-from rundir.reader import RunDir
-from rundir.schema import DecodingConfig, RunConfig
+from uqh.cli import main
+from uqh.harness.model.endpoints import EndpointPool, endpoint_summary_lines, merge_counts, EndpointCounts
+from uqh.harness.model.client import make_model_client
+from uqh.harness.model.errors import EndpointUnreachable
+from uqh.harness.runner import run_batch
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import DecodingConfig, RunConfig
 from test_runner import make_config, solver
 
 STEP = "<think>t</think>\n<action>Finish[1]</action>\n<confidence>0.5</confidence>\n<explanation>e</explanation>"
@@ -82,7 +82,7 @@ def test_a_slow_endpoint_gets_fewer_calls(fake_server):
 
 
 def test_a_failing_endpoint_leaves_the_rotation_with_a_warning_and_is_retried_later(fake_server, caplog):
-    caplog.set_level(logging.WARNING, logger="harness.endpoints")
+    caplog.set_level(logging.WARNING, logger="uqh.harness.model.endpoints")
     with fake_server(STEP) as good, fake_server(STEP, faults=["500"] * 1000) as bad:
         client = _client([good.base_url, bad.base_url])
         pool, now = _on_manual_clock(client)
@@ -104,7 +104,7 @@ def test_a_failing_endpoint_leaves_the_rotation_with_a_warning_and_is_retried_la
 
 
 def test_an_endpoint_that_recovers_is_back_in_rotation(fake_server, caplog):
-    caplog.set_level(logging.WARNING, logger="harness.endpoints")
+    caplog.set_level(logging.WARNING, logger="uqh.harness.model.endpoints")
     with fake_server(STEP) as good, fake_server(STEP, faults=["503"] * 3) as flaky:
         client = _client([good.base_url, flaky.base_url])
         pool, now = _on_manual_clock(client)

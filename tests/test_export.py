@@ -1,4 +1,4 @@
-"""`uqh export` and scoring.export: per-episode, per-step, per-token and score DataFrames whose values are the
+"""`uqh export` and uqh.scoring.export: per-episode, per-step, per-token and score DataFrames whose values are the
 scoring package's own (the streams it scores, the records of `uqh score`), with declared nullable dtypes."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.cli import main
+from uqh.cli import main
 from report_fixtures import tau2_like, webshop_like
-from rundir.reader import RunDir
-from scoring.export import (
+from uqh.rundir.reader import RunDir
+from uqh.scoring.export import (
     EPISODE_COLUMNS,
     STEP_COLUMNS,
     STEP_TAIL_COLUMNS,
@@ -23,10 +23,10 @@ from scoring.export import (
     steps_df,
     tokens_df,
 )
-from scoring.pipeline import ScoreOptions, score_run
-from scoring.registry import step_predictors
-from scoring.render import csv_records
-from scoring.streams import load_run
+from uqh.scoring.pipeline import ScoreOptions, score_run
+from uqh.scoring.registry import step_predictors
+from uqh.scoring.render import csv_records
+from uqh.scoring.streams import load_run
 from scoring_fixtures import synthetic_run
 
 

@@ -1,4 +1,4 @@
-"""Krippendorff's α and Cohen's κ (scoring.agreement): hand-computed cases, Krippendorff's (2011) printed worked
+"""Krippendorff's α and Cohen's κ (uqh.scoring.judges.agreement): hand-computed cases, Krippendorff's (2011) printed worked
 example, and numbers produced by other implementations (tests/data/judge_agreement_reference.json: the
 ``krippendorff`` package and scikit-learn, see tests/data/make_judge_agreement_reference.py)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scoring.agreement import (
+from uqh.scoring.judges.agreement import (
     alpha_from_coincidences,
     cohen_kappa,
     exact_agreement,
@@ -18,7 +18,7 @@ from scoring.agreement import (
     unit_value_counts,
     within_one_agreement,
 )
-from scoring.judges import first_confidence_drop
+from uqh.scoring.judges.analysis import first_confidence_drop
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "judge_agreement_reference.json").read_text())
 SCORES = np.arange(4)

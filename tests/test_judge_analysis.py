@@ -1,4 +1,4 @@
-"""The GPA-judge analysis (scoring.judges) on hand-made judgments: distributions, stability, failure prediction
+"""The GPA-judge analysis (uqh.scoring.judges.analysis) on hand-made judgments: distributions, stability, failure prediction
 by the scoring package's own diagnostics (and equal to `uqh score` for the confidence streams), localisation and
 human agreement against hand-computed values; and `uqh judge --report` end to end on a fake-served run."""
 from __future__ import annotations
@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 from fake_openai_server import FakeOpenAIServer
-from harness.cli import main
-from harness.judge import JudgmentStore, build_judge_config, open_runs
+from uqh.cli import main
+from uqh.harness.judge.runner import JudgmentStore, build_judge_config, open_runs
 from judge_fixtures import agent, judge
-from rundir.errors import UserError
-from rundir.judgments import JudgeAttempt, JudgeMetric, Judgment
-from rundir.schema import CallRecord, DecodingConfig, Usage
-from scoring.agreement import krippendorff_alpha
-from scoring.diagnostics import auprc, auroc
-from scoring.judge_results import JudgeAnalysis
-from scoring.judges import analyse_judgments
-from scoring.pipeline import ScoreOptions, score_run
-from scoring.streams import load_run
+from uqh.rundir.errors import UserError
+from uqh.rundir.judgments import JudgeAttempt, JudgeMetric, Judgment
+from uqh.rundir.schema import CallRecord, DecodingConfig, Usage
+from uqh.scoring.judges.agreement import krippendorff_alpha
+from uqh.scoring.diagnostics import auprc, auroc
+from uqh.scoring.judges.results import JudgeAnalysis
+from uqh.scoring.judges.analysis import analyse_judgments
+from uqh.scoring.pipeline import ScoreOptions, score_run
+from uqh.scoring.streams import load_run
 from scoring_fixtures import make_episode, write_run_dir
 
 GF, LC = JudgeMetric.GF, JudgeMetric.LC
@@ -240,13 +240,13 @@ def test_report_end_to_end(served, capsys):
 
 
 def load_run_episodes(run):
-    from rundir.reader import RunDir
+    from uqh.rundir.reader import RunDir
 
     return RunDir.open(run).episodes()
 
 
 def judgments(served):
-    from rundir.judgments import JudgeDir
+    from uqh.rundir.judgments import JudgeDir
 
     return JudgeDir.open(served / "judges").judgments()
 

@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from harness.judge_prompts import (
+from uqh.harness.judge.prompts import (
     JUDGE_PROMPTS_DIR,
     ReplyError,
     judge_messages,
@@ -14,9 +14,9 @@ from harness.judge_prompts import (
     prompts_sha256,
     render_trace,
 )
-from rundir.judgments import JudgeMetric, parse_metrics
-from rundir.errors import UserError
-from rundir.schema import Attempt, CallRecord
+from uqh.rundir.judgments import JudgeMetric, parse_metrics
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import Attempt, CallRecord
 from scoring_fixtures import make_episode
 
 SYSTEM = "You are an agent. Tools: Calc[expr], Finish[number]."

@@ -17,11 +17,11 @@ import pytest
 from run_files import wait_for_lines
 
 from fake_openai_server import FakeOpenAIServer
-from harness.cli import main
+from uqh.cli import main
 from judge_fixtures import agent, is_repair, judge, judge_reply, judged_metric
-from rundir.judgments import JUDGE_MANIFEST_FILE, JUDGMENTS_FILE, JudgeDir, JudgeMetric, Judgment
-from rundir.reader import RunDir, read_jsonl
-from rundir.schema import EPISODES_FILE
+from uqh.rundir.judgments import JUDGE_MANIFEST_FILE, JUDGMENTS_FILE, JudgeDir, JudgeMetric, Judgment
+from uqh.rundir.reader import RunDir, read_jsonl
+from uqh.rundir.schema import EPISODES_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 N_TASKS = 8
@@ -237,7 +237,7 @@ def test_resume_after_kill_9(judged_run, tmp_path):
     before_run = _digest(judged_run)
     planned = N_TASKS * 3
     with FakeOpenAIServer(judge, latency_s=0.2) as srv:
-        cmd = [sys.executable, "-m", "harness.cli", "judge", str(judged_run), "--judge-model", "openai/judge",
+        cmd = [sys.executable, "-m", "uqh.cli", "judge", str(judged_run), "--judge-model", "openai/judge",
                "--api-base", srv.base_url, "--metrics", "GF,EE,TC", "--concurrency", "2", "--out", str(out),
                "--no-progress"]
         env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -296,7 +296,7 @@ def test_a_second_judge_writer_is_refused(judged_run, tmp_path, capsys):
     out.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
-        "from harness import run_lock\n"
+        "from uqh.harness.store import lock as run_lock\n"
         "with run_lock.hold(sys.argv[1]):\n"
         "    print('held', flush=True)\n"
         "    time.sleep(60)\n"), str(out)], stdout=subprocess.PIPE, text=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rundir.errors import UserError
-from harness.local_model import (
+from uqh.rundir.errors import UserError
+from uqh.harness.model.local import (
     DEFAULT_API_MODEL,
     LOCAL_DEFAULT,
     LOCAL_MODELS,
@@ -24,8 +24,8 @@ from harness.local_model import (
     resolve_model,
     resolve_model_async,
 )
-from harness.model_client import make_model_client
-from rundir.schema import DecodingConfig
+from uqh.harness.model.client import make_model_client
+from uqh.rundir.schema import DecodingConfig
 
 
 def _alive(pid: int) -> bool:
@@ -158,7 +158,7 @@ def test_server_exiting_at_startup_is_a_clear_error(tmp_path):
 
 
 def test_exception_inside_block_stops_server():
-    from harness.local_model import _free_port
+    from uqh.harness.model.local import _free_port
 
     port = _free_port()
     script = str(Path(__file__).resolve().parent / "fake_openai_server.py")
@@ -296,7 +296,7 @@ def test_openai_compatible_model_check_needs_no_litellm_import():
 
     code = (
         "import sys, harness\n"
-        "from harness.local_model import check_credentials\n"
+        "from uqh.harness.model.local import check_credentials\n"
         "check_credentials('openai/my-vllm-model', 'http://127.0.0.1:9/v1')\n"
         "check_credentials('local:smollm2', None)\n"
         "print('litellm' in sys.modules)\n"

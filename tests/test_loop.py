@@ -12,9 +12,9 @@ import math
 
 import pytest
 
-from domains.arithmetic import ArithmeticDomain, ArithmeticEnv, make_question
-from domains.base import EnvResponse, Environment, ReplayMismatch
-from harness.loop import (
+from uqh.domains.arithmetic import ArithmeticDomain, ArithmeticEnv, make_question
+from uqh.domains.base import EnvResponse, Environment, ReplayMismatch
+from uqh.harness.episode.loop import (
     Branch,
     EpisodeSpec,
     Fresh,
@@ -25,9 +25,10 @@ from harness.loop import (
     open_episode,
     run_episode,
 )
-from harness.model_types import Completion, ModelCallFailed
-from harness.parsing import repair_message
-from rundir.schema import CallRecord, DecodingConfig, StopReason, TokenLogprob, TopLogprob, Usage
+from uqh.harness.model.types import Completion
+from uqh.harness.model.errors import ModelCallFailed
+from uqh.harness.episode.parsing import repair_message
+from uqh.rundir.schema import CallRecord, DecodingConfig, StopReason, TokenLogprob, TopLogprob, Usage
 
 SYSTEM = ArithmeticDomain().system_prompt()
 
@@ -237,7 +238,7 @@ def test_continue_from_prefix_without_prefix_calls():
 
 
 def _real_client(srv, **dec):
-    from harness.model_client import make_model_client
+    from uqh.harness.model.client import make_model_client
 
     return make_model_client("openai/fake", api_base=srv.base_url, decoding=DecodingConfig(**dec), max_retries=2,
                              backoff_initial_s=0.01, backoff_max_s=0.05, timeout_s=10)
@@ -389,7 +390,7 @@ def test_open_resume_whose_replay_fails_restarts_fresh(caplog):
     partial.steps[0].observation = "Result: -1"  # not what the environment says
     domain = _TrackedDomain()
     spec = EpisodeSpec("arith-0000#0", "arith-0000", seed=7, start=Resume(partial))
-    with caplog.at_level("WARNING", logger="harness.loop"):
+    with caplog.at_level("WARNING", logger="uqh.harness.episode.loop"):
         env, task_prompt, opened = asyncio.run(open_episode(domain, spec))
     assert opened == EpisodeSpec("arith-0000#0", "arith-0000", seed=7) and isinstance(opened.start, Fresh)
     assert len(domain.envs) == 2 and domain.envs[0].closed and env is domain.envs[1] and not env.closed

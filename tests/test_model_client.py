@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from fake_openai_server import FakeOpenAIServer, tokenize, top_logprobs_for
-from harness.model_client import (
+from uqh.harness.model.client import (
     convert_logprobs,
     grammar_text,
     is_transient,
@@ -20,8 +20,8 @@ from harness.model_client import (
     normalise_top_logprobs,
     rebuild_text,
 )
-from harness.model_types import ModelCallFailed
-from rundir.schema import DecodingConfig, TokenLogprob, TopLogprob
+from uqh.harness.model.errors import ModelCallFailed
+from uqh.rundir.schema import DecodingConfig, TokenLogprob, TopLogprob
 
 PATHS = ["litellm", "aiohttp", "openai"]  # transports: litellm, the direct path, the openai SDK
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
@@ -229,7 +229,7 @@ def _httpx_response(status):
 
 @pytest.mark.parametrize("transport", PATHS)
 def test_missing_logprobs_recorded_with_exactly_one_warning(fake_server, transport, caplog):
-    caplog.set_level(logging.WARNING, logger="harness.model_client")
+    caplog.set_level(logging.WARNING, logger="uqh.harness.model.client")
     with fake_server(STEP, logprobs=False) as srv:
         client = _client(srv, transport)
 
@@ -243,7 +243,7 @@ def test_missing_logprobs_recorded_with_exactly_one_warning(fake_server, transpo
         assert c.tokens is None
         assert c.call.has_logprobs is False
         assert c.text == STEP
-    warnings = [r for r in caplog.records if r.name == "harness.model_client" and r.levelno == logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == "uqh.harness.model.client" and r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "no token logprobs" in warnings[0].getMessage()
 
@@ -426,8 +426,8 @@ def test_direct_path_needs_neither_litellm_nor_openai_imports(fake_server):
 
     code = (
         "import sys, asyncio; import harness\n"
-        "from harness.model_client import make_model_client\n"
-        "from rundir.schema import DecodingConfig\n"
+        "from uqh.harness.model.client import make_model_client\n"
+        "from uqh.rundir.schema import DecodingConfig\n"
         "c = make_model_client('openai/fake', api_base=sys.argv[1], decoding=DecodingConfig())\n"
         "async def go():\n"
         "    r = await c.complete([{'role': 'user', 'content': 'x'}]); await c.aclose(); return r\n"
@@ -444,7 +444,7 @@ def test_direct_path_needs_neither_litellm_nor_openai_imports(fake_server):
 
 
 def test_backoff_is_exponential_with_jitter_and_honours_retry_after():
-    from harness.model_client import HTTPStatusFailure
+    from uqh.harness.model.client import HTTPStatusFailure
 
     c = make_model_client(
         "openai/x", api_base="http://127.0.0.1:1/v1", decoding=DecodingConfig(), backoff_initial_s=1.0, backoff_max_s=10.0
@@ -471,7 +471,7 @@ def test_broken_responder_fails_fast_with_its_message(fake_server):
 
 
 def test_check_response_classifies_bodies_without_a_completion():
-    from harness.model_client import HTTPStatusFailure, MalformedResponse, _check_response
+    from uqh.harness.model.client import HTTPStatusFailure, MalformedResponse, _check_response
 
     _check_response({"choices": [{"message": {"role": "assistant", "content": "x"}}]})  # fine
     with pytest.raises(MalformedResponse):
@@ -556,7 +556,7 @@ def _body(text: str, *, logprobs: bool = True, cost: float | None = None) -> dic
 
 def test_a_new_transport_plugs_in_without_touching_the_client():
     """Retries, checks, logprob conversion and accounting are the client's, whatever the transport."""
-    from harness.model_client import HTTPStatusFailure
+    from uqh.harness.model.client import HTTPStatusFailure
 
     transport = CannedTransport([ConnectionError("reset"), {"choices": []}, _body(STEP, cost=0.002)])
     client = make_model_client("my-provider/model", api_base=None, decoding=DecodingConfig(top_logprobs=3),
@@ -597,7 +597,7 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("transport", PATHS)
 @pytest.mark.parametrize("where,reason", [("dns", "DNS lookup failed"), ("refused", "connection refused")])
 def test_first_call_that_cannot_connect_fails_fast(transport, where, reason):
-    from harness.model_types import EndpointUnreachable
+    from uqh.harness.model.errors import EndpointUnreachable
 
     base = "http://nohost.invalid/v1" if where == "dns" else f"http://127.0.0.1:{_closed_port()}/v1"
     client = make_model_client("openai/fake", api_base=base, decoding=DecodingConfig(), max_retries=6,
@@ -613,7 +613,7 @@ def test_first_call_that_cannot_connect_fails_fast(transport, where, reason):
 
 def test_refused_connection_after_a_success_is_retried(fake_server):
     """Once the endpoint has answered, a refused connection is a restarting server: transient, retried."""
-    from harness.model_types import EndpointUnreachable
+    from uqh.harness.model.errors import EndpointUnreachable
 
     srv = fake_server(STEP).start()
     client = _client(srv, "aiohttp", max_retries=2)
@@ -693,8 +693,9 @@ def test_cached_prompt_tokens_recorded_and_priced_at_the_cache_rate(fake_server,
 
 
 def test_usage_cache_fields_from_each_provider_style():
-    from harness.model_client import _usage_of, cost_usd
-    from rundir.schema import Usage
+    from uqh.harness.model.client import _usage_of
+    from uqh.harness.model.pricing import cost_usd
+    from uqh.rundir.schema import Usage
 
     base = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}
     openai_style = {"usage": {**base, "prompt_tokens_details": {"cached_tokens": 800}}}
@@ -722,7 +723,7 @@ def test_usage_cache_fields_from_each_provider_style():
 
 
 def test_claude_models_get_cache_control_and_no_rejected_parameters():
-    from harness.transports import Endpoint, LitellmTransport, needs_cache_control, unsupported_params
+    from uqh.harness.model.transports import Endpoint, LitellmTransport, needs_cache_control, unsupported_params
 
     assert needs_cache_control("anthropic/claude-haiku-4-5") and needs_cache_control("openrouter/anthropic/claude-3.5-sonnet")
     assert not needs_cache_control("openai/gpt-4o") and not needs_cache_control("openrouter/google/gemma-4-31b-it")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.parsing import (
+from uqh.harness.episode.parsing import (
     GENERIC_FORMAT,
     ParseError,
     ParsedStep,
@@ -96,7 +96,7 @@ def test_repair_message_restates_domain_format():
 
 
 def test_real_prompt_format_block_found():
-    from domains.base import PROMPTS_DIR
+    from uqh.domains.base import PROMPTS_DIR
 
     block = format_block((PROMPTS_DIR / "arithmetic.txt").read_text())
     assert block.splitlines()[1] == "<action>Calc[...] or Finish[number]</action>"

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import presets
-from harness.build import RunOverrides, draft
-from rundir.errors import UserError
+from uqh.harness.config import plan as dry_run
+from uqh.harness.config import presets
+from uqh.harness.config.build import RunOverrides, draft
+from uqh.rundir.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +29,7 @@ def test_table15_decoding_shared_by_every_preset():
         assert p.model == "openrouter/google/gemma-4-31b-it"
         assert p.observation_chars == 420
         # a preset is a typed partial RunConfig: every field but its metadata is a RunConfig field
-        from rundir.schema import RunConfig
+        from uqh.rundir.schema import RunConfig
 
         assert set(type(p).model_fields) - {"name", "description", "expected_tasks", "out", "n_tasks"} <= set(
             RunConfig.model_fields)
@@ -66,7 +67,7 @@ def test_get_preset_returns_a_copy_and_unknown_names_are_user_errors():
 
 def test_estimate_closed_form():
     config = draft(presets.get_preset("paper-hotpotqa"), RunOverrides()).config
-    est = presets.estimate(config, n_tasks=10, prompt_chars=400)
+    est = dry_run.estimate(config, n_tasks=10, prompt_chars=400)
     # B=7, sys=100 tokens, task=150, obs=105, step=200: 7*(100+150) + 21*(200+105) = 1750 + 6405
     assert est["prompt_tokens"] == 10 * 8155
     assert est["calls_max"] == 70 and est["calls_max_with_repairs"] == 210
@@ -80,7 +81,7 @@ def test_plan_is_offline_and_states_tasks_calls_tokens(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     for name in list(presets.PRESETS) + ["paper-tau2", "paper-all"]:
-        text = presets.plan(name)
+        text = dry_run.plan(name)
         assert "dry run: no model was called." in text
         for block in text.split("\n\n")[:-1]:
             tasks = int(re.search(r"tasks\s+([\d,]+)", block).group(1).replace(",", ""))
@@ -88,11 +89,11 @@ def test_plan_is_offline_and_states_tasks_calls_tokens(monkeypatch):
             calls = int(re.search(r"model calls\s+<= ([\d,]+)", block).group(1).replace(",", ""))
             assert calls == tasks * budget
             assert re.search(r"prompt tokens\s+~[\d,]+", block)
-    assert presets.plan("paper-all").count("preset paper-") == 6
+    assert dry_run.plan("paper-all").count("preset paper-") == 6
 
 
 def test_plan_overrides_model():
-    assert "model           openai/my-model" in presets.plan("paper-webshop", overrides=RunOverrides(model="openai/my-model"))
+    assert "model           openai/my-model" in dry_run.plan("paper-webshop", overrides=RunOverrides(model="openai/my-model"))
 
 
 def test_regenerate_script_dry_run_exits_zero_without_network():
@@ -114,32 +115,32 @@ def test_regenerate_script_rejects_unknown_preset_before_running_anything():
 
 
 def test_python_m_presets_cli(capsys):
-    assert presets.main(["paper-webshop", "--model", "openai/x"]) == 0
+    assert dry_run.main(["paper-webshop", "--model", "openai/x"]) == 0
     assert "model           openai/x" in capsys.readouterr().out
-    assert presets.main(["nope"]) == 2
+    assert dry_run.main(["nope"]) == 2
     assert "unknown preset" in capsys.readouterr().err
 
 
 def test_note_only_when_the_local_data_holds_fewer_tasks_than_asked():
-    assert "NOTE" not in presets.plan("paper-strategyqa", overrides=RunOverrides(tasks=2))
-    text = presets.plan("paper-hotpotqa", overrides=RunOverrides(tasks=10**6))
+    assert "NOTE" not in dry_run.plan("paper-strategyqa", overrides=RunOverrides(tasks=2))
+    text = dry_run.plan("paper-hotpotqa", overrides=RunOverrides(tasks=10**6))
     assert "NOTE            1,000,000 tasks asked for; the local data holds" in text
 
 
 def test_plan_falls_back_to_the_configured_count_when_the_domain_cannot_list(monkeypatch):
-    from domains.webshop import WebShopDomain
+    from uqh.domains.webshop import WebShopDomain
 
     def broken(self, n, seed):
         raise UserError("cannot load webshop: data missing")
 
     monkeypatch.setattr(WebShopDomain, "select_task_ids", broken)
-    presets._INSPECTED.clear()
+    dry_run._INSPECTED.clear()
     try:
-        text = presets.plan("paper-webshop")
+        text = dry_run.plan("paper-webshop")
         assert "tasks           500 (as configured; the domain could not list tasks offline: cannot load webshop" in text
-        assert "tasks           7 (as configured" in presets.plan("paper-webshop", overrides=RunOverrides(tasks=7))
+        assert "tasks           7 (as configured" in dry_run.plan("paper-webshop", overrides=RunOverrides(tasks=7))
     finally:
-        presets._INSPECTED.clear()
+        dry_run._INSPECTED.clear()
 
 
 def _no_network(monkeypatch):
@@ -169,7 +170,7 @@ def test_dry_run_dollar_estimate_from_litellms_price_map_offline(monkeypatch):
     assert presets.dollar_estimate("openai/my-server-model", 10, 10) is None
     assert presets.dollar_estimate("local:smollm2", 10, 10) is None
 
-    text = presets.plan("paper-strategyqa", overrides=RunOverrides(model="gpt-4o-mini", tasks=10))
+    text = dry_run.plan("paper-strategyqa", overrides=RunOverrides(model="gpt-4o-mini", tasks=10))
     block = text.split("\n\n")[0]
     prompt = int(re.search(r"prompt tokens\s+~([\d,]+)", block).group(1).replace(",", ""))
     output = int(re.search(r"output tokens\s+~([\d,]+)", block).group(1).replace(",", ""))
@@ -177,20 +178,20 @@ def test_dry_run_dollar_estimate_from_litellms_price_map_offline(monkeypatch):
     assert usd == pytest.approx(prompt * p_in + output * p_out, rel=1e-3, abs=1e-4)
     assert f"cost ~${usd}" in text.split("\n\n")[-1] or f"cost ~${usd:,.2f}" in text.split("\n\n")[-1]
     # the paper's OpenRouter model is not in the map: unpriced, never $0
-    paper = presets.plan("paper-strategyqa", overrides=RunOverrides(tasks=10))
+    paper = dry_run.plan("paper-strategyqa", overrides=RunOverrides(tasks=10))
     assert "unpriced (litellm's price map has no openrouter/google/gemma-4-31b-it" in paper
     assert "cost unpriced" in paper.split("\n\n")[-1] and "$0" not in paper
 
 
 def test_plan_prompt_line_reads_plainly():
-    text = presets.plan("paper-hotpotqa", overrides=RunOverrides(tasks=3))
+    text = dry_run.plan("paper-hotpotqa", overrides=RunOverrides(tasks=3))
     line = next(ln for ln in text.splitlines() if "prompt tokens" in ln)
     assert re.search(r"\(system prompt ~[\d,]+ tokens, resent every call; measured on ", line), line
     assert "system prompt the domain" not in text
 
 
 def test_uqh_run_dry_run_states_tokens_and_cost(tmp_path, capsys, monkeypatch):
-    from harness.cli import main
+    from uqh.cli import main
 
     _no_network(monkeypatch)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-dummy")

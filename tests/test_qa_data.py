@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-import domains.qa_common as qa_common
-from domains import get_domain_class
-from domains.hotpotqa import context_paragraphs
-from domains.qa_common import DataSource, load_rows, resolve_data_source
-from domains.strategyqa import fallback_corpus
-from rundir.errors import UserError
+import uqh.domains.qa.common as qa_common
+from uqh.domains.registry import get_domain_class
+from uqh.domains.qa.hotpotqa import context_paragraphs
+from uqh.domains.qa.common import DataSource, load_rows, resolve_data_source
+from uqh.domains.qa.strategyqa import fallback_corpus
+from uqh.rundir.errors import UserError
 
 SHARED = (Path(__file__).resolve().parents[2] / "shared" / "data").resolve()  # as the domains resolve it
 SQA_FILE = SHARED / "strategyqa" / "strategyQA_train.json"
@@ -226,7 +226,7 @@ def test_strategyqa_fallback_corpus_is_labelled_and_warned(tmp_path, caplog):
 
 def test_a_data_file_that_is_not_json_gives_one_line_through_the_cli(tmp_path, capsys):
     # the datasets library logs its own errors; uqh's one line is the only thing the user sees
-    from harness.cli import main
+    from uqh.cli import main
 
     notes = tmp_path / "notes.md"
     notes.write_text("# not a data set\n\nsome prose\n")

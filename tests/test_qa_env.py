@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from domains import get_domain_class
-from domains.base import InvalidAction, RecordedStep, ReplayMismatch
-from domains.hotpotqa import exact_match, f1_score, normalize_answer
-from domains.strategyqa import parse_yes_no
+from uqh.domains.registry import get_domain_class
+from uqh.domains.base import InvalidAction, RecordedStep, ReplayMismatch
+from uqh.domains.qa.hotpotqa import exact_match, f1_score, normalize_answer
+from uqh.domains.qa.strategyqa import parse_yes_no
 
 CORPUS = [
     {"title": "Eiffel Tower", "text": "The Eiffel Tower is a wrought-iron lattice tower in Paris. It was designed by Gustave Eiffel's company. The tower is 330 metres tall."},

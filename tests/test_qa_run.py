@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from domains import get_domain_class
-from domains.base import RecordedStep
-from harness.cli import main as uqh_main
-from rundir.schema import StopReason
+from uqh.domains.registry import get_domain_class
+from uqh.domains.base import RecordedStep
+from uqh.cli import main as uqh_main
+from uqh.rundir.schema import StopReason
 from run_files import read_episodes, read_manifest, read_sidecar
 
 

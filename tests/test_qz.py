@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from scoring import qz
-from scoring.qz import OTHER, PARSE_ERROR, RESOLVED, UNRESOLVED
+from uqh.scoring import qz
+from uqh.scoring.qz.estimate import OTHER, PARSE_ERROR, RESOLVED, UNRESOLVED
 
 
 def _branches():
@@ -179,9 +179,9 @@ def test_paired_comparison_table8():
     # the paired CI of a constant shift is degenerate even though the scores vary
     c2 = qz.paired_comparison(simple, simple - 0.2, n_boot=100)
     assert c2.difference.ci == pytest.approx((-0.2, -0.2))
-    from reports.continuation_audit import audit_output
-    from reports.render import markdown_text
-    from scoring.qz_audit import AuditCounts, AuditSettings, ContinuationAudit
+    from uqh.reports.continuation_audit import audit_output
+    from uqh.reports.render import markdown_text
+    from uqh.scoring.qz.audit import AuditCounts, AuditSettings, ContinuationAudit
 
     audit = ContinuationAudit(counts=AuditCounts(min_valid=1, retained=2),
                               distribution=qz.qz_distribution(np.array([0.0, 1.0])), comparison=c2,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import continuation as cont
-from harness.cli import main as uqh
-from harness.store import RunStore
-from rundir.qz_file import QzRecord, qz_for_runs, write_qz_file
-from rundir.schema import Attempt, CallRecord, Episode, RunConfig, Step, StopReason
+from uqh.harness import continuation as cont
+from uqh.cli import main as uqh
+from uqh.harness.store.writer import RunStore
+from uqh.rundir.qz_file import QzRecord, qz_for_runs, write_qz_file
+from uqh.rundir.schema import Attempt, CallRecord, Episode, RunConfig, Step, StopReason
 from run_files import read_manifest
 
 Z = 2
@@ -96,8 +96,8 @@ def test_qz_for_runs_assigns_each_file_to_the_run_with_its_source_hash(runs):
 
 
 def test_report_scores_exact_censoring_only_for_the_run_the_q_z_file_belongs_to(runs):
-    from reports.audit import load_run
-    from reports.scoring_calls import ReportOptions, score_runs
+    from uqh.reports.audit import load_run
+    from uqh.reports.scoring_calls import ReportOptions, score_runs
 
     a, b, qz = runs
     scored = score_runs([load_run(a), load_run(b)], ReportOptions(n_bootstrap=0, q_z_files=(qz,)))

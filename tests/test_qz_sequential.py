@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import continuation as cont
-from harness.cli import main as uqh
-from harness.runner import run_batch
-from harness.stop_rules import StopRule, decide, resolved_outcome
-from rundir.errors import UserError
+from uqh.harness import continuation as cont
+from uqh.cli import main as uqh
+from uqh.harness.runner import run_batch
+from uqh.harness.sampling.branch_rules import StopRule, decide, resolved_outcome
+from uqh.rundir.errors import UserError
 from run_files import read_episodes
 from test_continuation import CALC, FINISH, Responder, _answer, make_config
 from test_stop_rules import upper_after_zeros
@@ -74,7 +74,7 @@ class PrefixResponder:
 
     def __init__(self):
         self.mode = "source"
-        from domains.arithmetic import make_question
+        from uqh.domains.arithmetic import make_question
 
         self.prefix_of = {f"Question: {make_question(t)[0]}": i for i, t in enumerate(TASKS)}
 
@@ -165,9 +165,9 @@ def test_sequential_run_is_a_prefix_of_the_fixed_run(source, tmp_path):
 
 
 def test_killed_sequential_run_resumes_to_the_same_decisions(source, tmp_path):
-    from harness.model_client import make_model_client
-    from harness.model_types import ModelCallFailed
-    from rundir.schema import DecodingConfig
+    from uqh.harness.model.client import make_model_client
+    from uqh.harness.model.errors import ModelCallFailed
+    from uqh.rundir.schema import DecodingConfig
 
     src, _ = source
     reference = continue_(src, tmp_path / "ref", "ci:0.3", concurrency=1)

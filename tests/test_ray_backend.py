@@ -26,13 +26,13 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from harness.backends.ray_backend import RayBackend  # noqa: E402
-from harness.cli import main  # noqa: E402
-from harness.continuation import run_continuations  # noqa: E402
-from harness.runner import plan_specs, run_batch  # noqa: E402
-from rundir.errors import RunDirWriteError  # noqa: E402
-from rundir.reader import RunDir  # noqa: E402
-from rundir.schema import EPISODES_FILE  # noqa: E402
+from uqh.harness.backends.ray_backend import RayBackend  # noqa: E402
+from uqh.cli import main  # noqa: E402
+from uqh.harness.continuation import run_continuations  # noqa: E402
+from uqh.harness.runner import plan_specs, run_batch  # noqa: E402
+from uqh.rundir.errors import RunDirWriteError  # noqa: E402
+from uqh.rundir.reader import RunDir  # noqa: E402
+from uqh.rundir.schema import EPISODES_FILE  # noqa: E402
 from run_files import read_episodes, read_sidecar  # noqa: E402
 from test_runner import make_config, solver, step_text  # noqa: E402
 from run_files import wait_for_lines  # noqa: E402
@@ -183,7 +183,7 @@ def test_continue_on_ray_as_locally(cluster, fake_server, tmp_path, capsys):
 def test_a_write_failure_stops_the_ray_batch_and_the_run_resumes(cluster, fake_server, tmp_path, monkeypatch):
     import errno
 
-    from harness.store import RunStore
+    from uqh.harness.store.writer import RunStore
 
     real = RunStore.append_serialized
     appended = []
@@ -209,7 +209,7 @@ def test_a_write_failure_stops_the_ray_batch_and_the_run_resumes(cluster, fake_s
 
 
 def test_workers_running_other_code_are_refused(cluster, fake_server, tmp_path, monkeypatch):
-    import harness.backends.ray_actor as ray_actor
+    import uqh.harness.backends.ray_actor as ray_actor
 
     monkeypatch.setattr(ray_actor, "code_digest", lambda root=None: "0" * 64)  # the driver's side only
     with fake_server(solver) as srv:
@@ -235,7 +235,7 @@ def test_two_endpoints_one_failing_on_ray(cluster, fake_server, tmp_path, capsys
 
 def _uqh(argv: list[str], cwd: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "uqh.cli", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -267,7 +267,7 @@ def test_sigint_stops_a_run_on_a_local_ray_instance_and_the_run_resumes(fake_ser
         assert late == [], f"{len(late)} requests arrived after the signal"
         finished = len(read_episodes(out_dir))
         assert 0 < finished < 20
-        done = subprocess.run([sys.executable, "-m", "harness.cli", *argv], cwd=tmp_path, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "uqh.cli", *argv], cwd=tmp_path, capture_output=True,
                               text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stderr  # resumed on the local backend
     ids = [e.episode_id for e in read_episodes(out_dir)]

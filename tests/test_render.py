@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from harness.cli import COMMANDS
-from reports.render import FORMATS, Output, emit
-from reports.tables import Table
+from uqh.cli import COMMANDS
+from uqh.reports.render import FORMATS, Output, emit
+from uqh.reports.tables import Table
 
 TABLES = [
     Table("first", "First table", ["Run", "Predictor", "n", "AUROC↑"],

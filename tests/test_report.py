@@ -8,11 +8,11 @@ import re
 import numpy as np
 import pytest
 
-from harness.cli import main
-from rundir.errors import UserError
-from rundir.schema import StopReason
+from uqh.cli import main
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import StopReason
 from report_fixtures import Ep, tau2_like, webshop_like, write_run
-from reports.report import ReportOptions, build_report
+from uqh.reports.report.build import ReportOptions, build_report
 
 B, SEED = 60, 3
 
@@ -59,14 +59,14 @@ def test_every_artefact_is_written(report):
 
 
 def _score(run_dir, **kw):
-    from scoring.pipeline import ScoreOptions, score_run
-    from scoring.streams import load_run
+    from uqh.scoring.pipeline import ScoreOptions, score_run
+    from uqh.scoring.streams import load_run
 
     return score_run(load_run(run_dir), ScoreOptions(n_bootstrap=B, seed=SEED, **kw))
 
 
 def test_transparency_and_long_csv_equal_scoring_output(report):
-    from scoring.render import csv_records
+    from uqh.scoring.render import csv_records
 
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
@@ -160,7 +160,7 @@ def test_auq_fixed_rank_and_json(report):
     assert len({r["AUROC↑"] for r in fixed}) == 1  # rank metrics fixed by construction
     for got, exp in zip(fixed, exp_fixed):
         assert _num(got["TPS_log↑"]) == exp.value("tps", "log")
-    from reports.scoring_calls import ReportData
+    from uqh.reports.scoring_calls import ReportData
 
     dumped = ReportData.model_validate_json((res.out_dir / "report.json").read_text())
     assert [r.slug for r in dumped.runs] == ["ws", "t2"]
@@ -170,8 +170,8 @@ def test_auq_fixed_rank_and_json(report):
 def test_label_convention_is_shown_in_tables_markdown_and_json(report):
     """Censored tables name what the base rate and Platt were trained on: ΔY over the working sample for ws (it
     has max_steps), Y of the complete trajectories for t2 (none)."""
-    from reports.scoring_calls import ReportData
-    from scoring.labels import LABEL_CONVENTIONS
+    from uqh.reports.scoring_calls import ReportData
+    from uqh.scoring.labels import LABEL_CONVENTIONS
 
     _, _, res = report
     shift = _csv(res.out_dir / "censored_shift.csv")
@@ -244,7 +244,7 @@ def test_cli_writes_report(tmp_path, capsys):
 
 
 def test_length_stratified_censoring_by_hand():
-    from scoring.artificial import length_stratified_censoring
+    from uqh.scoring.artificial import length_stratified_censoring
 
     lengths = np.array([1, 1, 2, 2, 2, 2, 5, 5])
     z, cens = length_stratified_censoring(lengths, 0.5, seed=1)
@@ -280,7 +280,7 @@ def test_rerun_into_the_same_directory_drops_stale_per_run_files(tmp_path):
 
 def test_browser_fails_loudly_when_chromium_does_not_start():
     pytest.importorskip("playwright")
-    from reports.browser import browser
+    from uqh.reports.report.browser import browser
 
     with pytest.raises(RuntimeError, match="Chromium at /bin/false did not start"):
         with browser("/bin/false"):
@@ -288,7 +288,7 @@ def test_browser_fails_loudly_when_chromium_does_not_start():
 
 
 def _write_qz(path, q):
-    from rundir.qz_file import QzRecord, write_qz_file
+    from uqh.rundir.qz_file import QzRecord, write_qz_file
 
     write_qz_file(path, [QzRecord(episode_id=e, q_hat_z=v, n_valid=4, method="mc") for e, v in q.items()])
     return path
@@ -306,8 +306,8 @@ def test_exact_censored_score_with_q_z(tmp_path, capsys):
     qf = _write_qz(tmp_path / "q.jsonl", q)
     assert main(["report", str(ws), "--out", str(tmp_path / "o1"), "--bootstrap", "20", "--q-z", str(qf)]) == 0
     rows = _csv(tmp_path / "o1" / "censored_exact.csv")
-    from scoring.pipeline import ScoreOptions, score_run
-    from scoring.streams import load_run
+    from uqh.scoring.pipeline import ScoreOptions, score_run
+    from uqh.scoring.streams import load_run
 
     exp = score_run(load_run(ws), ScoreOptions(censoring="exact", q_z=q, auq=False, n_bootstrap=20, seed=0))
     e = exp.row("verbal", "raw")

@@ -16,9 +16,9 @@ import pytest
 
 from environment import unavailable
 from report_fixtures import Ep, tau2_like, webshop_like, write_run
-from reports.browser import browser, find_chromium, open_report
-from reports.report import ReportOptions, build_report
-from rundir.schema import StopReason
+from uqh.reports.report.browser import browser, find_chromium, open_report
+from uqh.reports.report.build import ReportOptions, build_report
+from uqh.rundir.schema import StopReason
 
 CHROMIUM = find_chromium()
 PLAYWRIGHT = importlib.util.find_spec("playwright") is not None

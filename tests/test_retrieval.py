@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import domains.retrieval as retrieval
-from domains import get_domain_class
-from domains.retrieval import (
+import uqh.domains.qa.retrieval as retrieval
+from uqh.domains.registry import get_domain_class
+from uqh.domains.qa.retrieval import (
     INDEX_META_FILE,
     Bm25Retriever,
     Paragraph,
@@ -17,8 +17,8 @@ from domains.retrieval import (
     read_corpus_file,
     write_corpus_file,
 )
-from harness.cli import main as uqh_main
-from rundir.errors import UserError
+from uqh.cli import main as uqh_main
+from uqh.rundir.errors import UserError
 
 PARAS = [
     Paragraph("Alpha", "apple banana apple"),

@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from domains import get_domain_class
-from domains.retrieval import ES_MAPPINGS, ElasticsearchRetriever, Paragraph, index_elasticsearch
-from harness.cli import main as uqh_main
-from rundir.errors import UserError
+from uqh.domains.registry import get_domain_class
+from uqh.domains.qa.retrieval import ES_MAPPINGS, ElasticsearchRetriever, Paragraph, index_elasticsearch
+from uqh.cli import main as uqh_main
+from uqh.rundir.errors import UserError
 
 ROOT_INFO = {  # the shape of `GET /` on Elasticsearch 8.x
     "name": "node-1",

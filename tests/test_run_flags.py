@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from test_tau2 import RETAIL_TASK, SOLVED_AGENT, USER_LINES, Script
 
-from harness.cli import main
-from rundir.schema import RunConfig
+from uqh.cli import main
+from uqh.rundir.schema import RunConfig
 from run_files import read_episodes, read_manifest
 
 
@@ -60,7 +60,7 @@ def test_user_api_base_absent_keeps_old_config_hashes():
     old_hash = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert cfg.config_hash() == old_hash
     assert cfg.model_copy(update={"user_api_base": "http://h/v1"}).config_hash() != old_hash
-    from rundir.schema import ConsensusStopping
+    from uqh.rundir.schema import ConsensusStopping
 
     assert cfg.model_copy(update={"consensus_stopping": ConsensusStopping(delta=0.05)}).config_hash() != old_hash
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import run_lock
-from harness.cli import main
-from rundir.errors import UserError
-from rundir.schema import EPISODES_FILE, LOCK_FILE, SIDECAR_FILE
+from uqh.harness.store import lock as run_lock
+from uqh.cli import main
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import EPISODES_FILE, LOCK_FILE, SIDECAR_FILE
 from run_files import read_episodes, read_sidecar
 from test_runner import solver
 from run_files import wait_for_lines
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from harness import run_lock
+    from uqh.harness.store import lock as run_lock
     with run_lock.hold(Path(sys.argv[1])):
         print("held", flush=True)
         time.sleep(60)
@@ -64,14 +64,14 @@ def test_lock_names_its_holder_and_dies_with_it(tmp_path):
 
 
 def test_lock_masks_url_credentials_in_the_recorded_command(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["/x/harness/cli.py", "run", "--api-base", "http://u:secret@h/v1"])
+    monkeypatch.setattr(sys, "argv", ["/x/uqh/cli/__main__.py", "run", "--api-base", "http://u:secret@h/v1"])
     with run_lock.hold(tmp_path):
         text = (tmp_path / LOCK_FILE).read_text()
     assert "secret" not in text and json.loads(text)["command"] == "uqh run --api-base http://***@h/v1"
 
 
 def _run_cmd(base_url: str, out: Path, n_tasks: int, workers: int = 1) -> list[str]:
-    return [sys.executable, "-m", "harness.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
+    return [sys.executable, "-m", "uqh.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
             "--api-base", base_url, "--tasks", str(n_tasks), "--concurrency", "3", "--workers", str(workers),
             "--out", str(out), "--no-progress"]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rundir.errors import UserError
-from rundir.reader import RunDir
-from rundir.schema import EPISODES_FILE, MANIFEST_FILE, SIDECAR_FILE
+from uqh.rundir.errors import UserError
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import EPISODES_FILE, MANIFEST_FILE, SIDECAR_FILE
 
 PRE_CHANGE = Path(__file__).resolve().parent / "data" / "pre_rundir_run"
 
@@ -24,7 +24,7 @@ def test_pre_change_run_directory_reads_unchanged(tmp_path, capsys):
     assert sorted(e.stop_reason.value for e in eps).count("max_steps") == 3
     rows = list(run.sidecar())
     assert len(rows) == sum(len(s.attempts) for e in eps for s in e.steps) + sum(len(e.failed_step or []) for e in eps)
-    from harness.cli import main
+    from uqh.cli import main
 
     assert main(["audit", str(PRE_CHANGE), "--format", "json"]) == 0
     row = json.loads(capsys.readouterr().out)["tables"][0]["rows"][0]
@@ -85,8 +85,8 @@ def test_malformed_line_names_file_and_line(tmp_path):
 def test_cache_fields_are_additive_and_old_records_rewrite_byte_for_byte():
     """Usage's cached-token counts and QzRecord's stop-rule fields are optional: records written before them read,
     and re-serialise to the same bytes while the new fields are absent."""
-    from rundir.qz_file import QzRecord
-    from rundir.schema import Episode, Usage
+    from uqh.rundir.qz_file import QzRecord
+    from uqh.rundir.schema import Episode, Usage
 
     old_lines = (PRE_CHANGE / EPISODES_FILE).read_bytes().splitlines()
     for line in old_lines:

@@ -7,14 +7,15 @@ from collections import Counter
 
 import pytest
 
-from domains import register_domain
-from domains.arithmetic import ArithmeticDomain, make_question
-from harness.loop import derive_seed
-from rundir.schema import PartialEpisode
-from harness.runner import plan_specs, prompt_sha256, run_batch
-from rundir.schema import CANONICAL_ANSWER_KEY, DecodingConfig, RunConfig, StopReason
+from uqh.domains.registry import register_domain
+from uqh.domains.arithmetic import ArithmeticDomain, make_question
+from uqh.harness.episode.loop import derive_seed
+from uqh.rundir.schema import PartialEpisode
+from uqh.harness.runner import plan_specs, run_batch
+from uqh.harness.config.build import prompt_sha256
+from uqh.rundir.schema import CANONICAL_ANSWER_KEY, DecodingConfig, RunConfig, StopReason
 from run_files import read_episodes, read_manifest, read_sidecar
-from harness.store import RunStore, checkpoint_path
+from uqh.harness.store.writer import RunStore, checkpoint_path
 
 SYSTEM = ArithmeticDomain().system_prompt()
 
@@ -44,8 +45,8 @@ def make_config(n_tasks=3, samples=1, **kw) -> RunConfig:
 
 def fast_client_factory(max_retries=0, fail_after=None, max_tokens=64, **client_kwargs):
     """Real client, no backoff waits; optionally raising ModelCallFailed after ``fail_after`` calls."""
-    from harness.model_client import make_model_client
-    from harness.model_types import ModelCallFailed
+    from uqh.harness.model.client import make_model_client
+    from uqh.harness.model.errors import ModelCallFailed
 
     calls = Counter()
 
@@ -154,7 +155,7 @@ def test_checkpoint_restarted_when_domain_cannot_replay(fake_server, tmp_path):
         RunStore.open_or_create(run, config, system_prompt=SYSTEM).close()
         stale = PartialEpisode(episode_id="arith-0000#0", task_id="arith-0000", step_budget=4, task_prompt="old",
                                steps=[], sidecar=[])
-        from harness.store import write_checkpoint
+        from uqh.harness.store.writer import write_checkpoint
 
         write_checkpoint(run, stale)
         summary = run_batch(config, run, concurrency=1, progress=False)
@@ -205,7 +206,7 @@ def test_replay_mismatch_in_checkpoint_restarts(fake_server, tmp_path):
 
 
 def test_prompt_change_refused(tmp_path):
-    from rundir.errors import UserError
+    from uqh.rundir.errors import UserError
 
     with pytest.raises(UserError, match="system prompt changed"):
         run_batch(make_config(prompt_sha256=hashlib.sha256(b"other").hexdigest()), tmp_path / "run", progress=False)
@@ -239,10 +240,10 @@ def test_workers_share_the_total_concurrency(fake_server, tmp_path, concurrency,
 
 def test_worker_preload_matches_the_model_path():
     """The fork server preloads litellm only when some call of the run goes through litellm."""
-    from harness.workers import worker_preload as _worker_preload
+    from uqh.harness.backends.workers import worker_preload as _worker_preload
 
     direct = _worker_preload(make_config(), "openai/fake", "http://127.0.0.1:1/v1")
-    assert "litellm" not in direct and "domains.arithmetic" in direct and "harness.runner" in direct
+    assert "litellm" not in direct and "uqh.domains.arithmetic" in direct and "uqh.harness.backends.event_loop" in direct
     assert "litellm" in _worker_preload(make_config(), "hosted_vllm/fake", "http://127.0.0.1:1/v1")
     assert "litellm" in _worker_preload(make_config(), "openai/gpt-4o-mini", None)
     with_user = make_config(user_model="openai/gpt-4o-mini")
@@ -264,8 +265,8 @@ def test_checkpoint_interval_bounds_writes(fake_server, tmp_path, interval, expe
 
 
 def test_episode_summary_counts_own_calls_and_cost_is_never_fake_zero():
-    from harness.progress import BatchStats, EpisodeSummary
-    from rundir.schema import Attempt, CallRecord, Episode, Step, Usage
+    from uqh.harness.progress import BatchStats, EpisodeSummary
+    from uqh.rundir.schema import Attempt, CallRecord, Episode, Step, Usage
 
     def step(t, cost):
         call = CallRecord(model="m", usage=Usage(prompt_tokens=100, completion_tokens=10), cost_usd=cost,
@@ -317,8 +318,8 @@ def test_dead_workers_episodes_counted_not_written(fake_server, tmp_path):
 
 
 def test_progress_plain_lines_when_not_a_tty(capsys, monkeypatch):
-    import harness.progress as progress
-    from harness.progress import BatchStats, EpisodeSummary, Progress
+    import uqh.harness.progress as progress
+    from uqh.harness.progress import BatchStats, EpisodeSummary, Progress
 
     monkeypatch.setattr(progress, "clock_text", lambda: "12:00:00")
     stats = BatchStats(total=3, already_done=1, stop_reasons_before={"clean": 1})
@@ -339,7 +340,7 @@ def test_progress_plain_lines_when_not_a_tty(capsys, monkeypatch):
 def test_progress_heartbeat_prints_while_no_episode_finishes(capsys):
     import time
 
-    from harness.progress import BatchStats, Progress
+    from uqh.harness.progress import BatchStats, Progress
 
     with Progress(BatchStats(total=2), enabled=True, plain_every_s=0.2):
         time.sleep(0.75)
@@ -351,7 +352,7 @@ def test_progress_heartbeat_prints_while_no_episode_finishes(capsys):
 
 
 def test_eta_rate_and_sequential_skips_leave_the_total():
-    from harness.progress import BatchStats, EpisodeSummary, duration_text
+    from uqh.harness.progress import BatchStats, EpisodeSummary, duration_text
 
     stats = BatchStats(total=10, already_done=2)
     stats.started -= 20.0  # 20 s into this invocation
@@ -375,7 +376,7 @@ def test_progress_bar_fits_80_columns_on_a_terminal():
 
     from rich.console import Console
 
-    from harness.progress import BatchStats, EpisodeSummary, Progress
+    from uqh.harness.progress import BatchStats, EpisodeSummary, Progress
 
     buf = io.StringIO()
     console = Console(file=buf, width=80, force_terminal=True, color_system=None)
@@ -406,8 +407,9 @@ def test_write_failing_after_the_batch_is_cancelled_leaves_no_unread_future(fake
     import gc
     import threading
 
-    from harness.runner import RunContext, run_specs
-    from rundir.errors import RunDirWriteError
+    from uqh.harness.backends.context import RunContext
+    from uqh.harness.backends.event_loop import run_specs
+    from uqh.rundir.errors import RunDirWriteError
 
     config = make_config(n_tasks=1)
     writing, release = threading.Event(), threading.Event()

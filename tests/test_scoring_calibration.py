@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from scoring.calibration import cross_fit_platt, fit_platt, logit, sigmoid, stratified_split
-from scoring.weights import trajectory_weights
+from uqh.scoring.calibration import cross_fit_platt, fit_platt, logit, sigmoid, stratified_split
+from uqh.scoring.weights import trajectory_weights
 
 
 def synthetic(n=400, slope=1.0, seed=0):
@@ -83,8 +83,8 @@ def test_cross_fit_recovers_positive_slope():
     np.testing.assert_allclose(res.values[traj_half == 0], res.maps[1](values[traj_half == 0]))
     np.testing.assert_allclose(res.values[traj_half == 1], res.maps[0](values[traj_half == 1]))
     # calibration improves the log score of this over-confident stream
-    from scoring.rules import parse_score
-    from scoring.tps import tps
+    from uqh.scoring.rules import parse_score
+    from uqh.scoring.tps import tps
 
     r = parse_score("log")
     assert tps(res.values, off, y, r, w).mean() > tps(values, off, y, r, w).mean()

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from harness.cli import main
-from rundir.qz_file import QzRecord, read_qz_file, write_qz_file
-from scoring.streams import load_run
-from scoring.weights import trajectory_weights
+from uqh.cli import main
+from uqh.rundir.qz_file import QzRecord, read_qz_file, write_qz_file
+from uqh.scoring.streams import load_run
+from uqh.scoring.weights import trajectory_weights
 from scoring_fixtures import synthetic_run
 
 
@@ -270,7 +270,7 @@ def test_qz_file_roundtrip_and_duplicates(tmp_path):
     write_qz_file(p, [QzRecord(episode_id="a#0", q_hat_z=0.3, n_valid=7, method="hybrid")])
     assert read_qz_file(p)["a#0"].q_hat_z == 0.3
     p.write_text(p.read_text() * 2)
-    from rundir.errors import UserError
+    from uqh.rundir.errors import UserError
 
     with pytest.raises(UserError, match="duplicate"):
         read_qz_file(p)

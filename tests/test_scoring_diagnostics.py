@@ -4,8 +4,8 @@ import itertools
 import numpy as np
 import pytest
 
-from scoring.bootstrap import compare, interval, paired_bootstrap, resample_counts
-from scoring.diagnostics import (
+from uqh.scoring.bootstrap import compare, interval, paired_bootstrap, resample_counts
+from uqh.scoring.diagnostics import (
     ScalarDiagnostics,
     auprc,
     aurc,
@@ -17,7 +17,7 @@ from scoring.diagnostics import (
     t_ece,
     trajectory_scalar,
 )
-from scoring.weights import trajectory_weights
+from uqh.scoring.weights import trajectory_weights
 
 
 def test_hand_computed_no_ties():

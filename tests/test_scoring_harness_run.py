@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from harness.cli import main
+from uqh.cli import main
 from run_files import read_episodes, read_sidecar
 
 

@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from rundir.errors import UserError
-from rundir.schema import Manifest, RunConfig
-from scoring.calibration import cross_fit_platt, fit_platt, logit, sigmoid, stratified_split
-from scoring.diagnostics import trajectory_scalar
-from scoring.labels import LABEL_CONVENTIONS, label_convention, training_labels
-from scoring.pipeline import ScoreOptions, score_run
-from scoring.registry import PREDICTORS, step_predictors
-from scoring.render import CSV_FIELDS, csv_records
-from scoring.rules import parse_score
-from scoring.streams import RunData, build_sample, load_run
-from scoring.weights import WEIGHT_SCHEMES, trajectory_weights
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import Manifest, RunConfig
+from uqh.scoring.calibration import cross_fit_platt, fit_platt, logit, sigmoid, stratified_split
+from uqh.scoring.diagnostics import trajectory_scalar
+from uqh.scoring.labels import LABEL_CONVENTIONS, label_convention, training_labels
+from uqh.scoring.pipeline import ScoreOptions, score_run
+from uqh.scoring.registry import PREDICTORS, step_predictors
+from uqh.scoring.render import CSV_FIELDS, csv_records
+from uqh.scoring.rules import parse_score
+from uqh.scoring.streams import RunData, build_sample, load_run
+from uqh.scoring.weights import WEIGHT_SCHEMES, trajectory_weights
 from scoring_fixtures import synthetic_run
 
 N_COMPLETE, N_SUCCESS, N_CENSORED, BUDGET = 163, 118, 145, 30
@@ -301,8 +301,8 @@ def test_conventions_and_labels():
 def test_the_convention_is_printed_with_every_table_and_stored(webshop):
     import io
 
-    from reports.render import emit
-    from reports.score_view import score_output
+    from uqh.reports.render import emit
+    from uqh.reports.score_view import score_output
 
     res = score_run(webshop, ScoreOptions(predictors=("verbal", "base_rate"), censoring="simple", n_bootstrap=20,
                                           fixed_rank=True))

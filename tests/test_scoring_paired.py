@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rundir.errors import UserError
-from rundir.schema import Manifest, RunConfig
-from scoring.bootstrap import resample_counts
-from scoring.paired import compare_runs, shared_tasks
-from scoring.pipeline import ScoreOptions
-from scoring.registry import step_predictors
-from scoring.rules import parse_score
-from scoring.streams import RunData
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import Manifest, RunConfig
+from uqh.scoring.bootstrap import resample_counts
+from uqh.scoring.paired import compare_runs, shared_tasks
+from uqh.scoring.pipeline import ScoreOptions
+from uqh.scoring.registry import step_predictors
+from uqh.scoring.rules import parse_score
+from uqh.scoring.streams import RunData
 
 STEPS = 2  # every trajectory: two steps with the same forecast, so the weight schedule does not matter
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.cli import main
-from rundir.errors import UserError
-from rundir.reader import RunDir
-from rundir.schema import LogprobRow, Step
-from scoring.diagnostics import trajectory_scalar
-from scoring.pipeline import ScoreOptions, score_run
-from scoring.registry import (
+from uqh.cli import main
+from uqh.rundir.errors import UserError
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import LogprobRow, Step
+from uqh.scoring.diagnostics import trajectory_scalar
+from uqh.scoring.pipeline import ScoreOptions, score_run
+from uqh.scoring.registry import (
     METRICS,
     PREDICTORS,
     Metric,
@@ -34,11 +34,11 @@ from scoring.registry import (
     unregister_metric,
     unregister_predictor,
 )
-from scoring.results import RunScores
-from scoring.rules import parse_score
-from scoring.streams import build_sample, load_run
-from scoring.tps import tps
-from scoring.weights import trajectory_weights
+from uqh.scoring.results import RunScores
+from uqh.scoring.rules import parse_score
+from uqh.scoring.streams import build_sample, load_run
+from uqh.scoring.tps import tps
+from uqh.scoring.weights import trajectory_weights
 from scoring_fixtures import synthetic_run
 
 GOLDEN = Path(__file__).parent / "data" / "scoring_pre_typed.json"
@@ -170,7 +170,7 @@ def test_a_registered_predictor_is_scored_tabled_and_exported(toy_predictor, syn
 
 def test_a_registered_predictor_reaches_the_report(toy_predictor, tmp_path):
     from report_fixtures import tau2_like
-    from reports.report import ReportOptions, build_report
+    from uqh.reports.report.build import ReportOptions, build_report
 
     res = build_report([tau2_like(tmp_path / "t2")], tmp_path / "out", ReportOptions(n_bootstrap=5, max_traces=2))
     rows = list(csv.DictReader((res.out_dir / "transparency__t2.csv").open()))
@@ -227,7 +227,7 @@ def test_registration_rejects_bad_entries():
 
 
 def test_lazy_public_api_resolves():
-    import scoring
+    import uqh.scoring as scoring
 
     for name in scoring.__all__:
         assert getattr(scoring, name) is not None, name
@@ -236,36 +236,39 @@ def test_lazy_public_api_resolves():
 
 #: import orders a user's session can take before touching the public API
 IMPORT_ORDERS = {
-    "submodules first": "import scoring.tps, scoring.pipeline, scoring.calibration, scoring.labels; import scoring",
-    "names first": "import scoring; [getattr(scoring, n) for n in scoring.__all__]; import scoring.tps, scoring.pipeline",
-    "from-import of the module": "from scoring.tps import tps as t0; from scoring import tps as t1; import scoring",
-    "every submodule after the package": "import scoring, pkgutil, importlib; "
-                                         "[importlib.import_module('scoring.' + m.name) "
-                                         "for m in pkgutil.iter_modules(scoring.__path__)]",
+    "submodules first": "import uqh.scoring.tps, uqh.scoring.pipeline, uqh.scoring.calibration, uqh.scoring.labels; "
+                        "import uqh.scoring",
+    "names first": "import uqh.scoring as scoring; [getattr(scoring, n) for n in scoring.__all__]; "
+                   "import uqh.scoring.tps, uqh.scoring.pipeline",
+    "from-import of the module": "from uqh.scoring.tps import tps as t0; from uqh.scoring import tps as t1; "
+                                 "import uqh.scoring",
+    "every submodule after the package": "import uqh.scoring, pkgutil, importlib; "
+                                         "[importlib.import_module('uqh.scoring.' + m.name) "
+                                         "for m in pkgutil.iter_modules(uqh.scoring.__path__)]",
 }
 
 CHECK_PUBLIC_NAMES = """
 import importlib, types
 import numpy as np
-import scoring
+import uqh.scoring as scoring
 for name, module in scoring._EXPORTS.items():
     got = getattr(scoring, name)
     assert not isinstance(got, types.ModuleType), name
     assert got is getattr(importlib.import_module(module), name), name
-from scoring import tps, parse_score
+from uqh.scoring import tps, parse_score
 values, offsets = np.array([0.8, 0.6, 0.3]), np.array([0, 2, 3])
 w = scoring.trajectory_weights(offsets)
 out = scoring.tps(values, offsets, np.array([1.0, 0.0]), scoring.parse_score("log"), w)
 assert np.allclose(out, [2 / 3 * np.log(0.8) + 1 / 3 * np.log(0.6), np.log(0.7)]), out
-from scoring.tps import per_trajectory_sum  # the submodule itself stays importable
-assert importlib.import_module("scoring.tps").tps is scoring.tps
+from uqh.scoring.tps import per_trajectory_sum  # the submodule itself stays importable
+assert importlib.import_module("uqh.scoring.tps").tps is scoring.tps
 print("ok")
 """
 
 
 @pytest.mark.parametrize("order", IMPORT_ORDERS.values(), ids=IMPORT_ORDERS.keys())
 def test_public_names_stay_callable_in_any_import_order(order):
-    """``scoring.tps`` is the function even after the submodule ``scoring/tps.py`` was imported (issue 15, item 5)."""
+    """``uqh.scoring.tps`` is the function even after the submodule ``scoring/tps.py`` was imported (issue 15, item 5)."""
     import subprocess
     import sys
 

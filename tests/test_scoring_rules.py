@@ -6,8 +6,8 @@ import pytest
 from scipy.integrate import quad
 from scipy.special import beta as B
 
-from rundir.errors import UserError
-from scoring.rules import EPS, ScoreRule, parse_score
+from uqh.rundir.errors import UserError
+from uqh.scoring.rules import EPS, ScoreRule, parse_score
 
 P = np.linspace(0.0, 1.0, 41)
 

@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from rundir.errors import UserError
-from scoring.signals import entropy_confidence, token_probability
-from scoring.streams import build_sample, load_run
+from uqh.rundir.errors import UserError
+from uqh.scoring.signals import entropy_confidence, token_probability
+from uqh.scoring.streams import build_sample, load_run
 from scoring_fixtures import make_episode, make_row, make_tokens, write_run_dir
 
 

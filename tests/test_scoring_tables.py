@@ -4,12 +4,12 @@ import math
 import numpy as np
 import pytest
 
-from scoring.calibration import sigmoid
-from scoring.fixed_rank import fixed_rank_analysis
-from scoring.rules import parse_score
-from scoring.streams import load_run
-from scoring.pipeline import ScoreOptions, pool_runs, score_run
-from scoring.weights import trajectory_weights
+from uqh.scoring.calibration import sigmoid
+from uqh.scoring.fixed_rank import fixed_rank_analysis
+from uqh.scoring.rules import parse_score
+from uqh.scoring.streams import load_run
+from uqh.scoring.pipeline import ScoreOptions, pool_runs, score_run
+from uqh.scoring.weights import trajectory_weights
 from scoring_fixtures import synthetic_run
 
 

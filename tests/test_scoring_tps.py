@@ -4,10 +4,10 @@ import math
 import numpy as np
 import pytest
 
-from rundir.errors import UserError
-from scoring.diagnostics import phi_avg, phi_last, phi_min, scalarized_loss
-from scoring.rules import parse_score
-from scoring.tps import (
+from uqh.rundir.errors import UserError
+from uqh.scoring.diagnostics import phi_avg, phi_last, phi_min, scalarized_loss
+from uqh.scoring.rules import parse_score
+from uqh.scoring.tps import (
     artificial_censoring,
     exact_minus_simple_log,
     posterior_weight,
@@ -16,7 +16,7 @@ from scoring.tps import (
     tps_censored_simple,
     truncate,
 )
-from scoring.weights import WEIGHT_SCHEMES, check_scheme, step_weights, trajectory_weights
+from uqh.scoring.weights import WEIGHT_SCHEMES, check_scheme, step_weights, trajectory_weights
 
 RULES = [parse_score(s) for s in ("log", "brier", "beta:2,4")]
 

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from certify_agents import arithmetic_agent, four_tags
-from harness.cli import main
-from harness.loop import derive_seed, episode_id_for
-from rundir.reader import RunDir
-from rundir.schema import SKIPPED_SAMPLES_FILE
+from uqh.cli import main
+from uqh.harness.episode.loop import derive_seed, episode_id_for
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import SKIPPED_SAMPLES_FILE
 from run_files import read_episodes
 
 
@@ -57,7 +57,7 @@ def test_anytime_rule_stops_certified_tasks_and_records_why(fake_server, tmp_pat
     assert by_task["arith-0000"].threshold == 10 and by_task["arith-0000"].rule == "anytime"
     assert "mode certified after 5 samples (anytime rule, delta=0.2: e-value 10.5 vs 10)" == by_task["arith-0000"].reason
     assert by_task["arith-0003"].samples_drawn == 9 and by_task["arith-0003"].statistic == pytest.approx(1013 / 90)
-    from domains.arithmetic import make_question
+    from uqh.domains.arithmetic import make_question
 
     assert by_task["arith-0002"].mode == str(make_question("arith-0002")[1] + 1)  # the wrong answer, certified
     manifest = RunDir.open(out).manifest
@@ -99,19 +99,19 @@ def test_printed_hoeffding_rule_needs_20_unanimous_samples(fake_server, tmp_path
 
 
 def test_an_infrastructure_error_leaves_the_task_undecided_until_resumed(fake_server, tmp_path):
-    from harness.model_types import ModelCallFailed
-    from harness.runner import run_batch
+    from uqh.harness.model.errors import ModelCallFailed
+    from uqh.harness.runner import run_batch
     from test_runner import make_config
 
-    from rundir.schema import ConsensusStopping
+    from uqh.rundir.schema import ConsensusStopping
 
     plan = {"arith-0000": ["R"] * 8}
     fail_seed = derive_seed(42, episode_id_for("arith-0000", 2))
     failing = {"on": True}
 
     def factory(model, api_base):
-        from harness.model_client import make_model_client
-        from rundir.schema import DecodingConfig
+        from uqh.harness.model.client import make_model_client
+        from uqh.rundir.schema import DecodingConfig
 
         client = make_model_client(model, api_base=api_base, decoding=DecodingConfig(max_tokens=64), max_retries=0)
         inner = client.complete
@@ -169,7 +169,7 @@ def test_without_stopping_every_episode_records_its_canonical_answer(fake_server
     out = tmp_path / "run"
     with fake_server(arithmetic_agent({"arith-0000": ["R", "W", "N"]})) as srv:
         assert uqh_run(srv, out, "--task-ids", "arith-0000", "--samples", "3") == 0
-    from domains.arithmetic import make_question
+    from uqh.domains.arithmetic import make_question
 
     answer = make_question("arith-0000")[1]
     got = {e.sample_index: e.info.get("canonical_answer", "missing") for e in read_episodes(out)}
@@ -179,7 +179,7 @@ def test_without_stopping_every_episode_records_its_canonical_answer(fake_server
 
 
 def test_four_tags_helper_is_parseable():
-    from harness.parsing import parse_react
+    from uqh.harness.episode.parsing import parse_react
 
     assert parse_react(four_tags("Finish[3]")).action == "Finish[3]"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rundir.schema import EPISODES_FILE
+from uqh.rundir.schema import EPISODES_FILE
 from run_files import read_episodes, read_sidecar, wait_for_lines
 from test_runner import solver
 
@@ -108,7 +108,7 @@ def test_stop_signal_summary_no_orphans_no_late_requests(fake_server, tmp_path, 
     out_dir = tmp_path / "run"
     n_tasks = 24
     with fake_server(solver, latency_s=0.3) as srv:
-        cmd = [sys.executable, "-m", "harness.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
+        cmd = [sys.executable, "-m", "uqh.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
                "--api-base", srv.base_url, "--tasks", str(n_tasks), "--concurrency", "4", "--workers", str(workers),
                "--out", str(out_dir), "--no-progress"]
         env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -141,8 +141,8 @@ def test_stop_signal_summary_no_orphans_no_late_requests(fake_server, tmp_path, 
 STUB_DRIVER = """
 import sys
 from pathlib import Path
-from harness import local_model
-from harness.cli import main
+from uqh.harness.model import local as local_model
+from uqh.cli import main
 
 fake, log = sys.argv[1], sys.argv[2]
 local_model.find_gguf = lambda model: Path("/dev/null")  # no model file needed: the stub serves the answers

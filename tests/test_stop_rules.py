@@ -1,4 +1,4 @@
-"""The sequential stop rule (harness.stop_rules): the confidence sequence against closed forms, its time-uniform
+"""The sequential stop rule (uqh.harness.sampling.branch_rules): the confidence sequence against closed forms, its time-uniform
 coverage, and the rule's decisions on hand-computed outcome sequences."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from harness.stop_rules import (
+from uqh.harness.sampling.branch_rules import (
     FIXED,
     StopRule,
     confidence_sequence,
@@ -16,7 +16,7 @@ from harness.stop_rules import (
     log_mixture_ratio,
     parse_stop_rule,
 )
-from rundir.errors import UserError
+from uqh.rundir.errors import UserError
 
 
 def upper_after_zeros(n: int, alpha: float = 0.05) -> float:

@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
-from rundir.errors import UserError
-from rundir.schema import PartialEpisode
-from rundir.schema import (
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import PartialEpisode
+from uqh.rundir.schema import (
     EPISODES_FILE,
     MANIFEST_FILE,
     SIDECAR_FILE,
@@ -21,8 +21,8 @@ from rundir.schema import (
     TokenLogprob,
     config_differences,
 )
-from harness.store import RunStore, check_out_dir
-from rundir.reader import RunDir, line_episode_id
+from uqh.harness.store.writer import RunStore, check_out_dir
+from uqh.rundir.reader import RunDir, line_episode_id
 from run_files import read_episodes, read_manifest, read_sidecar
 
 
@@ -185,8 +185,8 @@ def test_line_episode_id_fast_and_fallback():
 
 
 def test_checkpoint_encoder_matches_pydantic_and_reuses_pieces():
-    from rundir.schema import Attempt, Step
-    from harness.store import CheckpointEncoder
+    from uqh.rundir.schema import Attempt, Step
+    from uqh.harness.store.writer import CheckpointEncoder
 
     def step(t):
         return Step(t=t, think="x", action=f"Calc[{t}]", verbal_confidence=0.5, confidence_raw="0.5", explanation="e",

@@ -29,12 +29,12 @@ from tau2_fixtures import (  # noqa: F401 - re-exported for other test modules
     tool,
 )
 
-from domains import domain_names, get_domain_class
-from domains.base import InvalidAction
-from domains.tau2_bench import GREETING, parse_action
-from harness.loop import recorded_steps
-from rundir.errors import UserError
-from rundir.schema import StopReason
+from uqh.domains.registry import domain_names, get_domain_class
+from uqh.domains.base import InvalidAction
+from uqh.domains.tau2.domain import GREETING, parse_action
+from uqh.harness.episode.loop import recorded_steps
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import StopReason
 
 # ------------------------------------------------------------------------------------------ domain basics
 
@@ -75,7 +75,7 @@ def test_system_prompt_is_appendix_k_filled_from_tau2():
 
     d = get_domain_class("tau2-retail")({})
     prompt = d.system_prompt()
-    template = (Path(__file__).resolve().parent.parent / "prompts" / "tau2.txt").read_text()
+    template = (Path(__file__).resolve().parent.parent / "uqh" / "prompts" / "tau2.txt").read_text()
     env = registry.get_env_constructor("retail")()
     assert "{TAU2." not in prompt and "- 19" not in template and "\\_" not in template
     assert prompt.startswith("You are a customer-support agent operating in the tau2-bench domain: retail.\n")

@@ -19,10 +19,10 @@ from tau2_fixtures import (
     tool,
 )
 
-from domains.base import RecordedStep, ReplayMismatch
-from domains.tau2_bench import GREETING, count_hops_and_errors, message_from_dict
-from harness.loop import recorded_steps
-from rundir.schema import StopReason
+from uqh.domains.base import RecordedStep, ReplayMismatch
+from uqh.domains.tau2.domain import GREETING, count_hops_and_errors, message_from_dict
+from uqh.harness.episode.loop import recorded_steps
+from uqh.rundir.schema import StopReason
 
 
 def replayer(domain):

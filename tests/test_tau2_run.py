@@ -13,10 +13,11 @@ from tau2_fixtures import (
 )
 from test_runner import fast_client_factory
 
-from harness.build import build_domain
-from harness.runner import prompt_sha256, run_batch
-from harness.store import checkpoint_path
-from rundir.schema import DecodingConfig, PartialEpisode, RunConfig, StopReason
+from uqh.harness.config.build import build_domain
+from uqh.harness.config.build import prompt_sha256
+from uqh.harness.runner import run_batch
+from uqh.harness.store.writer import checkpoint_path
+from uqh.rundir.schema import DecodingConfig, PartialEpisode, RunConfig, StopReason
 
 
 def make_config(srv) -> RunConfig:
@@ -86,7 +87,7 @@ def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path
 
 
 def test_uqh_run_without_user_model_is_a_user_error(tmp_path, capsys):
-    from harness.cli import main
+    from uqh.cli import main
 
     code = main(["run", "--domain", "tau2-airline", "--tasks", "1", "--out", str(tmp_path / "r"), "--dry-run"])
     assert code == 2 and not (tmp_path / "r").exists()
@@ -102,7 +103,7 @@ def test_uqh_run_without_user_model_is_a_user_error(tmp_path, capsys):
 def test_tau2_continuation_branches_replay_the_censored_prefix(fake_server, tmp_path, monkeypatch):
     """A max_steps Tau2 episode (read + write, budget 2) is continued by `uqh continue`'s machinery: each branch
     replays the prefix into tau2 (the DB write re-executed) and the user answers the continued conversation."""
-    from harness.continuation import run_continuations
+    from uqh.harness.continuation import run_continuations
 
     script = Script(SOLVED_AGENT, USER_LINES)
     with fake_server(script) as srv:
@@ -126,20 +127,20 @@ def test_tau2_continuation_branches_replay_the_censored_prefix(fake_server, tmp_
 
 
 def test_worker_fork_server_preloads_tau2_and_its_dbs():
-    """`--workers N` forks workers from a server that imported tau2 and parsed the DBs once (domains.tau2.preload),
+    """`--workers N` forks workers from a server that imported tau2 and parsed the DBs once (uqh.domains.tau2.preload),
     leaving litellm's process-wide flags as they were."""
     import subprocess
     import sys
 
-    from harness.workers import worker_preload
+    from uqh.harness.backends.workers import worker_preload
 
     config = RunConfig(domain="tau2-retail", task_ids=[RETAIL_TASK], model="openai/fake", step_budget=5,
                        prompt_sha256="x", package_version="0", user_model="openai/fake-user")
-    assert "domains.tau2.preload" in worker_preload(config, "openai/fake", "http://127.0.0.1:1/v1")
+    assert "uqh.domains.tau2.preload" in worker_preload(config, "openai/fake", "http://127.0.0.1:1/v1")
     probe = (
         "import litellm; before = (litellm.drop_params, litellm.cache)\n"
-        "import domains.tau2.preload\n"
-        "from domains.tau2 import shared_db as s\n"
+        "import uqh.domains.tau2.preload\n"
+        "from uqh.domains.tau2 import shared_db as s\n"
         "assert sorted(s._shared) == ['airline', 'retail', 'telecom'], s._shared\n"
         "assert (litellm.drop_params, litellm.cache) == before\n"
         "import sys; assert 'tau2.evaluator.evaluator' in sys.modules\n"

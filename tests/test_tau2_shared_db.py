@@ -11,9 +11,9 @@ import pickle
 
 import pytest
 
-from domains import get_domain_class
-from domains.tau2 import shared_db as sdb
-from domains.tau2.shared_db import CopyOnWriteTable, shared_db
+from uqh.domains.registry import get_domain_class
+from uqh.domains.tau2 import shared_db as sdb
+from uqh.domains.tau2.shared_db import CopyOnWriteTable, shared_db
 
 
 def _tasks(domain: str) -> list:

@@ -21,7 +21,7 @@ from tau2_fixtures import (
     tool,
 )
 
-from rundir.schema import StopReason
+from uqh.rundir.schema import StopReason
 
 
 def test_unknown_tool_once_then_gold_actions_is_one_counted_error_and_a_success(fake_server):

@@ -22,10 +22,10 @@ from tau2_fixtures import (
     respond,
 )
 
-from domains.base import EnvironmentUnavailable
-from domains.tau2.access import Tau2
-from domains.tau2.user_client import DirectUserGenerator, UserCallFailed, direct_path_applies
-from rundir.schema import DecodingConfig
+from uqh.domains.base import EnvironmentUnavailable
+from uqh.domains.tau2.access import Tau2
+from uqh.domains.tau2.user_client import DirectUserGenerator, UserCallFailed, direct_path_applies
+from uqh.rundir.schema import DecodingConfig
 
 
 def _dump(m) -> dict:
@@ -215,7 +215,7 @@ def test_a_refused_request_fails_the_episode_as_infrastructure(fake_server):
 
 
 def test_an_unreachable_endpoint_fails_after_the_retries(monkeypatch):
-    monkeypatch.setattr("domains.tau2.user_client.asyncio.sleep", _no_sleep)
+    monkeypatch.setattr("uqh.domains.tau2.user_client.asyncio.sleep", _no_sleep)
     gen = DirectUserGenerator("openai/fake-user", {"api_base": "http://127.0.0.1:9/v1", "num_retries": 2}, None)
 
     async def go():

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from domains.base import InvalidAction, RecordedStep, ReplayMismatch
-from rundir.errors import UserError
+from uqh.domains.base import InvalidAction, RecordedStep, ReplayMismatch
+from uqh.rundir.errors import UserError
 
 N_SOCKS = 24
 
@@ -72,8 +72,8 @@ def make_catalog_dir(tmp: Path) -> Path:
 
 @pytest.fixture
 def domain(tmp_path, monkeypatch):
-    import domains.webshop.goals as goals_mod
-    from domains import get_domain_class
+    import uqh.domains.webshop.goals as goals_mod
+    from uqh.domains.registry import get_domain_class
 
     monkeypatch.setattr(goals_mod, "CACHE_DIR", tmp_path / "cache")
     data = make_catalog_dir(tmp_path)
@@ -153,7 +153,7 @@ def test_search_stemming_stopwords_ties_and_limit(domain):
 
 
 def test_lucene_norm_encoding():
-    from domains.webshop.search import decoded_length, encode_length
+    from uqh.domains.webshop.search import decoded_length, encode_length
 
     assert [decoded_length(encode_length(n)) for n in range(24)] == list(range(24))  # small lengths are exact
     # 100 -> 24 + 76; 76 has 7 bits: keep 4 (1001), shift 3 -> (8 | 1) << 3 = 72 -> 96
@@ -324,7 +324,7 @@ def test_malformed_actions_ask_for_a_repair(domain, action):
 
 
 def test_action_parse_follows_the_original():
-    from domains.webshop.env import parse_action
+    from uqh.domains.webshop.env import parse_action
 
     assert parse_action("Search[Red Shoes]") == ("search", "red shoes")
     assert parse_action("CLICK[Buy Now]") == ("click", "buy now")
@@ -352,8 +352,8 @@ def test_action_parse_follows_the_original():
 )
 def test_repair_mode_rejects_unexecutable_actions(tmp_path, monkeypatch, setup, action, match):
     """unexecutable_actions=repair: uqh's earlier rules, every rejected action leaves the page unchanged."""
-    import domains.webshop.goals as goals_mod
-    from domains import get_domain_class
+    import uqh.domains.webshop.goals as goals_mod
+    from uqh.domains.registry import get_domain_class
 
     monkeypatch.setattr(goals_mod, "CACHE_DIR", tmp_path / "cache")
     dom = get_domain_class("webshop")({"data": str(make_catalog_dir(tmp_path)), "split": "all",
@@ -447,7 +447,7 @@ def test_replay_mismatch_detection(domain):
 
 
 def test_domain_task_ids_prompt_and_errors(domain, tmp_path):
-    from domains import get_domain_class
+    from uqh.domains.registry import get_domain_class
 
     n = len(domain.resources.goals)
     assert n == 5  # P01: 2 colors x 2 sizes; P04: no options
@@ -477,8 +477,8 @@ def test_domain_task_ids_prompt_and_errors(domain, tmp_path):
 
 
 def test_page_chars_cuts_page_text_but_keeps_clickables(tmp_path, monkeypatch):
-    import domains.webshop.goals as goals_mod
-    from domains import get_domain_class
+    import uqh.domains.webshop.goals as goals_mod
+    from uqh.domains.registry import get_domain_class
 
     monkeypatch.setattr(goals_mod, "CACHE_DIR", tmp_path / "cache")
     data = make_catalog_dir(tmp_path)

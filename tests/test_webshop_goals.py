@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from domains.webshop import catalog as C
-from domains.webshop import goals as G
-from rundir.errors import UserError
+from uqh.domains.webshop import catalog as C
+from uqh.domains.webshop import goals as G
+from uqh.rundir.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = C.default_data_dir()
@@ -90,7 +90,7 @@ def test_goals_identical_across_processes_and_hash_seeds(tmp_path, monkeypatch):
     doc, path, sha = G.freeze_goals(cat, 42)
     assert path.read_bytes() == G.canonical_bytes(doc) and G.goals_sha256(doc) == sha
     code = (
-        "import sys; from domains.webshop import catalog as C, goals as G; "
+        "import sys; from uqh.domains.webshop import catalog as C, goals as G; "
         "cat = C.load_catalog(); print(G.goals_sha256(G.build_goals(cat, int(sys.argv[1]))))"
     )
     shas = []
@@ -107,7 +107,7 @@ def test_goals_identical_across_processes_and_hash_seeds(tmp_path, monkeypatch):
 
 
 def test_shared_prefix_catalog_counts_and_splits(tmp_path, monkeypatch):
-    from domains.webshop import kept_goals_message, load_resources
+    from uqh.domains.webshop import kept_goals_message, load_resources
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     res = load_resources(str(SHARED), None, 42, None, "synthetic")
@@ -129,7 +129,7 @@ def test_shared_prefix_catalog_counts_and_splits(tmp_path, monkeypatch):
 
 
 def test_goals_file_option(tmp_path, monkeypatch):
-    from domains import get_domain_class
+    from uqh.domains.registry import get_domain_class
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     cat = C.load_catalog(SHARED)
@@ -199,7 +199,7 @@ def test_human_goal_construction_closed_form(tmp_path):
 
 
 def test_goal_source_auto_human_synthetic(tmp_path, monkeypatch, caplog):
-    from domains import get_domain_class
+    from uqh.domains.registry import get_domain_class
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     products = [rec("A1", "$25.00")]
@@ -220,7 +220,7 @@ def test_goal_source_auto_human_synthetic(tmp_path, monkeypatch, caplog):
     for name in ("items_shuffle_1000.json", "items_ins_v2_1000.json"):
         (without / name).write_text((with_file / name).read_text())
     caplog.clear()
-    with caplog.at_level("WARNING", logger="domains.webshop"):
+    with caplog.at_level("WARNING", logger="uqh.domains.webshop"):
         fallback = cls({"data": str(without), "split": "all"})
         assert fallback.resources.goals[0]["instruction_text"].startswith("synthetic thing")
     notices = [r.getMessage() for r in caplog.records if "no items_human_ins.json" in r.getMessage()]
@@ -232,7 +232,7 @@ def test_goal_source_auto_human_synthetic(tmp_path, monkeypatch, caplog):
 
 @pytest.mark.parametrize("content", ["[1, 2]", '{"A1": [{"instruction": "x"}]}', "{not json", '{"A1": {}}'])
 def test_bad_human_instructions_file_is_a_user_error(tmp_path, monkeypatch, content):
-    from domains import get_domain_class
+    from uqh.domains.registry import get_domain_class
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     d = human_dir(tmp_path, [rec("A1", "$5")], {}, None)

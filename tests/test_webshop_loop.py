@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import re
 
-from domains import get_domain_class
-from harness.runner import prompt_sha256, run_batch
-from rundir.schema import DecodingConfig, RunConfig, StopReason
+from uqh.domains.registry import get_domain_class
+from uqh.harness.config.build import prompt_sha256
+from uqh.harness.runner import run_batch
+from uqh.rundir.schema import DecodingConfig, RunConfig, StopReason
 from run_files import read_episodes, read_manifest
 
 DOMAIN = get_domain_class("webshop")({})
@@ -94,7 +95,7 @@ def test_perfect_shopper_succeeds_and_wrong_option_fails(fake_server, tmp_path):
 
 
 def test_cli_dry_run_and_data_error(tmp_path, capsys):
-    from harness.cli import main
+    from uqh.cli import main
 
     assert main(["run", "--domain", "webshop", "--tasks", "3", "--out", str(tmp_path / "r"), "--dry-run"]) == 0
     out = capsys.readouterr().out

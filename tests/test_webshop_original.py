@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from domains import get_domain_class
-from domains.webshop import catalog as C
-from domains.webshop import goals as G
-from domains.webshop.lucene_analysis import analyze, lower_token, tokenize
-from domains.webshop.porter import stem
-from domains.webshop.reward import get_reward
-from domains.webshop.search import ProductSearch, anserini_reported_scores
+from uqh.domains.registry import get_domain_class
+from uqh.domains.webshop import catalog as C
+from uqh.domains.webshop import goals as G
+from uqh.domains.webshop.lucene_analysis import analyze, lower_token, tokenize
+from uqh.domains.webshop.porter import stem
+from uqh.domains.webshop.reward import get_reward
+from uqh.domains.webshop.search import ProductSearch, anserini_reported_scores
 
 DATA = Path(__file__).resolve().parent / "data" / "webshop"
 SHARED = C.default_data_dir()

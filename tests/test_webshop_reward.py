@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from domains.webshop import reward as R
-from domains.webshop.catalog import clean_products
+from uqh.domains.webshop import reward as R
+from uqh.domains.webshop.catalog import clean_products
 
 
 def product(asin, name, *, desc="", bullets=(""), options=None, attrs=None, query="running shoes",
@@ -180,9 +180,9 @@ def test_reward_in_unit_interval_for_every_goal(tmp_path, monkeypatch):
     import shutil
     from pathlib import Path
 
-    import domains.webshop.goals as G
-    from domains.webshop import catalog as C
-    from domains.webshop import load_resources
+    import uqh.domains.webshop.goals as G
+    from uqh.domains.webshop import catalog as C
+    from uqh.domains.webshop import load_resources
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     shared = C.default_data_dir()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from rundir.schema import EPISODES_FILE, LOCK_FILE, QUARANTINE_SUFFIX, SIDECAR_FILE
+from uqh.cli import main
+from uqh.rundir.schema import EPISODES_FILE, LOCK_FILE, QUARANTINE_SUFFIX, SIDECAR_FILE
 from environment import unavailable
 from run_files import read_episodes, read_sidecar
 from test_runner import solver
@@ -193,7 +193,7 @@ def test_report_out_with_mode_0555(tmp_path):
     out.mkdir()
     out.chmod(0o555)
     try:
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(PRE_CHANGE), "--out", str(out),
+        proc = subprocess.run([sys.executable, "-m", "uqh.cli", "report", str(PRE_CHANGE), "--out", str(out),
                                "--bootstrap", "1"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
                               capture_output=True, text=True, timeout=120, preexec_fn=_without_dac_override())
     except subprocess.SubprocessError as exc:

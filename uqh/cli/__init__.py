@@ -1,0 +1,97 @@
+"""`uqh`: a thin command line over importable library functions.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
+those modules keep heavy imports (litellm, tau2, bm25s) inside functions so `uqh --help` is fast.
+
+Whatever a command meets, the user gets one line on stderr, never a traceback: a :class:`UserError` exits 2,
+a :class:`RunDirWriteError` (or any other OS error) exits 1 with what to do, and SIGINT / SIGTERM
+(:mod:`uqh.harness.signals`) exit 130 / 143 after the command has stopped its children (``uqh run`` first prints its
+summary and the resume hint).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from uqh.cli import console_log
+from uqh.harness import signals
+from uqh.rundir.errors import RunDirWriteError, UserError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("uqh.cli.run_command", "run episodes of a domain into a run directory (resumable)"),
+    "continue": ("uqh.cli.continue_command", "roll out continuation branches from censored prefixes (q_Z)"),
+    "score": ("uqh.cli.score_command", "score run directories: TPS, censored extensions, diagnostics; compare runs"),
+    "certify": ("uqh.cli.certify_command", "reliability level by self-consistency and conformal calibration"),
+    "audit": ("uqh.cli.audit_command", "termination audit and selection diagnostic of run directories"),
+    "report": ("uqh.cli.report_command", "tables, figures and an HTML report for run directories"),
+    "export": ("uqh.cli.export_command", "episodes, steps, tokens and scores as Parquet/CSV tables for pandas"),
+    "judge": ("uqh.cli.judge_command", "Agent GPA LLM judges over recorded traces, and their analysis"),
+    "index": ("uqh.cli.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
+    "schema": ("uqh.cli.schema_command", "print the JSON schema of the run-directory records"),
+    "repair": ("uqh.cli.repair_command", "move lines that are not valid records out of a run directory's files"),
+}
+
+
+def _load_dotenv() -> None:
+    """Secrets come from the environment or a ``.env`` file: ``./.env`` first, else the nearest one above the
+    working directory; the environment wins over the file. Never written anywhere."""
+    try:
+        from dotenv import find_dotenv, load_dotenv
+    except ImportError:  # python-dotenv comes with litellm; without it only the environment is used
+        return
+    path = find_dotenv(usecwd=True)  # ./.env, then the parents of the working directory (not the package's)
+    if path:
+        load_dotenv(path, override=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="uqh",
+        description="Run LLM agents on benchmarks recording every step's verbal confidence and token logprobs, "
+        "continue censored trajectories, and score the probability traces (Trajectory Proper Score).",
+        epilog="`uqh COMMAND --help` for a command's options; user mistakes exit 2 with one line on stderr.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="details on stderr: local model server start/stop, endpoints, each retry and its reason, "
+                             "slow calls (before the command: uqh -v run ...)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    _load_dotenv()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    name = f"uqh {args.command}"
+    console_log.configure(verbose=args.verbose, prog=name)
+    try:
+        with signals.stop_signals():
+            return int(args._run(args) or 0)
+    except UserError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+    except RunDirWriteError as exc:
+        print(f"{name}: error: {exc}; {exc.hint}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # an I/O fault no command anticipated: still one line (the traceback with -v)
+        logging.getLogger("uqh").debug("I/O error", exc_info=True)
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"{name}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
+    except signals.Interrupted as exc:
+        print(f"{name}: interrupted by {signals.signal_name(exc.signum)}", file=sys.stderr)
+        return signals.exit_code(exc.signum)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+

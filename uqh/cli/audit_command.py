@@ -1,0 +1,36 @@
+"""`uqh audit RUN_DIR...`: termination audit (Table 6) and selection diagnostic (Fig. 2B)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from uqh.reports.render import add_format_argument
+
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
+    p.add_argument("--out", type=Path, default=None, help="also write CSV + Markdown tables into this directory")
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the intervals (default 2000)")
+    add_format_argument(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from uqh.reports.audit import audit
+    from uqh.reports.render import Output, emit, tables_json
+    from uqh.rundir.errors import UserError
+
+    if args.bootstrap < 1:
+        raise UserError("--bootstrap must be at least 1")
+    if args.out is not None:  # before the tables are computed and printed: a bad --out writes nothing
+        from uqh.reports.report.build import check_out_writable
+
+        check_out_writable(args.out)
+    tables = audit(args.run_dirs, n_boot=args.bootstrap)
+    emit(Output(tables=tables, json_text=tables_json(tables)), args.format)
+    if args.out is not None:
+        written = [p for t in tables for p in t.write(args.out)]
+        print(f"wrote {len(written)} files to {args.out}", file=sys.stderr if args.format in ("json", "csv")
+              else sys.stdout)
+    return 0

@@ -1,0 +1,69 @@
+"""`uqh export RUN_DIR... --to DIR [--format parquet|csv] [--tokens]`: the runs as tables for pandas.
+
+Writes ``episodes``, ``steps``, ``scores`` (and with ``--tokens`` the per-token ``tokens``) as Parquet (pyarrow)
+or CSV into DIR; the frames are :mod:`uqh.scoring.export`'s (``episodes_df``, ``steps_df``, ``tokens_df``,
+``scores_df``: the same as a Python call). Every input and DIR are checked before anything is written: a mistake
+is one line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
+    p.add_argument("--to", required=True, metavar="DIR", help="output directory (created; our files overwritten)")
+    p.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="file format (default parquet)")
+    p.add_argument("--tokens", action="store_true", help="also write one row per generated token (large)")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+                   help="bootstrap resamples of the scores' CIs (default 1000; 0: none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--censoring", choices=("exclude", "simple"), default="exclude",
+                   help="max_steps trajectories in the scores: exclude (default) or simple (q_Z ≈ 0)")
+
+
+def check_destination(to) -> None:
+    """UserError unless ``to`` is (or can be created as) a directory that is not a run directory."""
+    from uqh.reports.report.build import check_out_writable
+    from uqh.rundir.errors import UserError
+    from uqh.rundir.schema import MANIFEST_FILE
+
+    if (to / MANIFEST_FILE).exists():
+        raise UserError(f"--to {to} is a run directory; export into a directory of its own")
+    check_out_writable(to, "--to")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from uqh.rundir.errors import UserError
+    from uqh.scoring.export import FRAMES, export_frames
+    from uqh.scoring.pipeline import ScoreOptions
+
+    if args.bootstrap < 0:
+        raise UserError("--bootstrap must be >= 0")
+    to = Path(args.to)
+    check_destination(to)
+    for d in args.run_dirs:
+        if Path(d).resolve() == to.resolve():
+            raise UserError(f"--to {to} is one of the run directories; export into a directory of its own")
+    frames = export_frames(args.run_dirs, tokens=args.tokens,
+                           options=ScoreOptions(n_bootstrap=args.bootstrap, seed=args.seed, censoring=args.censoring))
+    try:
+        to.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in FRAMES:
+            if name not in frames:
+                continue
+            path = to / f"{name}.{args.format}"
+            if args.format == "parquet":
+                frames[name].to_parquet(path, index=False)
+            else:
+                frames[name].to_csv(path, index=False)
+            written.append(f"{path.name} ({len(frames[name]):,} rows)")
+    except OSError as exc:
+        raise UserError(f"cannot write --to {to}: {exc.strerror or exc}; pick a writable directory") from None
+    print(f"wrote {', '.join(written)} to {to}")
+    print(f"read them with pandas: pd.read_{args.format}('{to / ('steps.' + args.format)}'), or in Python: "
+          "from uqh.scoring.export import steps_df")
+    return 0

@@ -1,0 +1,33 @@
+"""`uqh report RUN_DIR... --out DIR`: tables (CSV + Markdown), figures (PNG + SVG) and one HTML page."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
+    p.add_argument("--out", type=Path, required=True, help="output directory (created; files are overwritten)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--max-traces", type=int, default=300, help="trajectories per run in the HTML trace explorer")
+    p.add_argument("--pool", action="store_true", help="also score runs of the same dataset pooled (Tau2's domains)")
+    p.add_argument("--q-z", dest="q_z", type=Path, action="append", default=[], metavar="FILE",
+                   help="q_Z file from `uqh continue` (repeatable): adds the exact censored score")
+    p.add_argument("--title", default="uqh report", help="page title")
+
+
+def run(args: argparse.Namespace) -> int:
+    from uqh.rundir.errors import UserError
+    from uqh.reports.report.build import ReportOptions, build_report
+
+    if args.bootstrap < 1:
+        raise UserError("--bootstrap must be at least 1")
+    if args.max_traces < 0:
+        raise UserError("--max-traces must be >= 0")
+    opts = ReportOptions(n_bootstrap=args.bootstrap, seed=args.seed, max_traces=args.max_traces, pool=args.pool,
+                         q_z_files=tuple(args.q_z), title=args.title)
+    res = build_report(args.run_dirs, args.out, opts)
+    print(f"wrote {len(res.files)} files to {res.out_dir}")
+    print(f"open {res.html}")
+    return 0

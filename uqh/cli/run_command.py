@@ -1,0 +1,377 @@
+"""`uqh run`: run episodes of a domain into a run directory (resumable: re-run the same command to resume).
+
+Thin: the flags become a :class:`uqh.harness.config.build.RunOverrides`, :func:`uqh.harness.config.build.resolve_config` turns a preset
+plus the overrides into the RunConfig (everything is validated before anything is written: unknown
+domain/preset/model string/domain option, an unusable --out, a missing API key, unknown task ids, or a config that
+differs from the run already in --out each give one line on stderr and exit 2), and this module renders.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from uqh.cli.arg_types import finite_float
+from uqh.cli.common import add_backend_arguments, print_endpoint_lines
+from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
+
+#: The QA flags: aliases of domain options (`-D key=value` sets the same option).
+DOMAIN_OPTION_FLAGS = {"data": "--data", "retrieval": "--retrieval", "es_url": "--es-url", "es_index": "--es-index",
+                       "top_k": "--top-k", "corpus": "--corpus", "index_dir": "--index-dir"}
+
+EPILOG = """domain options:
+  -D KEY=VALUE (repeatable) sets any option of the domain; VALUE is read as
+  JSON when it parses (3, true, null, "text"), else as a string.
+  `uqh run --domain NAME --list-options` lists a domain's options and defaults.
+  The QA flags (--data, --retrieval, --es-url, --es-index, --top-k, --corpus,
+  --index-dir) are aliases of domain options."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    g = p.add_argument_group("what to run")
+    g.add_argument("--domain", help="domain name (arithmetic, strategyqa, hotpotqa, tau2-airline, ...)")
+    g.add_argument("--preset", help="start from a paper preset (see harness/presets.py); flags override it")
+    sel = g.add_mutually_exclusive_group()
+    sel.add_argument("--tasks", type=int, metavar="N", help="the domain's first/sampled N tasks")
+    sel.add_argument("--task-ids", metavar="A,B,...", help="comma-separated task ids")
+    g.add_argument("--samples", type=int, metavar="K", help="episodes per task (default 1)")
+    g.add_argument("--stop-on-consensus", type=finite_float, metavar="DELTA",
+                   help="sequential sampling: stop drawing a task's samples once its mode (canonical answer) is "
+                        "certified at error level DELTA (seed 002 §9; docs/certify.md)")
+    g.add_argument("--stop-rule", choices=("anytime", "hoeffding"),
+                   help="rule of --stop-on-consensus: anytime (default; an anytime-valid majority test) or "
+                        "hoeffding (the paper's Theorem 9.1 as printed: never stops before 20 samples at 0.05)")
+    g.add_argument("--split", help="dataset split (domain default if omitted)")
+    g.add_argument("--data", metavar="PATH", help="local data file for the domain")
+    g.add_argument("--step-budget", type=int, metavar="B", help="max steps per episode (default: the domain's)")
+    g.add_argument("--observation-chars", type=int, metavar="N",
+                   help="cut observations to N chars (default: the domain's, 420; WebShop and Tau2 do not cut)")
+    g.add_argument("-D", "--domain-option", action="append", default=[], metavar="KEY=VALUE", dest="domain_option",
+                   help="set a domain option (repeatable; see --list-options)")
+    g.add_argument("--list-options", action="store_true",
+                   help="list the options of --domain (or --preset's domain; all domains if neither) and exit")
+
+    m = p.add_argument_group("model")
+    m.add_argument("--model", help="litellm model string, openai/NAME with --api-base, or local:smollm2 (default)")
+    m.add_argument("--api-base", metavar="URL", action="append",
+                   help="OpenAI-compatible endpoint for --model; repeat it for several replicas of the model (calls "
+                        "go to the one with the fewest in flight; a failing one is taken out of rotation)")
+    m.add_argument("--endpoints", metavar="FILE",
+                   help="a file of endpoint URLs for --model, one per line (as --api-base repeated)")
+    m.add_argument("--user-model", metavar="M", help="user-simulator model (Tau2)")
+    m.add_argument("--user-api-base", metavar="URL", help="OpenAI-compatible endpoint for --user-model (Tau2)")
+    m.add_argument("--temperature", type=finite_float)
+    m.add_argument("--top-p", type=finite_float)
+    m.add_argument("--seed", type=int, help="run seed (default 42); per-episode seeds derive from it")
+    m.add_argument("--max-tokens", type=int,
+                   help=f"completion cap (default 512; for local: models {LOCAL_GRAMMAR_MAX_TOKENS}, "
+                        f"{LOCAL_MAX_TOKENS} with --no-grammar)")
+    m.add_argument("--top-logprobs", type=int)
+    m.add_argument("--no-logprobs", action="store_true", help="do not request token logprobs")
+    m.add_argument("--grammar", action=argparse.BooleanOptionalAction, default=None,
+                   help="force the four-tag shape with a llama.cpp GBNF grammar (default: on for local: models, off "
+                        "otherwise; recorded in the manifest)")
+    m.add_argument("--reasoning", action="store_true", default=None, help="ask the provider to enable reasoning")
+
+    r = p.add_argument_group("retrieval (QA domains; aliases of -D options)")
+    r.add_argument("--retrieval", choices=["bm25", "es"])
+    r.add_argument("--es-url")
+    r.add_argument("--es-index")
+    r.add_argument("--top-k", type=int)
+    r.add_argument("--corpus", metavar="PATH")
+    r.add_argument("--index-dir", metavar="DIR",
+                   help="bm25s index directory (reused or built there; not part of the config hash)")
+
+    x = p.add_argument_group("execution")
+    x.add_argument("--out", metavar="DIR", help="run directory (created, or resumed if it holds this run)")
+    x.add_argument("--concurrency", type=int, metavar="C", help="episodes in flight (default 8; 2 for local:)")
+    x.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes sharing --concurrency (default 1; use 2+ when one process is CPU-bound); "
+                        "with --backend ray: Ray actors (default: one per CPU of the cluster)")
+    add_backend_arguments(x)
+    x.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
+    x.add_argument("--no-checkpoints", action="store_true", help="do not checkpoint in-flight episodes")
+    x.add_argument("--timeout", type=finite_float, metavar="S",
+                   help="seconds one model call (the agent's, and a simulated user's) may take before it counts as "
+                        "failed (default 600; retried)")
+    x.add_argument("--max-retries", type=int, metavar="N",
+                   help="retries of a transient model-call failure (429, 5xx, timeout...; default 6)")
+    x.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
+
+
+def parse_domain_options(items: list[str]) -> dict[str, Any]:
+    """``-D key=value`` items -> {key: value}; the value is JSON when it parses (3, true, null), else the string."""
+    from uqh.rundir.errors import UserError
+
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise UserError(f"-D expects KEY=VALUE, got {item!r}")
+        if key in options:
+            raise UserError(f"-D {key} is given twice; give each domain option once")
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            options[key] = text
+    return options
+
+
+def overrides_from_args(args: argparse.Namespace):
+    """The :class:`uqh.harness.config.build.RunOverrides` of the parsed flags."""
+    from uqh.harness.config.build import DecodingOverrides, RunOverrides
+    from uqh.rundir.errors import UserError
+
+    domain_options = parse_domain_options(args.domain_option)
+    for key, flag in DOMAIN_OPTION_FLAGS.items():
+        value = getattr(args, key)
+        if value is None:
+            continue
+        if key in domain_options:
+            raise UserError(f"{flag} and -D {key} both set this option; give one")
+        domain_options[key] = value
+    task_ids = None
+    if args.task_ids is not None:
+        task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()]
+    decoding = DecodingOverrides(
+        temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_tokens=args.max_tokens,
+        top_logprobs=args.top_logprobs, logprobs=False if args.no_logprobs else None, grammar=args.grammar,
+        reasoning=args.reasoning,
+    )
+    from uqh.harness.config.build import endpoint_overrides
+
+    return RunOverrides(
+        domain=args.domain, split=args.split, tasks=args.tasks, task_ids=task_ids, samples=args.samples,
+        step_budget=args.step_budget, observation_chars=args.observation_chars, model=args.model,
+        **endpoint_overrides(args.api_base, args.endpoints), user_model=args.user_model,
+        user_api_base=args.user_api_base, decoding=decoding,
+        domain_options=domain_options, out=Path(args.out) if args.out else None,
+        stop_on_consensus=args.stop_on_consensus, stop_rule=args.stop_rule,
+    )
+
+
+def options_text(domain_names: list[str]) -> str:
+    """The ``--list-options`` text: each domain's options with type, default, alias flag and description."""
+    from uqh.domains.registry import get_domain_class
+
+    blocks = []
+    for name in domain_names:
+        cls = get_domain_class(name)
+        props = cls.Options.model_json_schema()["properties"]
+        lines = [f"{name} (-D KEY=VALUE):"]
+        for key, field in cls.Options.model_fields.items():
+            kinds = [k for k in props[key].get("anyOf", [props[key]]) if k.get("type") != "null"]
+            kind = " | ".join(" | ".join(map(json.dumps, k["enum"])) if "enum" in k else k.get("type", "any")
+                              for k in kinds)
+            default = cls.default_split if key == "split" else field.default  # the split's default is the domain's
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            flag = f", flag {extra['flag']}" if "flag" in extra else ""
+            lines.append(f"  {key:<18} {kind} (default {json.dumps(default)}{flag})")
+            lines.append(f"  {'':<18} {field.description}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _list_options(args: argparse.Namespace) -> str:
+    from uqh.domains.registry import domain_names, get_domain_class
+
+    if args.domain:
+        get_domain_class(args.domain)  # unknown name: UserError
+        return options_text([args.domain])
+    if args.preset:
+        from uqh.harness.config.presets import get_preset
+
+        return options_text([get_preset(args.preset).domain])
+    return options_text(domain_names())
+
+
+def _stopping_text(config) -> str:
+    """How sequential sampling is set, and the fewest samples after which it can stop a task."""
+    from uqh.harness.sampling.consensus import earliest_stop
+
+    stop = config.consensus_stopping
+    first = earliest_stop([], stop.rule, stop.delta, config.samples_per_task)
+    when = (f"a task can stop after {first} unanimous samples" if first is not None
+            else f"no task can stop within {config.samples_per_task} samples at this level")
+    return f"{stop.rule} rule, delta={stop.delta}: {when}"
+
+
+def tasks_note(config, requested: int | None) -> str | None:
+    """One line when fewer tasks were planned than ``--tasks`` (or the preset) asked for, else None."""
+    n = len(config.task_ids)
+    if requested is None or n >= requested:
+        return None
+    split = f" split {config.split}" if config.split else ""
+    return f"{requested:,} tasks asked for, but {config.domain}{split} has {n:,}: planning all {n:,}"
+
+
+def summary_rows(summary) -> list[tuple[str, str]]:
+    """The run summary of ``uqh run`` as (label, text) rows. Counts of the whole run (a resume included) come first,
+    then what this invocation did; a row per endpoint would go after "model calls"."""
+    from uqh.harness.progress import duration_text
+
+    s = summary.stats
+    planned = summary.planned - summary.skipped
+    skipped = (f"; {summary.skipped} of {summary.planned} planned samples skipped by sequential sampling"
+               if summary.skipped else "")
+    rows = [
+        ("run directory", str(summary.run_dir)),
+        ("episodes", f"{summary.finished_before + s.done}/{planned} finished ({s.done} this run, "
+                     f"{summary.finished_before} before{skipped})"),
+    ]
+    whole = s.run_stop_reasons
+    if whole:
+        text = " ".join(f"{k}={v}" for k, v in sorted(whole.items()))
+        if summary.finished_before:
+            this = " ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())) or "none"
+            text += f" (this run: {this})"
+        rows.append(("stop reasons", text))
+    if s.infra_errors:
+        top = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3))
+        rows.append(("infra errors", f"{s.infra_errors} this run, not written (re-run to resume): {top}"))
+    calls = f"{s.calls} ({s.calls_without_logprobs} without logprobs"
+    if s.content_null_calls:
+        calls += f", {s.content_null_calls} with null content"
+    if s.unfinished_calls:  # paid for, though their episodes are not (yet) in the run directory
+        calls += f", {s.unfinished_calls} by episodes not finished"
+    rows.append(("model calls", f"{calls}); {s.retries} retries; "
+                                f"{s.rate_text()}; tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} "
+                                f"completion; {s.cost_text()}"))
+    rows.append(("time", f"{duration_text(s.elapsed_s())} this run"))
+    rows += [("note", note) for note in summary.notes]
+    return rows
+
+
+def summary_lines(summary) -> list[str]:
+    """The run summary printed on stdout (``uqh run``): :func:`summary_rows`, labels in a 15-column field."""
+    return [f"{label:<15}{text}" for label, text in summary_rows(summary)]
+
+
+def next_hint(run_dir: Path) -> str:
+    """What to do with a finished run: score it, then the report and the DataFrame export (commands that work as
+    printed, from the same working directory)."""
+    import shlex
+
+    q = shlex.quote
+    base = str(run_dir).rstrip("/")
+    return (f"next           uqh score {q(base)}   (then: uqh report {q(base)} --out {q(base + '-report')}; "
+            f"uqh export {q(base)} --to {q(base + '-export')})")
+
+
+def run(args: argparse.Namespace) -> int:
+    from uqh.harness.config.build import check_positive, resolve_config, run_dir_of
+    from uqh.harness.backends.context import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
+    from uqh.harness.runner import default_concurrency, run_batch
+    from uqh.rundir.errors import UserError
+
+    if args.list_options:
+        print(_list_options(args), end="")
+        return 0
+    overrides = overrides_from_args(args)
+    if args.dry_run and args.preset:
+        from uqh.harness.config.plan import plan
+
+        print(plan(args.preset, overrides=overrides), end="")
+        return 0
+    check_positive("--concurrency", args.concurrency)
+    check_positive("--workers", args.workers)
+    from uqh.harness.backends import make_backend
+
+    backend = make_backend(args.backend, workers=args.workers, ray_address=args.ray_address)
+    check_positive("--max-retries", args.max_retries, 0)
+    if args.timeout is not None and not args.timeout > 0:
+        raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    timeout_s = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S
+    max_retries = args.max_retries if args.max_retries is not None else DEFAULT_MAX_RETRIES
+    preset = None
+    if args.preset:
+        from uqh.harness.config.presets import get_preset
+
+        preset = get_preset(args.preset)
+    config = resolve_config(preset, overrides)
+    if backend is not None:
+        backend.check(config)
+    out = run_dir_of(preset, overrides)
+    concurrency = args.concurrency or default_concurrency(config.model)
+    n_episodes = len(config.task_ids) * config.samples_per_task
+    requested = args.tasks if args.tasks is not None else (preset.n_tasks if preset and args.task_ids is None else None)
+    note = tasks_note(config, requested)
+    if args.dry_run:
+        d = config.decoding
+        print(f"domain        {config.domain}" + (f" (split {config.split})" if config.split else ""))
+        print(f"tasks         {len(config.task_ids)} x {config.samples_per_task} sample(s) = {n_episodes} episodes")
+        if note:
+            print(f"note          {note}")
+        print(f"task ids      {', '.join(config.task_ids[:5])}{' ...' if len(config.task_ids) > 5 else ''}")
+        print(f"model         {config.model}" + (f" via {', '.join(config.endpoints)}" if config.endpoints else ""))
+        if config.user_model:
+            print(f"user model    {config.user_model}" + (f" via {config.user_api_base}" if config.user_api_base else ""))
+        print(f"decoding      temperature={d.temperature} top_p={d.top_p} logprobs={d.logprobs} "
+              f"top_logprobs={d.top_logprobs} max_tokens={d.max_tokens} seed={d.seed} grammar={d.grammar} "
+              f"reasoning={d.reasoning}")
+        cut = (f"observations cut to {config.observation_chars} chars" if config.observation_chars is not None
+               else "observations not cut")
+        print(f"step budget   {config.step_budget}; {cut}")
+        if config.domain_options:
+            print("options       " + ", ".join(f"{k}={v}" for k, v in sorted(config.domain_options.items())))
+        if config.consensus_stopping is not None:
+            print(f"sequential    {_stopping_text(config)}")
+        print(f"run dir       {out} (config hash {config.config_hash()[:12]})")
+        where = f"workers {args.workers or 1}"
+        if backend is not None:
+            actors = f"{args.workers} actors" if args.workers else "one actor per CPU"
+            where = f"backend ray at {args.ray_address or 'a local instance'}, {actors}"
+        print(f"execution     concurrency {concurrency}, {where}; per call: timeout {timeout_s:g} s, "
+              f"{max_retries} retries")
+        from uqh.harness.config.build import build_domain
+        from uqh.harness.config.plan import estimate, estimate_rows
+
+        est = estimate(config, len(config.task_ids), len(build_domain(config).system_prompt()))
+        for label, text in estimate_rows(config, est, "the domain's filled-in prompt"):
+            print(f"{label:<14}{text}")
+        print("dry run: no model was called, nothing was written.")
+        return 0
+
+    if note:
+        print(f"uqh run: note: {note}", file=sys.stderr)
+    import contextlib
+
+    with backend if backend is not None else contextlib.nullcontext():
+        summary = run_batch(
+            config,
+            out,
+            concurrency=concurrency,
+            workers=args.workers or 1,
+            progress=not args.no_progress,
+            checkpoints=not args.no_checkpoints,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backend=backend,
+        )
+    print("\n".join(summary_lines(summary)), flush=True)
+    print_endpoint_lines(summary)
+    s = summary.stats
+    if config.consensus_stopping is not None:
+        print(f"sequential     {summary.skipped}/{summary.planned} samples skipped "
+              f"({summary.skipped / max(summary.planned, 1):.1%} saved; {_stopping_text(config)}; "
+              "skipped_samples.jsonl)")
+    if summary.stopped is not None:
+        cause = summary.stopped
+        print(f"uqh run: {cause.message}; {summary.remaining} episodes not finished; {cause.hint}", file=sys.stderr)
+        return cause.exit_code
+    if not summary.ok:
+        reasons = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3)) or "interrupted"
+        print(
+            f"uqh run: {summary.remaining} episodes not finished ({reasons}); "
+            "re-run the same command to resume",
+            file=sys.stderr,
+        )
+        return 1
+    if summary.finished_before + s.done:
+        print(next_hint(out))
+    return 0

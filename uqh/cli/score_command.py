@@ -1,0 +1,170 @@
+"""`uqh score`: Trajectory Proper Score, censored extensions and diagnostics of run directories.
+
+Thin CLI over :func:`uqh.scoring.pipeline.score_run` (and :func:`uqh.scoring.paired.compare_runs` with ``--paired``);
+heavy imports stay inside :func:`run`. :mod:`uqh.reports.score_view` arranges the results -- one table for all runs,
+CIs under the values -- and :mod:`uqh.reports.render` prints them as ``--format table|md|json|csv``. ``json`` is the
+:class:`uqh.scoring.results.RunScores` dump (a list of them for several runs; ``{"runs": [...], "paired": [...]}``
+with ``--paired``).
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
+    p.add_argument("--predictor", action="append", metavar="NAME",
+                   help="predictor(s) of the registry (uqh.scoring.registry.PREDICTORS), repeatable or comma-separated, "
+                        "e.g. verbal,token_prob,base_rate (default: all registered)")
+    p.add_argument("--calibration", choices=("none", "platt", "both"), default="both",
+                   help="raw rows (none), cross-fitted Platt rows (platt) or both (default)")
+    p.add_argument("--score", action="append", metavar="RULE",
+                   help="score family, repeatable: log, brier, beta:A,B (default: log, brier, beta:2,4)")
+    p.add_argument("--weights", default="linear-front",
+                   help="weight schedule: linear-front (default), uniform, exponential-front, linear-back")
+    p.add_argument("--censoring", choices=("exclude", "simple", "exact"), default="exclude",
+                   help="max_steps trajectories: exclude (complete-only), simple (q_Z≈0) or exact (needs --q-z)")
+    p.add_argument("--labels", choices=("working", "complete"), default="working",
+                   help="what the base rate and Platt are trained on under --censoring simple|exact: working (default, "
+                        "the paper's: ΔY over the working sample -- Y if complete, 0 if censored; under exact Y or "
+                        "q_hat_Z) or complete (Y of the complete trajectories only)")
+    p.add_argument("--q-z", dest="q_z", metavar="FILE", help="q_Z file (JSONL from `uqh continue`) for --censoring exact")
+    p.add_argument("--missing-qz", choices=("error", "exclude"), default="error",
+                   help="censored episodes without a q_hat_z under --censoring exact: error (default) or exclude "
+                        "them (counted)")
+    p.add_argument("--include-parse-errors", action="store_true",
+                   help="sensitivity analysis (Appendix G.2): score parse_error trajectories as censored")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="paired bootstrap resamples (0: none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--no-auq", action="store_true", help="omit the scalar AUQ aggregator table (Φ_last, Φ_avg, Φ_min)")
+    p.add_argument("--fixed-rank", action="store_true", help="add the fixed-rank analysis of Appendix E")
+    p.add_argument("--pooled", action="store_true", help="also score all RUN_DIRs pooled into one sample")
+    p.add_argument("--paired", action="store_true",
+                   help="compare each RUN_DIR with the first on the task ids both ran: Δ per metric with a 95%% CI "
+                        "by paired bootstrap over the shared tasks (is model B better calibrated than model A?)")
+    from uqh.reports.render import add_format_argument
+
+    add_format_argument(p)
+
+
+def options_from_args(args: argparse.Namespace):
+    """Validate flags into :class:`uqh.scoring.pipeline.ScoreOptions` (UserError on bad input)."""
+    from uqh.rundir.errors import UserError
+    from uqh.scoring.pipeline import ScoreOptions
+    from uqh.scoring.rules import DEFAULT_SCORES, parse_score
+    from uqh.scoring.streams import check_predictor
+    from uqh.scoring.weights import check_scheme
+
+    preds: list[str] = []
+    for item in args.predictor or []:
+        for name in item.split(","):
+            if name.strip() and check_predictor(name.strip()) not in preds:
+                preds.append(name.strip())
+    rules = [parse_score(s) for s in (args.score or DEFAULT_SCORES)]
+    if len({r.name for r in rules}) != len(rules):
+        raise UserError("the same --score was given twice")
+    check_scheme(args.weights)
+    if args.bootstrap < 0:
+        raise UserError("--bootstrap must be >= 0")
+    if args.censoring == "exact":
+        if not args.q_z:
+            raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
+        # the file is read once the runs are known: each run gets its own share of it (run())
+    elif args.q_z:
+        raise UserError("--q-z is only used with --censoring exact")
+    if args.include_parse_errors and args.censoring == "exclude":
+        raise UserError("--include-parse-errors treats parse errors as censored; use it with --censoring simple or exact")
+    cal = {"none": ("none",), "platt": ("platt",), "both": ("none", "platt")}[args.calibration]
+    return ScoreOptions(
+        predictors=tuple(preds) if preds else None,
+        calibrations=cal,
+        scores=tuple(rules),
+        weights=args.weights,
+        censoring=args.censoring,
+        labels=args.labels,
+        include_parse_errors=args.include_parse_errors,
+        missing_qz=args.missing_qz,
+        n_bootstrap=args.bootstrap,
+        seed=args.seed,
+        auq=not args.no_auq,
+        fixed_rank=args.fixed_rank,
+    )
+
+
+def no_complete_reason(counts, censoring: str) -> str:
+    """Why a run's table is empty: it has no complete (clean, with an outcome) episode, by exclusion reason."""
+    excluded = ", ".join(f"{k}={v}" for k, v in counts.exclusions().items()) or "none excluded"
+    return (f"no complete episode to score: {counts.episodes} episodes ({excluded}); every metric needs episodes "
+            f"that ended clean with an outcome" + (" (--censoring exclude leaves out max_steps episodes)"
+                                                   if censoring == "exclude" and counts.excluded_max_steps else ""))
+
+
+def pooling_warning(runs) -> str | None:
+    """A warning when ``--pooled`` mixes runs whose configs differ (task lists aside), naming the fields."""
+    from uqh.rundir.schema import config_differences
+
+    first = runs[0].manifest.config
+    fields: list[str] = []
+    for r in runs[1:]:
+        for f in config_differences(first, r.manifest.config):
+            if f not in fields and f not in ("task_ids", "prompt_sha256"):
+                fields.append(f)
+    if not fields:
+        return None
+    return (f"--pooled mixes runs whose configs differ in {', '.join(fields)}; the pooled row averages over "
+            "different settings")
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import sys
+
+    from uqh.reports.render import emit
+    from uqh.reports.score_view import score_output
+    from uqh.rundir.errors import UserError
+    from uqh.rundir.reader import RunDir
+    from uqh.scoring.pipeline import pool_runs, score_run
+    from uqh.scoring.streams import load_run
+
+    opts = options_from_args(args)
+    if args.paired and len(args.run_dirs) < 2:
+        raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")
+    runs = [load_run(d) for d in args.run_dirs]  # every input is validated before anything is printed
+    opts_of = [opts] * len(runs)
+    if opts.censoring == "exact":  # each run gets the q_Z of its own continuation (episode ids repeat across runs)
+        from uqh.rundir.qz_file import qz_for_runs
+
+        per_run = qz_for_runs([args.q_z], [(r.run_dir, r.manifest.config_hash) for r in runs])
+        opts_of = [dataclasses.replace(opts, q_z=q) for q in per_run]
+    notes = []
+    for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
+        missing = RunDir.open(d).episodes_missing_sidecar_rows()
+        if missing:
+            notes.append(f"{d}: {len(missing)} finished episodes miss {sum(missing.values())} sidecar rows "
+                         "(logprobs.jsonl cut outside uqh?); their logprob predictors are missing")
+    if opts.censoring == "exact":
+        # ids must be covered in every run before scoring starts
+        from uqh.scoring.streams import build_sample
+
+        for r, o in zip(runs, opts_of):
+            build_sample(r, "verbal", censoring="exact", q_z=o.q_z, include_parse_errors=o.include_parse_errors,
+                         missing_qz=o.missing_qz)
+    comparisons = []
+    if args.paired:
+        from uqh.scoring.paired import compare_runs
+
+        comparisons = [compare_runs(runs[0], r, opts_of[0], o) for r, o in zip(runs[1:], opts_of[1:])]
+    targets = list(runs)
+    if args.pooled and len(runs) > 1:
+        warning = pooling_warning(runs)
+        if warning:
+            print(f"uqh score: warning: {warning}", file=sys.stderr)
+        targets.append(pool_runs(runs))
+        opts_of.append(opts if opts.censoring != "exact" else dataclasses.replace(  # pool_runs prefixes ids "k:"
+            opts, q_z={f"{k}:{e}": v for k, o in enumerate(opts_of) for e, v in o.q_z.items()}))
+    results = [score_run(r, o) for r, o in zip(targets, opts_of)]
+    for res in results:
+        if res.counts.complete == 0:
+            notes.append(f"{res.run_dir}: {no_complete_reason(res.counts, opts.censoring)}")
+    emit(score_output(results, comparisons, notes), args.format)
+    return 0

@@ -1,0 +1,1 @@
+"""The write path: build a run, run its episodes through a model, write the run directory."""

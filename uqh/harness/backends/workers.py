@@ -1,0 +1,279 @@
+"""Worker processes of a batch (``uqh run --workers N``): N event loops in N processes, one writer.
+
+The workers are forked from a fork server that preloaded the harness (spawned where there is none), so they never
+inherit the parent's open files -- the run directory's writer lock included. Each has its own event loop, model
+client and its share of the ``concurrency`` slots (the total stays ``concurrency``); every slot pulls the next
+episode from one shared job queue as it frees up (dynamic load balance). Workers write only their own checkpoint
+files; they send finished episodes (already serialized) to the parent, the single writer of the JSONL files, and the
+calls of every episode that ends without a result (failed, or cut short by a stop), which the parent counts.
+
+Stopping: the parent's first SIGINT/SIGTERM (or a fatal cause: a write failure, an unreachable endpoint) sends
+SIGTERM to every worker; a worker treats SIGINT and SIGTERM alike (a Ctrl-C reaches the whole process group):
+it cancels its episodes at once (no request after the signal, no traceback), sends what has finished and exits.
+The parent writes what arrives and, after :data:`STOP_GRACE_S`, kills a worker that has not exited. A worker whose
+parent died exits within a second (it watches the parent), so nothing runs on unsupervised.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import queue as queue_mod
+import resource
+import signal
+import time
+
+from uqh.harness import signals
+from uqh.harness.config.build import build_client, build_domain
+from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec
+from uqh.harness.model.endpoints import EndpointCounts, merge_counts
+from uqh.harness.backends.base import BackendResult
+from uqh.harness.backends.context import BatchStopped, RunContext, StopCause, gc_tuned
+from uqh.harness.backends.event_loop import endpoint_counts, run_cancellable, run_specs, serialize
+from uqh.rundir.errors import RunDirWriteError
+from uqh.rundir.schema import RunConfig
+
+__all__ = ["STOP_GRACE_S", "run_workers"]
+
+#: Seconds the workers get to exit after being told to stop, before they are killed.
+STOP_GRACE_S = 1.0
+
+#: Queues of batches that ended with items unread (stopped early, or a worker died): kept until this process exits.
+#: A queue's named semaphores are unlinked by whichever thread drops the last reference; left to the queue's feeder
+#: thread, an exit right after a stop could freeze that daemon thread between unlinking a semaphore and telling
+#: the resource tracker, which then warns of a "leaked semaphore" on the terminal. Held here, they are released by
+#: the main thread's exit finalizers.
+_QUEUES_UNTIL_EXIT: list = []
+
+#: Imported once by the fork server, so each worker starts as a fork of a process that already has them.
+_WORKER_PRELOAD = [
+    "uqh", "uqh.harness.backends.event_loop", "uqh.harness.backends.workers", "uqh.harness.store.writer",
+    "uqh.harness.model.client", "uqh.harness.model.transports", "uqh.harness.model.endpoints",
+    "uqh.domains.registry", "aiohttp", "tenacity",
+]
+
+
+def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error, unfinished_calls
+                ) -> BackendResult:
+    """Run the episodes in worker processes; return the CPU seconds the workers reported, why the batch stopped
+    early (None: every episode was attempted) and the workers' per-endpoint counts (several endpoints).
+
+    ``write(episode_id, line, rows, summary)`` appends and counts a finished episode; ``error(spec, message,
+    retries)`` counts an infrastructure failure, and ``unfinished_calls(totals)`` the calls of an episode that
+    ended without a result (:class:`uqh.harness.backends.base.BatchHooks`)."""
+    mp_ctx = _mp_context(worker_preload(ctx.config, ctx.model, ctx.api_base))
+    results = mp_ctx.Queue()  # children -> parent: finished episodes, errors, exits
+    jobs = mp_ctx.Queue()  # parent -> children: specs pulled as slots free up (dynamic load balance)
+    # --concurrency is the total in flight (a provider's rate limit does not grow with --workers): split it.
+    # run_batch already capped workers at concurrency.
+    workers = min(workers, len(specs))
+    total = ctx.concurrency
+    shares = [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
+    for spec in specs:
+        jobs.put(spec)
+    for _ in range(sum(shares)):  # one end marker per slot
+        jobs.put(None)
+    procs = []
+    cause: StopCause | None = None
+    stop_deadline: float | None = None
+
+    def request_stop(why: StopCause) -> None:  # also called from the signal handler: short, non-blocking
+        nonlocal cause, stop_deadline
+        if stop_deadline is not None:
+            return
+        cause, stop_deadline = why, time.monotonic() + STOP_GRACE_S
+        for p in procs:
+            if p.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGTERM)
+
+    cpu_s = 0.0
+    endpoint_calls: list[EndpointCounts] = []
+    pending = {s.episode_id: s for s in specs}
+    drained = 0  # workers whose slots all read their end marker
+    with signals.on_stop(lambda signum: request_stop(StopCause.signal(signum))):
+        try:
+            for w in range(workers):
+                p = mp_ctx.Process(
+                    target=_worker_main,
+                    args=(w, dataclasses.replace(ctx, concurrency=shares[w]), jobs, results, os.getpid(),
+                          dict(os.environ)),
+                    daemon=True,
+                    name=f"uqh-worker-{w}",
+                )
+                p.start()
+                procs.append(p)
+                if stop_deadline is not None:  # a signal arrived while starting them
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p.pid, signal.SIGTERM)
+            alive = set(range(workers))
+            while alive:
+                if stop_deadline is not None and time.monotonic() > stop_deadline:
+                    break
+                try:
+                    msg = results.get(timeout=0.1 if stop_deadline is not None else 1.0)
+                except queue_mod.Empty:
+                    for w in list(alive):
+                        if not procs[w].is_alive():
+                            alive.discard(w)  # died without saying goodbye (crash): its episodes are counted below
+                    continue
+                kind = msg[0]
+                if kind == "done":
+                    _, eid, line, rows, ep_summary = msg
+                    try:  # after a write failure the store refuses every append (its calls still count)
+                        write(eid, line, rows, ep_summary)
+                    except RunDirWriteError as exc:
+                        request_stop(StopCause.write_failure(exc))
+                        continue
+                    pending.pop(eid, None)
+                elif kind == "error":
+                    _, eid, message, retries = msg
+                    error(pending.pop(eid, None), message, retries)
+                elif kind == "unfinished_calls":
+                    unfinished_calls(msg[1])
+                elif kind == "stopped":
+                    request_stop(msg[1])
+                elif kind == "exit":
+                    alive.discard(msg[1])
+                    drained += bool(msg[4])
+                    cpu_s += msg[2]
+                    endpoint_calls = merge_counts(endpoint_calls, msg[3])
+        finally:
+            deadline = stop_deadline if stop_deadline is not None else time.monotonic() + 5.0
+            for p in procs:
+                p.join(timeout=max(0.0, deadline - time.monotonic()))
+                if p.is_alive():
+                    p.kill()
+                    p.join(timeout=1.0)
+            unread = stop_deadline is not None or drained < len(procs)
+            if unread:  # unread specs may remain: never block this process's exit on them
+                jobs.cancel_join_thread()
+                results.cancel_join_thread()
+            jobs.close()
+            results.close()
+            if unread:
+                _QUEUES_UNTIL_EXIT.append((jobs, results))
+            else:  # every slot read its end marker, so every spec before it: the feeder has nothing left to write
+                jobs.join_thread()
+    if cause is None:
+        for eid, spec in pending.items():  # a worker died before reporting these
+            error(spec, "worker process exited unexpectedly", 0)
+    return BackendResult(stopped=cause, worker_cpu_s=cpu_s, endpoint_calls=endpoint_calls)
+
+
+def worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[str]:
+    """The modules the workers of this run need: the harness, the run's domain module and, when any model call
+    of the run goes through litellm (the agent's, or a user simulator's), litellm itself (a ~3 s CPU import that
+    would otherwise be paid once per worker)."""
+    from uqh.domains.registry import get_domain_class
+    from uqh.harness.model.client import is_openai_compatible_url
+
+    modules = list(_WORKER_PRELOAD)
+    cls = get_domain_class(config.domain)
+    if cls.__module__.startswith("uqh.domains."):  # not a class registered from elsewhere (tests, notebooks)
+        modules.append(cls.__module__)
+        # What a domain's workers would each load on first use (e.g. Tau2: the tau2 package and its DBs).
+        modules.extend(cls.worker_preload)
+    if not is_openai_compatible_url(model, api_base) or config.user_model:
+        modules.append("litellm")
+    return modules
+
+
+def _mp_context(preload: list[str]):
+    """Worker processes come from a fork server (POSIX) that imported ``preload`` once, else are spawned.
+
+    A forked child of the (single-threaded) fork server starts in milliseconds instead of re-importing pydantic,
+    aiohttp, the harness and maybe litellm (0.3-3 s of CPU per worker); the parent itself is never forked, so its
+    threads (and its open files) do not matter. The server is started on first use and lives as long as this
+    process, so the first run with workers decides what it preloads (one run per ``uqh`` process).
+    """
+    import multiprocessing as mp
+
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(preload)  # only effective before the server has started
+        return ctx
+    return mp.get_context("spawn")
+
+
+def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, environ=None) -> None:
+    endpoint_calls: list[EndpointCounts] = []
+    drained = False  # every slot of this worker read its end marker
+    with signals.stop_signals():  # SIGINT and SIGTERM stop this worker quietly (see the module docstring)
+        try:
+            _work(ctx, jobs, results, parent_pid, environ, endpoint_calls)
+            drained = signals.requested() is None  # a stop signal ends the loop early without an error
+        except signals.Interrupted:
+            pass  # stopped before its event loop ran: nothing in flight
+        except BatchStopped as exc:
+            _ignore_stop_signals()
+            results.put(("stopped", exc.cause))
+        finally:
+            _ignore_stop_signals()  # done: a late stop signal (the parent's) must not interrupt the goodbye
+    _ignore_stop_signals()
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    results.put(("exit", index, r.ru_utime + r.ru_stime, endpoint_calls, drained))
+
+
+def _ignore_stop_signals() -> None:
+    for s in signals.STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
+def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_calls: list) -> None:
+    if environ is not None:  # the fork server's environment is from when it started: use the parent's current one
+        os.environ.clear()
+        os.environ.update(environ)
+    import uqh  # noqa: F401 - sets LITELLM_LOCAL_MODEL_COST_MAP before litellm is imported
+
+    domain = build_domain(ctx.config)
+    domain.prepare_runtime(ctx.domain_runtime())
+
+    def done(result: EpisodeResult) -> None:  # runs in the I/O thread, after the episode's checkpoint writes
+        eid, line, rows, ep_summary = serialize(result)
+        results.put(("done", eid, line, rows, ep_summary))
+
+    def failed(spec: EpisodeSpec, message: str, retries: int = 0) -> None:
+        results.put(("error", spec.episode_id, message, retries))
+
+    def unfinished(calls) -> None:  # sent at once: a worker killed after the stop grace still reported them
+        results.put(("unfinished_calls", calls))
+
+    async def main() -> None:
+        import multiprocessing as mp
+        from concurrent.futures import ThreadPoolExecutor
+
+        parent = mp.parent_process()  # a fork server's child is not the parent's child: watch its sentinel
+
+        async def watch_parent() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                gone = not parent.is_alive() if parent is not None else os.getppid() != parent_pid
+                if gone:  # the parent was killed: stop, do not run on unsupervised
+                    os._exit(1)
+
+        watcher = asyncio.create_task(watch_parent())
+        client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
+                              max_retries=ctx.max_retries, api_bases=ctx.api_bases)
+        loop = asyncio.get_running_loop()
+        pullers = ThreadPoolExecutor(max_workers=max(1, ctx.concurrency), thread_name_prefix="uqh-pull")
+
+        def pull():  # each slot takes the next spec from the shared queue; None ends the slot
+            return loop.run_in_executor(pullers, jobs.get)
+
+        try:
+            await run_cancellable(run_specs(ctx, pull, domain=domain, client=client, persist=done, on_error=failed,
+                                            on_unfinished_calls=unfinished))
+        finally:
+            watcher.cancel()
+            pullers.shutdown(wait=False)
+            endpoint_calls.extend(endpoint_counts(client))
+            with contextlib.suppress(Exception):
+                await client.aclose()
+            with contextlib.suppress(Exception):
+                await domain.aclose()
+
+    with gc_tuned():
+        asyncio.run(main())
+

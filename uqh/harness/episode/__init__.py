@@ -1,0 +1,1 @@
+"""One episode: the ReAct loop and the parsing of a step's four tags."""

@@ -1,0 +1,395 @@
+"""Run one episode: the ReAct loop. Knows nothing about files, processes or concurrency.
+
+An :class:`EpisodeSpec` says what to run and how it starts (:class:`Fresh`, :class:`Resume` from its own
+checkpoint, :class:`Branch` of a recorded episode); :func:`open_episode` makes, resets and replays its
+environment (the one place that does), and :func:`run_episode` runs the steps.
+
+Each step sends the conversation to the model, parses the four tags and applies the action to the
+environment. A malformed output or an action the environment rejects (``InvalidAction``) triggers a
+repair attempt (the model is told what was wrong and asked again), at most ``MAX_REPAIRS`` per step; then the
+episode ends ``parse_error``. Every model call becomes one sidecar :class:`LogprobRow`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable, ClassVar
+
+from uqh.domains.base import Domain, Environment, InvalidAction, RecordedStep, ReplayMismatch
+from uqh.harness.model.types import ModelClient
+from uqh.harness.episode.parsing import (
+    ParseError,
+    char_span_to_token_range,
+    invalid_action_problem,
+    parse_react,
+    repair_message,
+)
+from uqh.rundir.schema import Attempt, Episode, LogprobRow, PartialEpisode, Step, StopReason
+
+log = logging.getLogger(__name__)
+
+MAX_REPAIRS = 2  # Appendix K: up to two repair attempts per step
+OBSERVATION_PREFIX = "Observation: "
+
+
+def derive_seed(run_seed: int, episode_id: str) -> int:
+    """Per-episode decoding seed: stable across processes and Python versions (sha256, 31 bits)."""
+    digest = hashlib.sha256(f"{run_seed}:{episode_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def attempt_seed(step_seed: int | None, attempt: int) -> int | None:
+    """The decoding seed of a step's ``attempt``: the step's own seed for the first call, a fresh one derived from
+    (step seed, attempt number) for each repair -- reusing the step's seed would make a deterministic model repeat
+    the text it was just told is wrong. The seed sent is recorded in each attempt's ``call.seed``. None (the
+    client's default seed) stays None."""
+    if step_seed is None or attempt == 0:
+        return step_seed
+    return derive_seed(step_seed, f"repair-{attempt}")
+
+
+def episode_id_for(task_id: str, sample_index: int) -> str:
+    return f"{task_id}#{sample_index}"
+
+
+def branch_episode_id(source_episode_id: str, branch_index: int) -> str:
+    return f"{source_episode_id}@b{branch_index}"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def observation_message(observation: str) -> dict:
+    return {"role": "user", "content": OBSERVATION_PREFIX + observation}
+
+
+def build_messages(system_prompt: str, task_prompt: str, steps: list[Step]) -> list[dict]:
+    """The conversation sent to the model before the next step.
+
+    system, user task prompt, then for each step: every rejected attempt (assistant raw text + user repair
+    message) followed by the accepted assistant raw text and the user ``Observation: ...`` message.
+    """
+    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": task_prompt}]
+    for step in steps:
+        _extend_with_step(messages, step, system_prompt)
+    return messages
+
+
+def _extend_with_step(messages: list[dict], step: Step, system_prompt: str) -> None:
+    for att in step.attempts:
+        messages.append({"role": "assistant", "content": att.raw_text})
+        if att.error is not None:
+            messages.append({"role": "user", "content": repair_message(att.error, system_prompt)})
+    messages.append(observation_message(step.observation))
+
+
+def recorded_steps(steps: list[Step]) -> list[RecordedStep]:
+    return [RecordedStep(action=s.action, observation=s.observation, info=dict(s.info)) for s in steps]
+
+
+# --------------------------------------------------------------------------------------- what to run
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """A new episode: the environment is reset and nothing is replayed."""
+
+    steps: ClassVar[tuple[Step, ...]] = ()
+    task_prompt: ClassVar[str | None] = None
+    copied_steps: ClassVar[int] = 0
+    sidecar: ClassVar[tuple[LogprobRow, ...]] = ()
+    started_at: ClassVar[str | None] = None
+    source_episode_id: ClassVar[str | None] = None
+    branch_index: ClassVar[int | None] = None
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A continuation branch of a recorded (censored) episode: its steps are replayed and copied verbatim (they
+    count as ``prefix_steps``, and their model calls are not this episode's)."""
+
+    prefix: Episode
+    index: int = 0
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.prefix.steps
+
+    @property
+    def task_prompt(self) -> str:
+        return self.prefix.task_prompt
+
+    @property
+    def copied_steps(self) -> int:
+        return len(self.prefix.steps)
+
+    sidecar: ClassVar[tuple[LogprobRow, ...]] = ()
+    started_at: ClassVar[str | None] = None
+
+    @property
+    def source_episode_id(self) -> str:
+        return self.prefix.episode_id
+
+    @property
+    def branch_index(self) -> int:
+        return self.index
+
+
+@dataclass(frozen=True)
+class Resume:
+    """This episode again from its own checkpoint (after a crash): its steps, sidecar rows and start time carry
+    on. When the checkpoint cannot be replayed the episode is opened as ``restart`` instead (what it was planned
+    as: :class:`Fresh`, or the :class:`Branch` whose checkpoint this is)."""
+
+    partial: PartialEpisode
+    restart: "Fresh | Branch" = Fresh()
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.partial.steps
+
+    @property
+    def task_prompt(self) -> str:
+        return self.partial.task_prompt
+
+    @property
+    def copied_steps(self) -> int:
+        return self.partial.prefix_steps
+
+    @property
+    def sidecar(self) -> list[LogprobRow]:
+        return self.partial.sidecar
+
+    @property
+    def started_at(self) -> str | None:
+        return self.partial.started_at
+
+    @property
+    def source_episode_id(self) -> str | None:
+        return self.partial.source_episode_id
+
+    @property
+    def branch_index(self) -> int | None:
+        return self.partial.branch_index
+
+
+#: How an episode starts. Each mode answers the same questions: which recorded ``steps`` to replay and continue,
+#: their ``task_prompt``, how many of them are ``copied_steps`` of a source episode, the ``sidecar`` rows of this
+#: episode's own earlier calls, ``started_at``, and the ``source_episode_id``/``branch_index`` to record.
+Start = Fresh | Resume | Branch
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """What to run: identity, decoding seed (also the environment's seed), an optional step-budget override
+    (continuation branches: ``Z + K``) and how the episode starts."""
+
+    episode_id: str
+    task_id: str
+    sample_index: int = 0
+    seed: int | None = None
+    step_budget: int | None = None
+    start: Start = Fresh()
+
+
+@dataclass
+class EpisodeResult:
+    episode: Episode
+    sidecar: list[LogprobRow]
+    # JSON of the first len(...) sidecar rows when a writer already serialized them (checkpoints); saves a re-dump.
+    sidecar_json_prefix: list[str] = field(default_factory=list)
+
+
+async def open_episode(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, EpisodeSpec]:
+    """Make the episode's environment, reset it and replay ``spec.start``'s recorded steps into it.
+
+    Returns the environment (the caller closes it), the task prompt to continue with (the recorded one when steps
+    were replayed: a reset whose opening is sampled, as Tau2's simulated user's, may differ from it, and the
+    replayed state already holds the recorded conversation) and the spec actually opened. A :class:`Resume` whose
+    checkpoint does not replay (``ReplayMismatch``) is opened as its ``restart`` instead; every other failure
+    closes the environment and propagates (a :class:`Branch` that does not replay raises ``ReplayMismatch``).
+    """
+    try:
+        return await _open(domain, spec)
+    except ReplayMismatch as exc:
+        if not isinstance(spec.start, Resume):
+            raise
+        log.warning("%s: checkpoint replay failed (%s); restarting the episode", spec.episode_id, exc)
+        spec = dataclasses.replace(spec, start=spec.start.restart)
+        return await _open(domain, spec)
+
+
+async def _open(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, EpisodeSpec]:
+    env = domain.make_env(spec.task_id, episode_seed=spec.seed)
+    try:
+        task_prompt = await env.reset()
+        start = spec.start
+        if start.steps:
+            await env.replay(recorded_steps(start.steps))
+            # The default replay re-executes the actions, so the reset must be the recorded one too; a domain that
+            # restores state from the record (Tau2) validates the recorded conversation itself.
+            if task_prompt != start.task_prompt and type(env).replay is Environment.replay:
+                raise ReplayMismatch("the reset environment's task prompt differs from the recorded one")
+            task_prompt = start.task_prompt
+    except BaseException:
+        with contextlib.suppress(Exception):
+            env.close()
+        raise
+    return env, task_prompt, spec
+
+
+OnStep = Callable[[PartialEpisode], Any | Awaitable[Any]]
+
+
+async def run_episode(
+    env: Environment,
+    client: ModelClient,
+    *,
+    spec: EpisodeSpec,
+    system_prompt: str,
+    step_budget: int,
+    task_prompt: str | None = None,
+    on_step: OnStep | None = None,
+) -> EpisodeResult:
+    """Run (or continue) one episode to its end. ``ModelCallFailed`` propagates: the episode is then not finished.
+
+    ``step_budget`` is the largest step index ``t`` allowed, prefix steps included. ``task_prompt``: the
+    environment is already open (:func:`open_episode`) and this is the first user message; without it a
+    :class:`Fresh` episode resets ``env`` here, and a started one assumes ``env`` already holds its replayed steps.
+    """
+    start = spec.start
+    started_at = start.started_at or now_iso()
+    if task_prompt is None:
+        task_prompt = start.task_prompt if start.task_prompt is not None else await env.reset()
+    prefix_steps = start.copied_steps
+    source_episode_id, branch_index = start.source_episode_id, start.branch_index
+
+    steps: list[Step] = list(start.steps)
+    sidecar: list[LogprobRow] = list(start.sidecar)
+    messages = build_messages(system_prompt, task_prompt, steps)
+
+    stop_reason = StopReason.max_steps
+    outcome: int | None = None
+    reward: float | None = None
+    reward_info: dict[str, Any] = {}
+    failed_step: list[Attempt] | None = None
+    info: dict[str, Any] = {}
+
+    t = len(steps)
+    while t < step_budget:
+        t += 1
+        attempts: list[Attempt] = []
+        pending: list[dict] = []  # rejected attempts + repair messages of this step
+        accepted = None
+        for attempt_no in range(MAX_REPAIRS + 1):
+            completion = await client.complete(messages + pending if pending else messages,
+                                               seed=attempt_seed(spec.seed, attempt_no))
+            raw = completion.text
+            parsed = parse_react(raw)
+            problem: str | None = None
+            response = None
+            action_range = None
+            if isinstance(parsed, ParseError):
+                problem = parsed.message
+            else:
+                token_texts = [tok.token for tok in completion.tokens] if completion.tokens is not None else None
+                action_range = char_span_to_token_range(parsed.action_span, token_texts, raw)
+                try:
+                    response = await env.step(parsed.action)
+                except InvalidAction as exc:
+                    problem = invalid_action_problem(parsed.action, str(exc))
+            attempts.append(Attempt(attempt=attempt_no, raw_text=raw, error=problem, call=completion.call))
+            sidecar.append(
+                LogprobRow(
+                    episode_id=spec.episode_id,
+                    t=t,
+                    attempt=attempt_no,
+                    accepted=problem is None,
+                    tokens=completion.tokens,
+                    action_token_range=action_range,
+                )
+            )
+            if problem is None:
+                accepted = (parsed, response)
+                break
+            pending.append({"role": "assistant", "content": raw})
+            pending.append({"role": "user", "content": repair_message(problem, system_prompt)})
+
+        if accepted is None:
+            stop_reason = StopReason.parse_error
+            failed_step = attempts
+            break
+
+        parsed, response = accepted
+        step = Step(
+            t=t,
+            think=parsed.think,
+            action=parsed.action,
+            verbal_confidence=parsed.verbal_confidence,
+            confidence_raw=parsed.confidence_raw,
+            explanation=parsed.explanation,
+            observation=response.observation,
+            repair_attempts=len(attempts) - 1,
+            attempts=attempts,
+            info=dict(response.info),
+        )
+        steps.append(step)
+        # Keep the conversation incrementally (no rebuild per step): same shape as build_messages.
+        messages.extend(pending)
+        messages.append({"role": "assistant", "content": attempts[-1].raw_text})
+        messages.append(observation_message(response.observation))
+
+        if response.done:
+            stop_reason = response.stop_reason or StopReason.clean
+            if stop_reason == StopReason.clean:
+                outcome = response.outcome
+            reward = response.reward
+            reward_info = dict(response.reward_info)
+            break
+        if on_step is not None:
+            maybe = on_step(
+                PartialEpisode.model_construct(
+                    episode_id=spec.episode_id,
+                    task_id=spec.task_id,
+                    sample_index=spec.sample_index,
+                    seed=spec.seed,
+                    step_budget=step_budget,
+                    task_prompt=task_prompt,
+                    steps=steps,
+                    sidecar=sidecar,
+                    prefix_steps=prefix_steps,
+                    source_episode_id=source_episode_id,
+                    branch_index=branch_index,
+                    started_at=started_at,
+                )
+            )
+            if hasattr(maybe, "__await__"):
+                await maybe
+
+    episode = Episode(
+        episode_id=spec.episode_id,
+        task_id=spec.task_id,
+        sample_index=spec.sample_index,
+        stop_reason=stop_reason,
+        outcome=outcome,
+        reward=reward,
+        reward_info=reward_info,
+        n_steps=len(steps),
+        step_budget=step_budget,
+        seed=spec.seed,
+        task_prompt=task_prompt,
+        steps=steps,
+        failed_step=failed_step,
+        source_episode_id=source_episode_id,
+        branch_index=branch_index,
+        prefix_steps=prefix_steps,
+        started_at=started_at,
+        finished_at=now_iso(),
+        info=info,
+    )
+    return EpisodeResult(episode=episode, sidecar=sidecar)

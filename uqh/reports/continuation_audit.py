@@ -1,0 +1,152 @@
+"""The continuation audit as text, and its files in a continuation run directory (``uqh continue``).
+
+Numbers come from :func:`uqh.scoring.qz.audit.estimate_qz`; this module only arranges them (tables in the shape of
+the paper's Tables 7 and 8, for :mod:`uqh.reports.render`) and writes ``qz.jsonl``, ``audit.json`` and ``audit.md``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from uqh.reports.render import Output, markdown_text
+from uqh.reports.tables import Table
+from uqh.rundir.atomic import atomic_write_text
+from uqh.rundir.qz_file import write_qz_file
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import AUDIT_JSON, AUDIT_MD, QZ_FILE
+
+
+def _f(x, p: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{p}f}"
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _ci(ci) -> str:
+    return f"[{_f(ci[0])}, {_f(ci[1])}]"
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def counts_line(audit) -> str:
+    c = audit.counts
+    return (f"Prefixes: {c.prefixes_with_branches} continued, {c.retained} retained (>= {c.min_valid} valid resolved "
+            f"non-parse branches); mean valid branches per retained prefix {_f(c.mean_valid, 2)}; mean parse-error "
+            f"branches per prefix {_f(c.mean_parse, 3)}; unresolved branches {c.unresolved}; skipped (not "
+            f"replayable) {c.skipped}.")
+
+
+def audit_tables(audit) -> list[Table]:
+    """The tables of the audit: run cost (with a stop rule's figures), the q_hat_Z^MC distribution (Table 7
+    shape), simple vs exact (Table 8 shape), and the sensitivity to unresolved branches."""
+    d = audit.distribution
+    tables = []
+    if audit.cost is not None:
+        tables.append(cost_table(audit.cost, d))
+    tables.append(Table("qz_distribution", f"q_hat_Z^MC over retained prefixes (Table 7 shape; n = {d.n})",
+                        ["Diagnostic", "Value"], [
+                            {"Diagnostic": "Mean q_hat_Z^MC [95% CI]", "Value": f"{_f(d.mean)} {_ci(d.ci)}"},
+                            {"Diagnostic": "Median q_hat_Z^MC", "Value": _f(d.median)},
+                            {"Diagnostic": "Fraction with q_hat_Z^MC = 0", "Value": _pct(d.frac_zero)},
+                            {"Diagnostic": "Fraction with q_hat_Z^MC > 0.5", "Value": _pct(d.frac_above_half)},
+                        ], empty_note="No prefix retained."))
+    cmp = audit.comparison
+    if cmp is not None:
+        tables.append(Table("qz_scores", f"Simple vs exact censored score on retained prefixes (Table 8 shape; "
+                            f"n = {cmp.n})", ["Quantity", "Value", "95% CI"], [
+                                {"Quantity": "TPS^cen,simple", "Value": _f(cmp.simple.mean), "95% CI": _ci(cmp.simple.ci)},
+                                {"Quantity": "TPS^cen,exact-MC", "Value": _f(cmp.exact.mean), "95% CI": _ci(cmp.exact.ci)},
+                                {"Quantity": "Delta exact-simple", "Value": _f(cmp.difference.mean),
+                                 "95% CI": _ci(cmp.difference.ci)},
+                            ]))
+    if audit.sensitivity:
+        tables.append(Table("qz_sensitivity", "Unresolved branches: sensitivity",
+                            ["Unresolved branches", "mean q_hat_Z", "Delta exact-simple", "95% CI"],
+                            [{"Unresolved branches": name, "mean q_hat_Z": _f(row.mean_q),
+                              "Delta exact-simple": _f(row.difference.mean), "95% CI": _ci(row.difference.ci)}
+                             for name, row in audit.sensitivity.items()]))
+    return tables
+
+
+def cost_table(cost, distribution) -> Table:
+    """The run's branches, calls, prompt tokens (cached / uncached) and cost next to mean q_hat_Z^MC and its CI."""
+    branches = f"{_n(cost.branches)} of {_n(cost.branches_max)}" if cost.branches_max else _n(cost.branches)
+    if cost.branches_max:
+        branches += f" ({100 * cost.branches / cost.branches_max:.0f}%)"
+    if cost.calls_reporting_cache:
+        cached = f"{_n(cost.cached_prompt_tokens)} / {_n(cost.uncached_prompt_tokens)}"
+        if cost.calls_reporting_cache < cost.calls:
+            cached += f" ({cost.calls - cost.calls_reporting_cache} calls did not report)"
+    else:
+        cached = f"not reported / {_n(cost.prompt_tokens)}"
+    if cost.unpriced_calls == cost.calls:
+        price = "n/a (unpriced)"
+    else:
+        price = f"{cost.cost_usd:.4f}" + (f" + {cost.unpriced_calls} unpriced calls" if cost.unpriced_calls else "")
+    d = distribution
+    notes = []
+    if cost.stop_rule != "fixed":
+        note = (f"{cost.stopped_half_width} prefixes stopped at the half-width, {cost.stopped_max_branches} at "
+                f"--branches {cost.max_branches}")
+        notes.append(note + (f", {cost.open} open (a branch failed: re-run to resume)" if cost.open else ""))
+    if cost.cache_write_prompt_tokens:
+        notes.append(f"{_n(cost.cache_write_prompt_tokens)} uncached prompt tokens were written to the cache")
+    if cost.decision_mismatch:
+        notes.append(f"WARNING: {cost.decision_mismatch} recorded stop decisions disagree with the branches found")
+    row = {"Stop rule": cost.stop_rule, "Branches run (of max)": branches, "Model calls": _n(cost.calls),
+           "Prompt tokens cached / uncached": cached, "Completion tokens": _n(cost.completion_tokens),
+           "Cost (USD)": price, "Mean q_hat_Z^MC [95% CI]": f"{_f(d.mean)} {_ci(d.ci)}"}
+    return Table("qz_cost", "Branches, calls and cost", list(row), [row],
+                 caption=f"({'; '.join(notes)}.)" if notes else "")
+
+
+def audit_notes(audit) -> list[str]:
+    c, s = audit.counts, audit.settings
+    notes = [f"scores: {s.rule} rule, {s.weights} weights, predictor {s.predictor}; {c.scored} retained prefixes "
+             f"scored, {c.missing_confidence} left out (missing confidence)",
+             f"q_Z file: {c.records} records ({c.records_mc} mc, {c.records_plugin} plug-in); {c.without_estimate} "
+             "censored prefixes without an estimate"]
+    if audit.identity_max_error is not None:
+        notes.append("conditional-projection identity: max_i |TPS_exact-MC - branch average| = "
+                     f"{audit.identity_max_error:.3g}")
+    if c.join_mismatch_branches:
+        notes.append(f"WARNING: {c.join_mismatch_branches} branches whose prefix differs from the source were ignored")
+    if s.plugin_note:
+        notes.append(s.plugin_note)
+    return notes
+
+
+def audit_output(audit) -> Output:
+    """The audit for :func:`uqh.reports.render.emit` (json: the :class:`uqh.scoring.qz.audit.ContinuationAudit` dump)."""
+    return Output(tables=audit_tables(audit), json_text=audit.model_dump_json(indent=2),
+                  header=[counts_line(audit), *audit_notes(audit)], prog="uqh continue")
+
+
+def audit_text(audit) -> str:
+    """The whole audit in Markdown, as written to ``audit.md``."""
+    return markdown_text(audit_output(audit))
+
+
+def write_continuation_audit(cont_dir: Path, estimate) -> str:
+    """Write ``qz.jsonl``, ``audit.json`` and ``audit.md`` into the continuation run directory; return the text."""
+    cont_dir = Path(cont_dir)
+    text = audit_text(estimate.audit)
+    write_qz_file(cont_dir / QZ_FILE, estimate.records)
+    atomic_write_text(cont_dir / AUDIT_JSON, estimate.audit.model_dump_json(indent=2) + "\n")
+    atomic_write_text(cont_dir / AUDIT_MD, text + "\n")
+    return text
+
+
+def audit_continuation(cont_dir: Path, *, write: bool = True, **options):
+    """:func:`uqh.scoring.qz.audit.estimate_qz` on ``cont_dir`` (options as there), written unless ``write=False``.
+
+    Returns (estimate, text)."""
+    from uqh.scoring.qz.audit import estimate_qz
+
+    estimate = estimate_qz(RunDir.open(cont_dir), **options)
+    text = write_continuation_audit(cont_dir, estimate) if write else audit_text(estimate.audit)
+    return estimate, text

@@ -1,0 +1,1 @@
+"""``uqh report``: the HTML page, its figures and trace explorer."""

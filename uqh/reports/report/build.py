@@ -1,0 +1,196 @@
+"""`uqh report`: the paper's tables and figures for run directories, as CSV + Markdown + PNG/SVG + one HTML page.
+
+Every number comes from the scoring package (typed results of :func:`uqh.scoring.pipeline.score_run`,
+:mod:`uqh.scoring.analyses` and :mod:`uqh.scoring.artificial`, collected by :mod:`uqh.reports.scoring_calls`); the tables
+(:mod:`uqh.reports.score_tables`, :mod:`uqh.reports.censoring_tables`), figures (:mod:`uqh.reports.report.figures`) and the trace
+explorer's data (:mod:`uqh.reports.report.traces`) only arrange them. This module is the driver: it writes the files.
+
+Artefacts (``--out DIR``):
+
+- ``termination_audit``, ``selection_diagnostic`` (Appendix G.1 Table 6; Fig. 2B) -- from :mod:`uqh.reports.audit`;
+- ``transparency__<run>`` (Table 2 shape: predictor × raw/Platt + base rate, complete-observation sample);
+- ``scores_long__<run>.csv`` -- the scoring package's own long-format records (values, 95% CI, SE, counts);
+- ``auq_scalar`` (Table 5 shape), ``platt_diagnostics`` (Appendix D / Table 1 shape);
+- ``calibration_invariance`` + figure ``calibration_invariance__<run>`` (Fig. 1 shape: raw vs Platt vs base rate
+  with Δ and Δ/SE for AUROC, AUPRC, AURC, T-ECE, TPS_log; bootstrap whiskers);
+- ``fixed_rank`` (Appendix E);
+- ``sensitivity`` (Appendix I: score family × weight schedule; Δ_practice when censored trajectories exist);
+- ``artificial_censoring`` (Appendix I.1, Table 10 shape: complete trajectories censored at rates 0.25/0.5/0.75);
+- ``censored_shift`` + figure ``censored_shift__<run>`` (Fig. 2A: complete-only vs censored extension, CI);
+- ``censored_exact`` (§4.3, Tables 8–9 shape: TPS^cen,exact with q_Z files from ``uqh continue`` vs simple);
+- ``parse_error_sensitivity`` (Appendix G.2);
+- figure ``selection_diagnostic`` (Fig. 2B);
+- ``report.html`` (self-contained, from a Jinja2 template: the per-trajectory trace explorer with filters first,
+  the comparison across runs, then everything above in collapsible sections), ``report.md``,
+  ``report.json`` (:class:`uqh.reports.scoring_calls.ReportData`: the typed scoring results the tables were arranged
+  from).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from uqh.rundir.atomic import check_creatable
+from uqh.rundir.errors import UserError
+from uqh.reports.audit import load_runs, selection_diagnostic, termination_audit
+from uqh.reports.censoring_tables import (
+    artificial_censoring_table,
+    censored_shift_table,
+    exact_censoring_table,
+    parse_error_table,
+    sensitivity_table,
+)
+from uqh.reports.report.figures import figure_calibration_invariance, figure_censored_shift, figure_selection
+from uqh.reports.report.html import Figure, Section, render_page
+from uqh.reports.score_tables import (
+    auq_table,
+    calibration_invariance_table,
+    fixed_rank_table,
+    platt_table,
+    scores_long_csv,
+    transparency_table,
+)
+from uqh.reports.scoring_calls import ReportData, ReportOptions, score_runs
+from uqh.reports.report.traces import trace_data
+
+__all__ = ["ReportOptions", "ReportResult", "build_report"]
+
+PER_RUN_PREFIXES = ("transparency__", "scores_long__", "calibration_invariance__", "censored_shift__")
+
+
+def _remove_stale_artefacts(out_dir: Path) -> None:
+    """Drop per-run files of an earlier report in the same directory (only when it holds our report.json)."""
+    if not (out_dir / "report.json").is_file():
+        return
+    for p in out_dir.iterdir():
+        if p.is_file() and p.name.startswith(PER_RUN_PREFIXES) and p.suffix in (".csv", ".md", ".png", ".svg"):
+            p.unlink()
+
+
+@dataclass
+class ReportResult:
+    out_dir: Path
+    files: list[Path]
+    html: Path
+
+
+def check_out_writable(out_dir: Path, flag: str = "--out") -> None:
+    """UserError unless ``out_dir`` is (or can be created as) a writable directory that is not a run directory
+    (whose files only the writer of the run may add). Writes nothing."""
+    from uqh.rundir.schema import MANIFEST_FILE
+
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise UserError(f"{flag} {out_dir} exists and is not a directory; pick a directory path")
+        if (out_dir / MANIFEST_FILE).exists():
+            raise UserError(f"{flag} {out_dir} is a run directory; write into a directory of its own")
+        if not os.access(out_dir, os.W_OK | os.X_OK):
+            raise UserError(f"cannot write {flag} {out_dir}: {_access_reason(out_dir)}; pick a writable directory")
+        return
+    check_creatable(out_dir, flag)
+
+
+def _access_reason(path: Path) -> str:
+    try:
+        return "read-only file system" if os.statvfs(path).f_flag & os.ST_RDONLY else "permission denied"
+    except OSError:
+        return "permission denied"
+
+
+def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptions | None = None) -> ReportResult:
+    """Write the report of ``paths`` into ``out_dir``. UserError (one line) for bad input and for an ``out_dir``
+    that cannot be written -- checked before any scoring, and again if a write fails on the way."""
+    out_dir = Path(out_dir)
+    opts = opts or ReportOptions()
+    check_out_writable(out_dir)
+    runs = load_runs(paths)
+    scored = score_runs(runs, opts)  # everything that can fail on the inputs fails before anything is written
+    try:
+        return _write_report(runs, scored, out_dir, opts)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot write --out {out_dir}: {reason}; pick a writable directory with free space") from None
+
+
+def comparison_table(scored):
+    """Every run's predictors on the complete-observation sample in one table (value over its 95% CI), as
+    ``uqh score`` shows several runs."""
+    from uqh.reports.score_view import labels_caption, main_keys, predictor_table
+
+    results = [sr.results.main.model_copy(update={"run_dir": sr.label}) for sr in scored]
+    return predictor_table(results, main_keys(results[0]), "comparison", "Per-step predictors by run (Table 2 "
+                           "shape; diagnostics on complete trajectories, failure-oriented)", labels_caption(results))
+
+
+def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportResult:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_artefacts(out_dir)
+    files: list[Path] = []
+
+    audit_t = termination_audit(runs)
+    select_t = selection_diagnostic(runs, n_boot=opts.n_bootstrap, seed=opts.seed)
+    transparency = [transparency_table(sr) for sr in scored]
+    auq_t, platt_t = auq_table(scored), platt_table(scored)
+    calib_t, fixed_t = calibration_invariance_table(scored), fixed_rank_table(scored)
+    sens_t, shift_t, parse_t = sensitivity_table(scored), censored_shift_table(scored), parse_error_table(scored)
+    art_t = artificial_censoring_table(scored)
+    exact_t = exact_censoring_table(scored)
+    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, art_t, shift_t, exact_t,
+              parse_t]
+    for t in tables:
+        files += t.write(out_dir)
+    for sr in scored:
+        p = out_dir / f"scores_long__{sr.slug}.csv"
+        p.write_text(scores_long_csv(sr))
+        files.append(p)
+
+    fig1, fig2a = [], []
+    for sr in scored:
+        stem = f"calibration_invariance__{sr.slug}"
+        if figure_calibration_invariance(calib_t, sr.label, out_dir, stem):
+            fig1.append(Figure(stem, f"Calibration gap on {sr.label}: raw verbal confidence (orange), Platt (blue), "
+                                     "base rate (green); whiskers are 95% bootstrap intervals."))
+        stem = f"censored_shift__{sr.slug}"
+        if figure_censored_shift(shift_t, sr.label, out_dir, stem):
+            fig2a.append(Figure(stem, f"Complete-only vs censored-extension TPS_log on {sr.label}, with Δ_practice "
+                                      "and its 95% bootstrap CI."))
+    fig2b = [Figure("selection_diagnostic", "Selection diagnostic (Fig. 2B): completed vs admin-censored.")] if figure_selection(select_t, out_dir) else []
+    for f in fig1 + fig2a + fig2b:
+        files += [out_dir / f"{f.stem}.png", out_dir / f"{f.stem}.svg"]
+
+    no_cens = "No run has administratively censored (max_steps) trajectories: the censored extension does not apply."
+    no_parse = "No run has parse-error trajectories: nothing to test."
+    sections = [
+        Section("audit", "Termination audit", "Appendix G.1: stop reasons per run.", [audit_t], open=True),
+        Section("selection", "Selection diagnostic", "Fig. 2B: are censored trajectories structurally different?",
+                [select_t], fig2b),
+        Section("transparency", "Predictor transparency", "Appendix F: per-step streams on the complete sample.",
+                transparency),
+        Section("calibration", "Calibration invariance", "§6.1 / Fig. 1.", [calib_t, platt_t], fig1),
+        Section("fixed-rank", "Fixed-rank sensitivity", "Appendix E.", [fixed_t]),
+        Section("auq", "Scalar AUQ predictors", "Appendix F.2 / Table 5.", [auq_t]),
+        Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A; exact censored score §4.3.",
+                [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=[] if shift_t.rows else [no_cens]),
+        Section("sensitivity", "Score family × weight schedule", "Appendix I.", [sens_t, art_t]),
+        Section("parse-errors", "Parse-error sensitivity", "Appendix G.2.", [parse_t] if parse_t.rows else [],
+                notes=[] if parse_t.rows else [no_parse]),
+    ]
+    meta = [
+        f"generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · bootstrap {opts.n_bootstrap} "
+        f"resamples (seed {opts.seed}) · all numbers computed by the scoring package",
+        *[f"{sr.label}: {len(sr.run.episodes)} episodes · model {sr.run.manifest.config.model} · "
+          f"budget {sr.run.manifest.config.step_budget}" for sr in scored],
+    ]
+    html_path = out_dir / "report.html"
+    html_path.write_text(render_page(title=opts.title, meta=meta, sections=sections,
+                                     comparison=comparison_table(scored),
+                                     trace_data=trace_data(scored, opts.max_traces), out_dir=out_dir))
+    md_path = out_dir / "report.md"
+    md_path.write_text(f"# {opts.title}\n\n" + "\n".join(m + "  " for m in meta) + "\n\n"
+                       + "\n".join(t.to_markdown() for t in tables))
+    json_path = out_dir / "report.json"
+    json_path.write_text(ReportData(runs=[sr.results for sr in scored]).model_dump_json(indent=1))
+    files += [html_path, md_path, json_path]
+    return ReportResult(out_dir=out_dir, files=files, html=html_path)

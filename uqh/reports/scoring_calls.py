@@ -1,0 +1,160 @@
+"""The report's scoring calls: which analyses run on which run directory, with which settings.
+
+Every number comes from :mod:`scoring` (``score_run`` and the analyses of :mod:`uqh.scoring.analyses` and
+:mod:`uqh.scoring.artificial`); this module only chooses the settings and collects the typed results into
+:class:`RunReport` (dumped as ``report.json``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from uqh.rundir.errors import UserError
+from uqh.reports.audit import Run
+from uqh.scoring.analyses import CalibratedStream
+from uqh.scoring.results import (
+    ArtificialCensoringRow,
+    CensoredShiftRow,
+    ExactVsSimpleRow,
+    ParseErrorRow,
+    RunScores,
+)
+from uqh.scoring.streams import RunData
+
+PRIMARY_PREDICTOR = "verbal"
+PRIMARY_WEIGHTS = "linear-front"
+
+
+@dataclass
+class ReportOptions:
+    n_bootstrap: int = 1000
+    seed: int = 0
+    max_traces: int = 300  # trajectories per run embedded in the HTML trace explorer
+    pool: bool = False  # also score runs of the same dataset pooled (e.g. Tau2's three domains)
+    q_z_files: tuple[Path, ...] = ()  # q_Z files from `uqh continue`: adds the exact censored score (§4.3)
+    title: str = "uqh report"
+
+
+class RunReport(BaseModel):
+    """Every scoring result the report arranges for one run directory (or pooled dataset)."""
+
+    label: str
+    slug: str
+    pooled: bool
+    main: RunScores  # censoring exclude (complete observation), fixed-rank rows
+    by_weights: dict[str, RunScores]  # per weight schedule; simple censored extension when the run has max_steps
+    censored_shift: list[CensoredShiftRow] = []  # linear-front, runs with max_steps
+    exact: RunScores | None = None  # censoring exact, when q_Z covers every censored episode
+    exact_missing: int = 0  # censored episodes without a q_hat_z
+    exact_vs_simple: list[ExactVsSimpleRow] = []
+    parse_error_scores: list[RunScores] = []  # (working sample, parse errors as censored), runs with parse errors
+    parse_error_sensitivity: list[ParseErrorRow] = []
+    artificial_censoring: list[ArtificialCensoringRow] = []
+
+
+class ReportData(BaseModel):
+    runs: list[RunReport]
+
+
+@dataclass
+class ScoredRun:
+    run: Run  # episodes + manifest (audit view)
+    data: RunData
+    results: RunReport
+    platt_trace: CalibratedStream | None = None  # primary predictor, for the trace explorer (non-pooled runs)
+
+    @property
+    def label(self) -> str:
+        return self.results.label
+
+    @property
+    def slug(self) -> str:
+        return self.results.slug
+
+    @property
+    def pooled(self) -> bool:
+        return self.results.pooled
+
+
+def _slug(text: str, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
+    slug, k = base, 2
+    while slug in taken:
+        slug, k = f"{base}-{k}", k + 1
+    taken.add(slug)
+    return slug
+
+
+def _with_pooled(items: list[tuple[Run, RunData]]) -> list[tuple[Run, RunData]]:
+    """Add one pooled run per dataset made of several run directories."""
+    from uqh.scoring.pipeline import pool_runs
+
+    groups: dict[str, list[tuple[Run, RunData]]] = {}
+    for r, d in items:
+        groups.setdefault(r.dataset, []).append((r, d))
+    out = list(items)
+    for dataset, group in groups.items():
+        if len(group) > 1:
+            pooled_run = Run(
+                path=Path(f"pooled-{dataset}"),
+                manifest=group[0][0].manifest,
+                episodes=[e for r, _ in group for e in r.episodes],
+                name=f"pooled-{dataset}",
+                label_text=f"pooled {dataset} ({' + '.join(r.name or r.path.name for r, _ in group)})",
+            )
+            out.append((pooled_run, pool_runs([d for _, d in group])))
+    return out
+
+
+def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
+    from uqh.scoring.analyses import calibrated_stream, censored_shift, exact_vs_simple, missing_qz, parse_error_sensitivity
+    from uqh.scoring.artificial import artificial_censoring_analysis
+    from uqh.scoring.pipeline import ScoreOptions, score_run
+    from uqh.scoring.streams import load_run as load_run_data
+    from uqh.scoring.weights import WEIGHT_SCHEMES
+
+    items = [(r, load_run_data(r.path)) for r in runs]
+    q_z_of: dict[int, dict[str, float]] = {}  # by id(RunData): each run's own q_Z (episode ids repeat across runs)
+    if opts.q_z_files:
+        from uqh.rundir.qz_file import qz_for_runs
+
+        runs_and_hashes = [(d.run_dir, d.manifest.config_hash) for _, d in items]
+        per_run = qz_for_runs([Path(f) for f in opts.q_z_files], runs_and_hashes)
+        q_z_of = {id(d): q for (_, d), q in zip(items, per_run)}
+    if opts.pool:
+        items = _with_pooled(items)
+    taken: set[str] = set()
+    scored = []
+    for run, data in items:
+        if data.episode_ids.size == 0:
+            raise UserError(f"{run.path} has no finished episodes yet; run `uqh run` first (or drop it from the list)")
+        base = dict(n_bootstrap=opts.n_bootstrap, seed=opts.seed)
+        pooled = run.label_text is not None
+        has_censored = data.count("max_steps") > 0
+        res = RunReport(
+            label=run.label, slug=_slug(run.name or run.path.name, taken), pooled=pooled,
+            main=score_run(data, ScoreOptions(censoring="exclude", fixed_rank=True, **base)),
+            by_weights={scheme: score_run(data, ScoreOptions(weights=scheme, censoring="simple" if has_censored else "exclude",
+                                                             auq=False, **base))
+                        for scheme in WEIGHT_SCHEMES},
+        )
+        if has_censored:
+            res.censored_shift = censored_shift(res.by_weights[PRIMARY_WEIGHTS])
+            q_z = q_z_of.get(id(data))
+            if q_z is not None and not pooled:
+                res.exact_missing = missing_qz(data, q_z)
+                if res.exact_missing == 0:
+                    res.exact = score_run(data, ScoreOptions(censoring="exact", q_z=q_z, auq=False, **base))
+                    res.exact_vs_simple = exact_vs_simple(res.exact, res.by_weights[PRIMARY_WEIGHTS])
+        if data.count("parse_error") > 0:
+            working = score_run(data, ScoreOptions(censoring="simple", auq=False, **base))
+            with_pe = score_run(data, ScoreOptions(censoring="simple", include_parse_errors=True, auq=False, **base))
+            res.parse_error_scores = [working, with_pe]
+            res.parse_error_sensitivity = parse_error_sensitivity(working, with_pe)
+        res.artificial_censoring = artificial_censoring_analysis(data, PRIMARY_PREDICTOR, opts.seed)
+        trace = None if pooled else calibrated_stream(data, PRIMARY_PREDICTOR, PRIMARY_WEIGHTS)
+        scored.append(ScoredRun(run=run, data=data, results=res, platt_trace=trace))
+    return scored

@@ -1,0 +1,48 @@
+"""Atomic file replacement, shared by every writer of run-directory files (store, continuation, reports)."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def atomic_write_text(path: Path, text: str, *, fsync: bool = True) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
+    atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True,
+                       before_replace: Callable[[], None] | None = None) -> None:
+    """Write ``data`` to ``path`` atomically. ``before_replace`` runs once the temp file is written and before it
+    replaces ``path`` (e.g. saving what the new content drops); if it raises, ``path`` is left as it was."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def check_creatable(path: Path, flag: str = "--out") -> None:
+    """Raise UserError unless ``path`` could be created: its nearest existing ancestor is a writable directory.
+    Writes nothing (an ``--out`` that does not exist yet is checked before any work starts)."""
+    from uqh.rundir.errors import UserError
+
+    path = Path(path)
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create {flag} {path}: {ancestor} is not writable; choose another directory")

@@ -1,0 +1,42 @@
+"""The exception types the CLI turns into one line on stderr instead of a traceback.
+
+- :class:`UserError`: a mistake a user can cause (bad flags, missing files, wrong run dir); exit 2, and nothing is
+  written before it is raised.
+- :class:`RunDirWriteError`: writing a run directory failed (disk full, read-only file system, I/O error); exit 1
+  with a resume hint -- what was written is consistent and a re-run of the same command resumes.
+"""
+from __future__ import annotations
+
+import errno
+
+
+class UserError(Exception):
+    """A problem the user can fix; the message says what to do."""
+
+
+class RunDirWriteError(Exception):
+    """Writing the run directory ``run_dir`` failed with ``cause`` (usually an OSError). Never data, never a
+    user mistake: the writer stops; what it wrote before is consistent."""
+
+    def __init__(self, run_dir, cause: BaseException) -> None:
+        self.run_dir = run_dir
+        self.cause = cause
+        if isinstance(cause, OSError) and cause.strerror:
+            reason = cause.strerror
+        else:
+            reason = str(cause) or type(cause).__name__
+        super().__init__(f"cannot write the run directory {run_dir}: {reason}")
+
+    @property
+    def hint(self) -> str:
+        """What to do next, as one phrase."""
+        if isinstance(self.cause, OSError) and self.cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "free disk space, then re-run the same command to resume"
+        return "fix the cause, then re-run the same command to resume"
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one line for a message: its text's first line, cut to ``limit`` characters (its type's
+    name when it has no text)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__

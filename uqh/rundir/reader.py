@@ -1,0 +1,299 @@
+"""The one reader of a run directory.
+
+Everything in the project that looks at a run directory -- the writer's repair step, resume, scoring, audit,
+reports, continuations -- opens it with :meth:`RunDir.open` and reads through its methods, so every part checks
+the same things and counts the same episodes:
+
+- ``open`` refuses, with one clear :class:`~uqh.rundir.errors.UserError`, a path that does not exist, is a file, has
+  no ``manifest.json``, has an unreadable manifest or one of an unknown ``schema_version``;
+- JSONL files are read torn-line safe: an incomplete last line (a crash mid-write) is never data;
+- episodes are de-duplicated by one rule: the **first** line of each ``episode_id`` is kept (the writer never
+  appends a second one; a duplicate can only come from outside, e.g. two writers before locking existed), and
+  sidecar rows by ``(episode_id, t, attempt)``, first kept; the counts of dropped lines are kept on the object;
+- a line that is not a valid record is a UserError naming the file and line number;
+- the writer's checks before it appends (torn tails, crash leftovers, sidecar rows missing for finished
+  episodes) and the explicit repair's search for bad lines are read here too (:mod:`uqh.rundir.integrity`).
+"""
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Hashable, Iterator, TypeVar
+
+from pydantic import BaseModel
+
+from uqh.rundir import integrity
+from uqh.rundir.errors import UserError, first_line
+from uqh.rundir.schema import (
+    CHECKPOINT_DIR,
+    EPISODES_FILE,
+    MANIFEST_FILE,
+    SCHEMA_VERSION,
+    SIDECAR_FILE,
+    SKIPPED_FILE,
+    SKIPPED_SAMPLES_FILE,
+    STOP_FILE,
+    Episode,
+    LogprobRow,
+    Manifest,
+    PartialEpisode,
+    SkippedPrefix,
+    SkippedSample,
+    StopDecision,
+    StopReason,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+_ID_PREFIX = re.compile(rb'^\{"schema_version":\d+,"episode_id":("(?:[^"\\]|\\.)*")')
+
+
+def line_episode_id(line: bytes) -> str:
+    """The ``episode_id`` of one JSONL line of an Episode or LogprobRow (fast path on the fixed key order)."""
+    m = _ID_PREFIX.match(line)
+    if m:
+        return json.loads(m.group(1))
+    return json.loads(line)["episode_id"]
+
+
+def checkpoint_path(run_dir: Path, episode_id: str) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / (urllib.parse.quote(episode_id, safe="") + ".json")
+
+
+def complete_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line without newline) of every newline-terminated, non-blank line of ``path``.
+
+    The last element after the final newline is either empty or a torn line from a crash: never yielded.
+    """
+    if not path.exists():
+        return
+    with path.open("rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    for lineno, raw in enumerate(lines[:-1], start=1):
+        if raw.strip():
+            yield lineno, raw
+
+
+
+def _parse(path: Path, lineno: int, raw: bytes, model: type[M]) -> M:
+    try:
+        return model.model_validate_json(raw)
+    except ValueError as exc:  # pydantic ValidationError (JSON errors included) is a ValueError
+        raise UserError(
+            f"{path}:{lineno}: not a valid {model.__name__} record ({first_line(exc)}); "
+            "was it written by this version of uqh?"
+        ) from None
+
+
+def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
+    """Records of ``model`` from a JSONL file, torn-line safe; a malformed line is a UserError with its line number."""
+    path = Path(path)
+    for lineno, raw in complete_lines(path):
+        yield _parse(path, lineno, raw, model)
+
+
+def read_jsonl_first_per_key(path: Path, model: type[M], key: Callable[[M], Hashable]) -> tuple[list[M], int]:
+    """:func:`read_jsonl` keeping the first line of each ``key`` (a retried append can repeat a record); also
+    returns how many later lines were dropped as repeats."""
+    seen: set = set()
+    out: list[M] = []
+    repeats = 0
+    for rec in read_jsonl(path, model):
+        k = key(rec)
+        if k in seen:
+            repeats += 1
+            continue
+        seen.add(k)
+        out.append(rec)
+    return out, repeats
+
+
+def read_versioned_json(path: Path, model: type[M], what: str, *, hint: str = "") -> M:
+    """A JSON document of ``model`` (a manifest) checked: readable, JSON, ``schema_version`` known, valid.
+
+    ``what`` names it in the one-line UserError (e.g. "manifest"); ``hint`` is added when it has no version."""
+    try:
+        raw = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {first_line(exc)}") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version is None:
+        raise UserError(f"{path} is not a valid {what} (no schema_version){hint}")
+    if version != SCHEMA_VERSION:
+        raise UserError(f"{path} was written with schema_version {version}; this uqh reads schema_version "
+                        f"{SCHEMA_VERSION}")
+    try:
+        return model.model_validate(raw)
+    except ValueError as exc:
+        raise UserError(f"{path} is not a valid {what} ({first_line(exc)})") from None
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds a run directory's manifest (the one test of "a run was started here")."""
+    return (Path(path) / MANIFEST_FILE).is_file()
+
+
+def read_manifest_file(run_dir: Path) -> Manifest:
+    """The manifest of ``run_dir``, checked (exists, JSON, known schema_version, valid); UserError otherwise."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise UserError(f"{run_dir} is not a run directory (it does not exist); pass a directory written by `uqh run`")
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is a file, not a run directory; pass a directory written by `uqh run`")
+    path = run_dir / MANIFEST_FILE
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
+    return read_versioned_json(path, Manifest, "manifest", hint=f"; is {run_dir} a directory written by `uqh run`?")
+
+
+@dataclass
+class RunDir:
+    """A run directory opened for reading. Build it with :meth:`open`; it never writes."""
+
+    path: Path
+    manifest: Manifest
+    #: Filled by :meth:`episodes` / :meth:`sidecar`: lines dropped by the de-duplication rule.
+    duplicate_episode_lines: int = 0
+    duplicate_sidecar_rows: int = 0
+    _episodes: list[Episode] | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "RunDir":
+        path = Path(path)
+        return cls(path=path, manifest=read_manifest_file(path))
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def config(self):
+        return self.manifest.config
+
+    @property
+    def is_continuation(self) -> bool:
+        return self.manifest.config.continuation is not None
+
+    @property
+    def planned(self) -> int:
+        """Episodes the manifest plans (tasks x samples, less the samples sequential sampling skipped; continuation
+        runs: replayable prefixes x branches)."""
+        cont = self.manifest.config.continuation
+        if cont:
+            skipped = {s.episode_id for s in self.skipped_prefixes()}
+            kept = [p for p in cont.get("prefix_ids", []) if p not in skipped]
+            return len(kept) * int(cont.get("branches", 0))
+        total = len(self.manifest.config.task_ids) * self.manifest.config.samples_per_task
+        return total - len(self.skipped_samples())
+
+    @property
+    def has_episodes_file(self) -> bool:
+        return (self.path / EPISODES_FILE).is_file()
+
+    # ------------------------------------------------------------------ records
+
+    def episodes(self) -> list[Episode]:
+        """Finished episodes in file order, torn-line safe, the first line of each episode_id kept (cached)."""
+        if self._episodes is None:
+            self._episodes, self.duplicate_episode_lines = read_jsonl_first_per_key(
+                self.path / EPISODES_FILE, Episode, lambda ep: ep.episode_id)
+        return self._episodes
+
+    def censored_episodes(self) -> list[Episode]:
+        """The administratively censored (``max_steps``) episodes that are not branches, in canonical order
+        (:meth:`uqh.rundir.schema.RunConfig.episode_sort_key`): the prefixes ``uqh continue`` can continue."""
+        return sorted(
+            (ep for ep in self.episodes() if ep.stop_reason == StopReason.max_steps and ep.source_episode_id is None),
+            key=self.manifest.config.episode_sort_key(),
+        )
+
+    def sidecar(self) -> Iterator[LogprobRow]:
+        """Sidecar rows in file order, torn-line safe, the first row of each (episode_id, t, attempt) kept."""
+        seen: set[tuple[str, int, int]] = set()
+        self.duplicate_sidecar_rows = 0
+        for row in read_jsonl(self.path / SIDECAR_FILE, LogprobRow):
+            key = (row.episode_id, row.t, row.attempt)
+            if key in seen:
+                self.duplicate_sidecar_rows += 1
+                continue
+            seen.add(key)
+            yield row
+
+    def episode_ids_in_file(self) -> list[str]:
+        """Every complete episode line's id in file order, duplicates included (fast: no record parsing)."""
+        path = self.path / EPISODES_FILE
+        ids = []
+        for lineno, raw in complete_lines(path):
+            try:
+                ids.append(line_episode_id(raw))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise UserError(f"{path}:{lineno}: not a valid Episode record ({first_line(exc)})") from None
+        return ids
+
+    def checkpoints(self) -> tuple[dict[str, PartialEpisode], list[str]]:
+        """In-flight episodes by id, and a note per checkpoint file that could not be read (never fatal: a
+        checkpoint only saves work)."""
+        out: dict[str, PartialEpisode] = {}
+        notes: list[str] = []
+        d = self.path / CHECKPOINT_DIR
+        if not d.is_dir():
+            return out, notes
+        for p in sorted(d.glob("*.json")):
+            try:
+                partial = PartialEpisode.model_validate_json(p.read_bytes())
+            except (OSError, ValueError) as exc:
+                notes.append(f"ignored unreadable checkpoint {p.name}: {first_line(exc)}")
+                continue
+            out[partial.episode_id] = partial
+        return out, notes
+
+    def skipped_prefixes(self) -> list[SkippedPrefix]:
+        """A continuation run's prefixes that failed the replay check (empty for other runs)."""
+        return list(read_jsonl(self.path / SKIPPED_FILE, SkippedPrefix))
+
+    def skipped_samples(self) -> list[SkippedSample]:
+        """The planned samples sequential sampling did not draw (``uqh run --stop-on-consensus``; empty for other
+        runs), the first line of each episode_id kept."""
+        seen: dict[str, SkippedSample] = {}
+        for rec in read_jsonl(self.path / SKIPPED_SAMPLES_FILE, SkippedSample):
+            seen.setdefault(rec.episode_id, rec)
+        return list(seen.values())
+
+    def stop_decisions(self) -> dict[str, StopDecision]:
+        """A sequential continuation run's per-prefix stop decisions by episode id (empty for a fixed design or
+        another run)."""
+        return {d.episode_id: d for d in read_jsonl(self.path / STOP_FILE, StopDecision)}
+
+    # ------------------------------------------------------------------ integrity (the writer, uqh repair)
+
+    def complete_length(self, name: str) -> int:
+        """Bytes of ``name`` up to and including its last newline (the rest is a torn line)."""
+        return integrity.complete_length(self.path / name)
+
+    def scan_for_writer(self) -> integrity.WriterScan:
+        """What the writer must know before it appends (:func:`uqh.rundir.integrity.scan_for_writer`); UserError,
+        naming file and line, when a line is not a record."""
+        return integrity.scan_for_writer(self.path)
+
+    def episodes_missing_sidecar_rows(self) -> dict[str, int]:
+        """Finished episode id -> how many of its own model calls have no sidecar row (a sidecar cut from
+        outside: such episodes' logprob predictors are missing)."""
+        return integrity.scan_for_writer(self.path, strict=False).missing_rows
+
+    def invalid_lines(self, name: str) -> list[integrity.BadLine]:
+        """Complete lines of ``name`` (episodes or sidecar file) that are not valid records."""
+        return integrity.invalid_lines(self.path, name)
+
+    def partition(self, name: str, bad: list[integrity.BadLine]) -> tuple[bytes, bytes]:
+        """(the bytes of ``name`` without the ``bad`` lines, the bad lines' bytes)."""
+        return integrity.partition(self.path, name, bad)
+
+    def valid_episode_ids(self, invalid: set[int] = frozenset()) -> set[str]:
+        """Ids of the complete episode lines, those numbered in ``invalid`` left out."""
+        return integrity.episode_ids(self.path, invalid)
+
+    def stray_sidecar_rows(self, finished: set[str], skip: set[int] = frozenset()) -> list[integrity.BadLine]:
+        """Sidecar lines (not numbered in ``skip``) of episodes not in ``finished``."""
+        return integrity.stray_sidecar_rows(self.path, finished, skip)

@@ -1,0 +1,421 @@
+"""The run-directory schema: the one contract between the harness, the scoring package and reports.
+
+A run directory holds
+
+- ``manifest.json``    -- :class:`Manifest`: the complete run config and its hash;
+- ``episodes.jsonl``   -- one :class:`Episode` per line, written only when the episode has finished;
+- ``logprobs.jsonl``   -- the sidecar: one :class:`LogprobRow` per model call (every attempt, repairs included);
+- ``checkpoints/``     -- one :class:`PartialEpisode` per in-flight episode, removed when the episode finishes;
+- ``writer.lock``      -- the writer's lock file (who writes the directory now; never data);
+- ``*.quarantine``     -- lines ``uqh repair`` moved out of a JSONL file because they were not valid records;
+
+and a continuation run directory (``uqh continue``) also ``qz.jsonl`` (:mod:`uqh.rundir.qz_file`),
+``skipped_prefixes.jsonl`` (:class:`SkippedPrefix`) and, for a sequential stop rule, ``stop_decisions.jsonl``
+(:class:`StopDecision`); a run with sequential sampling (``uqh run --stop-on-consensus``) also
+``skipped_samples.jsonl`` (:class:`SkippedSample`).
+
+Every record carries ``schema_version``. Nothing outside :mod:`rundir` reads these files: every reader goes
+through :class:`rundir.RunDir`, so that a torn last line from a crash is never mistaken for data and every part
+of the project counts the same episodes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+MANIFEST_FILE = "manifest.json"
+EPISODES_FILE = "episodes.jsonl"
+SIDECAR_FILE = "logprobs.jsonl"
+USER_SIDECAR_FILE = "user_logprobs.jsonl"
+CHECKPOINT_DIR = "checkpoints"
+#: The writer's lock file (``uqh.harness.store.lock``): flock-ed by the one process writing the directory.
+LOCK_FILE = "writer.lock"
+#: Suffix of the side file ``uqh repair`` moves invalid lines of a JSONL file to (``episodes.jsonl.quarantine``).
+QUARANTINE_SUFFIX = ".quarantine"
+#: Files of a continuation run directory (``uqh continue``).
+QZ_FILE = "qz.jsonl"
+SKIPPED_FILE = "skipped_prefixes.jsonl"
+#: A run with sequential sampling (``uqh run --stop-on-consensus``): the planned samples it did not draw.
+SKIPPED_SAMPLES_FILE = "skipped_samples.jsonl"
+#: ``Episode.info`` key of the episode's canonical answer class (``Domain.canonical_answer``), recorded when the
+#: episode finishes: a string, or null for the explicit "no answer" class. Absent in runs recorded before it.
+CANONICAL_ANSWER_KEY = "canonical_answer"
+STOP_FILE = "stop_decisions.jsonl"
+AUDIT_JSON = "audit.json"
+AUDIT_MD = "audit.md"
+
+
+class StopReason(str, Enum):
+    """Why an episode ended. The only place the set of endings is defined."""
+
+    clean = "clean"  # terminal outcome Y observed
+    max_steps = "max_steps"  # administrative step budget spent without a terminal outcome (censored)
+    parse_error = "parse_error"  # repairs exhausted on one step
+    tool_error = "tool_error"  # Tau2: the episode ended on too many tool errors, no clean label
+    env_terminated = "env_terminated"  # Tau2: transfer / out-of-scope / environment cap, no clean label
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+# --------------------------------------------------------------------------------------- logprobs
+
+
+class TopLogprob(_Record):
+    token: Annotated[str, Field(description="Alternative token text.")]
+    logprob: Annotated[float, Field(description="Natural-log probability of the alternative.")]
+
+
+class TokenLogprob(_Record):
+    token: Annotated[str, Field(description="Generated token text, exactly as the provider returned it.")]
+    logprob: Annotated[float, Field(description="Natural-log probability of the generated token.")]
+    top_logprobs: Annotated[
+        list[TopLogprob],
+        Field(description="Top alternatives at this position, sorted by logprob descending, at most top_logprobs."),
+    ] = []
+
+
+class LogprobRow(_Record):
+    """One sidecar line: the token log-probabilities of one model call."""
+
+    schema_version: int = SCHEMA_VERSION
+    episode_id: Annotated[str, Field(description="Episode this call belongs to.")]
+    t: Annotated[int, Field(description="Step index (1-based) the call was made for.")]
+    attempt: Annotated[int, Field(description="0 for the first try of the step, 1..2 for repair attempts.")]
+    accepted: Annotated[bool, Field(description="True if this attempt's output was parsed and became step t.")]
+    tokens: Annotated[
+        list[TokenLogprob] | None,
+        Field(description="Every generated token with its logprob and top alternatives; null if the provider returned none."),
+    ]
+    action_token_range: Annotated[
+        tuple[int, int] | None,
+        Field(description="Half-open token index range [start, end) covering the <action> content; null if unknown."),
+    ] = None
+
+
+# --------------------------------------------------------------------------------------- steps
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+class Usage(_Record):
+    """Token counts of one call as the provider reported them (null: not reported).
+
+    ``prompt_tokens`` counts every prompt token, cached ones included (OpenAI's convention; litellm normalises
+    Anthropic's to it). The cache fields were added after schema version 1 shipped: they are left out of the JSON
+    while null, so older run directories and calls without cache information read and write as before.
+    """
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    cached_prompt_tokens: Annotated[
+        int | None,
+        Field(description="Prompt tokens read from the provider's prompt cache (OpenAI "
+                          "usage.prompt_tokens_details.cached_tokens, Anthropic cache_read_input_tokens); included in "
+                          "prompt_tokens; null when the provider does not say.", exclude_if=_is_none),
+    ] = None
+    cache_write_prompt_tokens: Annotated[
+        int | None,
+        Field(description="Prompt tokens written to the provider's prompt cache (Anthropic "
+                          "cache_creation_input_tokens, billed above the input rate); included in prompt_tokens; null "
+                          "when the provider does not say.", exclude_if=_is_none),
+    ] = None
+
+    @property
+    def uncached_prompt_tokens(self) -> int | None:
+        """Prompt tokens not read from the cache (cache writes included); None when prompt_tokens is unknown."""
+        if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens - (self.cached_prompt_tokens or 0)
+
+
+class CallRecord(_Record):
+    """Accounting for one model call."""
+
+    model: Annotated[str, Field(description="Model string the call was made with (litellm form).")]
+    usage: Usage = Usage()
+    cost_usd: Annotated[float | None, Field(description="Provider cost in USD; null when the model is unpriced.")] = None
+    latency_s: Annotated[float, Field(description="Wall-clock seconds of the call, retries included.")] = 0.0
+    retries: Annotated[int, Field(description="Transient failures retried before this call succeeded.")] = 0
+    finish_reason: str | None = None
+    seed: int | None = None
+    has_logprobs: Annotated[bool, Field(description="Whether the provider returned token logprobs.")] = False
+    content_null: Annotated[
+        bool,
+        Field(description="The provider's message content was null (a refusal, a filtered or a reasoning-only "
+                          "answer; see finish_reason): recorded as an empty text, which the parser rejects. Written "
+                          "only when true, so records of ordinary calls keep their earlier form.",
+              exclude_if=lambda v: v is False),
+    ] = False
+
+
+class Attempt(_Record):
+    """One model call for a step: the raw text and, if it was rejected, why."""
+
+    attempt: int
+    raw_text: Annotated[str, Field(description="The full generated text the parser saw.")]
+    error: Annotated[
+        str | None,
+        Field(description="Why the output was rejected (the repair message sent back), or null if accepted."),
+    ] = None
+    call: CallRecord
+
+
+class Step(_Record):
+    t: Annotated[int, Field(description="1-based step index.")]
+    think: str
+    action: str
+    verbal_confidence: Annotated[
+        float | None, Field(description="Parsed <confidence>, clipped to [0, 1]; null if not numeric.")
+    ]
+    confidence_raw: Annotated[str | None, Field(description="The <confidence> text before parsing.")] = None
+    explanation: str
+    observation: Annotated[str, Field(description="What the environment returned for the action (as shown to the model).")]
+    repair_attempts: Annotated[int, Field(description="Number of repairs needed for this step (0..2).")] = 0
+    attempts: Annotated[list[Attempt], Field(description="Every call made for this step, in order.")]
+    info: Annotated[dict[str, Any], Field(description="Domain-specific step details.")] = {}
+
+
+class Episode(_Record):
+    schema_version: int = SCHEMA_VERSION
+    episode_id: Annotated[str, Field(description="Stable id: '<task_id>#<sample_index>' (branches add '@b<k>').")]
+    task_id: str
+    sample_index: int = 0
+    stop_reason: StopReason
+    outcome: Annotated[int | None, Field(description="Y in {0,1} when stop_reason is clean, else null.")] = None
+    reward: Annotated[float | None, Field(description="Raw benchmark reward when observed.")] = None
+    reward_info: Annotated[dict[str, Any], Field(description="Domain reward breakdown (e.g. F1, tau2 checks).")] = {}
+    n_steps: Annotated[int, Field(description="Number of completed (parsed) steps.")]
+    step_budget: int
+    seed: Annotated[int | None, Field(description="Per-episode decoding seed derived from the run seed.")] = None
+    task_prompt: Annotated[str, Field(description="The first user message (task and initial observation).")]
+    steps: list[Step]
+    failed_step: Annotated[
+        list[Attempt] | None,
+        Field(description="For parse_error: the attempts of the step that could not be parsed."),
+    ] = None
+    source_episode_id: Annotated[
+        str | None, Field(description="For continuation branches: the censored episode this branch continues.")
+    ] = None
+    branch_index: int | None = None
+    prefix_steps: Annotated[
+        int, Field(description="Steps copied from the source prefix (continuations; 0 otherwise).")
+    ] = 0
+    started_at: str | None = None
+    finished_at: str | None = None
+    info: dict[str, Any] = {}
+
+    @property
+    def verbal_confidences(self) -> list[float | None]:
+        return [s.verbal_confidence for s in self.steps]
+
+
+# --------------------------------------------------------------------------------------- manifest
+
+
+class DecodingConfig(_Record):
+    temperature: float = 0.2
+    top_p: float = 1.0
+    logprobs: bool = True
+    top_logprobs: int = 5
+    seed: int = 42
+    max_tokens: int | None = 512
+    grammar: Annotated[bool, Field(description="Force the four-tag shape with a llama.cpp GBNF grammar.")] = False
+    reasoning: Annotated[
+        bool, Field(description="Ask the provider to enable reasoning where supported.")
+    ] = False
+
+
+#: Domain options that only say where a cache lives, left out of the config hash: a bm25s index is identified by
+#: its corpus sha256 (in the manifest's info), not by its directory, so moving it does not make a different run.
+HASH_EXCLUDED_OPTIONS = frozenset({"index_dir"})
+#: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
+_LATER_FIELDS = ("user_api_base", "consensus_stopping", "api_bases")
+
+
+class ConsensusStopping(_Record):
+    """Sequential sampling (``uqh run --stop-on-consensus DELTA``, seed 002 §9): stop drawing a task's samples once
+    its mode is certified at level ``delta`` by ``rule``, from the canonical answers drawn so far (never a label)."""
+
+    rule: Annotated[
+        Literal["hoeffding", "anytime"],
+        Field(description="hoeffding: the paper's rule (9.1) as printed; anytime: the beta-mixture e-process test "
+                          "that the leading class has probability > 1/2 (harness/consensus.py)"),
+    ] = "anytime"
+    delta: Annotated[float, Field(gt=0, lt=1, description="error level of the certificate")]
+
+
+class RunConfig(_Record):
+    """Everything that determines what a run produces. Its hash guards resume."""
+
+    domain: str
+    split: str | None = None
+    task_ids: list[str]
+    samples_per_task: int = 1
+    model: str
+    api_base: str | None = None
+    api_bases: Annotated[
+        list[str] | None,
+        Field(description="Several endpoints serving the model (uqh run --api-base repeated, or --endpoints FILE), "
+                          "calls spread over them; api_base is then the first of them. Left out (and out of the "
+                          "hash) for one endpoint, so single-endpoint configs are as before.", exclude_if=_is_none),
+    ] = None
+    decoding: DecodingConfig = DecodingConfig()
+    step_budget: int
+    observation_chars: int | None = 420
+    domain_options: dict[str, Any] = {}
+    user_model: str | None = None
+    user_decoding: DecodingConfig | None = None
+    user_api_base: Annotated[
+        str | None,
+        Field(description="OpenAI-compatible endpoint for an API user_model (uqh run --user-api-base); like api_base."),
+    ] = None
+    prompt_sha256: str
+    package_version: str
+    continuation: Annotated[
+        dict[str, Any] | None,
+        Field(description="For continuation runs: source run, branches, extra steps."),
+    ] = None
+    consensus_stopping: Annotated[
+        ConsensusStopping | None,
+        Field(description="Sequential sampling: stop a task's samples once its mode is certified (None: draw all)."),
+    ] = None
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The agent model's endpoints: ``api_bases``, else ``[api_base]`` (empty: the provider's own)."""
+        return list(self.api_bases) if self.api_bases else ([self.api_base] if self.api_base else [])
+
+    def episode_sort_key(self):
+        """Sort key of the run's canonical episode order: task order of ``task_ids``, then sample index."""
+        rank = {t: i for i, t in enumerate(self.task_ids)}
+        return lambda ep: (rank.get(ep.task_id, len(rank)), ep.task_id, ep.sample_index, ep.episode_id)
+
+    def config_hash(self) -> str:
+        """sha256 of the config without :data:`HASH_EXCLUDED_OPTIONS`; fields added later are left out while None
+        (older run directories keep their hash)."""
+        data = self.model_dump(mode="json")
+        for key in _LATER_FIELDS:
+            if data.get(key) is None:
+                data.pop(key, None)
+        data["domain_options"] = {k: v for k, v in data["domain_options"].items() if k not in HASH_EXCLUDED_OPTIONS}
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def config_differences(old: BaseModel, new: BaseModel, *, ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Dotted names of the config fields that differ (nested one level into dicts), ``ignore``'d fields left out."""
+    a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
+    for key in ignore:
+        a.pop(key, None)
+        b.pop(key, None)
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if va == vb:
+            continue
+        if isinstance(va, dict) and isinstance(vb, dict):
+            diffs.extend(f"{key}.{k}" for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k))
+        else:
+            diffs.append(key)
+    return diffs
+
+
+class ExecutionSettings(_Record):
+    """How the latest session of a run called the model: settings that do not change what a run produces, so
+    they are recorded outside the config hash (a resume may change them)."""
+
+    timeout_s: Annotated[float, Field(description="Per-call request timeout in seconds (uqh run --timeout).")]
+    max_retries: Annotated[int, Field(description="Retries of a transient failure per call (uqh run --max-retries).")]
+
+
+class Manifest(_Record):
+    schema_version: int = SCHEMA_VERSION
+    config: RunConfig
+    config_hash: str
+    created_at: str
+    system_prompt: Annotated[str, Field(description="The exact system prompt text used.")]
+    info: dict[str, Any] = {}
+    execution: Annotated[
+        ExecutionSettings | None,
+        Field(description="Timeout and retries of the latest session (not part of the config hash)."),
+    ] = None
+
+
+# --------------------------------------------------------------------------------------- in-flight episodes
+
+
+class PartialEpisode(BaseModel):
+    """An in-flight episode after its last completed step: what a checkpoint holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    task_id: str
+    sample_index: int = 0
+    seed: int | None = None
+    step_budget: int
+    task_prompt: str
+    steps: list[Step]
+    sidecar: list[LogprobRow]  # rows of this episode's own calls so far (not of a copied prefix)
+    prefix_steps: int = 0
+    source_episode_id: str | None = None
+    branch_index: int | None = None
+    started_at: str | None = None
+
+
+class SkippedPrefix(_Record):
+    """One line of a continuation run's ``skipped_prefixes.jsonl``: a censored prefix that was not continued."""
+
+    episode_id: str
+    reason: Annotated[str, Field(description="Why the prefix could not be replayed faithfully.")]
+
+
+class SkippedSample(_Record):
+    """One line of ``skipped_samples.jsonl``: a planned sample that sequential sampling did not draw."""
+
+    schema_version: int = SCHEMA_VERSION
+    episode_id: Annotated[str, Field(description="The planned episode id '<task_id>#<sample_index>'.")]
+    task_id: str
+    sample_index: int
+    reason: Annotated[str, Field(description="Why it was not drawn (the certificate, in words).")]
+    rule: str
+    delta: float
+    samples_drawn: Annotated[int, Field(description="Samples of the task drawn when its mode was certified.")]
+    mode: Annotated[str | None, Field(description="The certified canonical class (null: the no-answer class).")]
+    statistic: Annotated[float, Field(description="The rule's statistic at the stop (margin or e-value).")]
+    threshold: Annotated[float, Field(description="The value the statistic had to exceed.")]
+
+
+class StopDecision(_Record):
+    """One line of a continuation run's ``stop_decisions.jsonl`` (``--stop-rule ci:H``): where the sequential
+    design left a prefix, rewritten after every round (:mod:`uqh.harness.sampling.branch_rules`)."""
+
+    episode_id: Annotated[str, Field(description="The censored source episode (prefix).")]
+    stop_rule: Annotated[str, Field(description="The rule that decided, e.g. 'ci:0.2'.")]
+    branches: Annotated[int, Field(description="Branches of this prefix run (finished), indices 0..branches-1.", ge=0)]
+    resolved: Annotated[int, Field(description="Of them, branches that ended clean (with an outcome).", ge=0)]
+    successes: Annotated[int, Field(description="Of the resolved branches, those with Y = 1.", ge=0)]
+    interval: Annotated[
+        tuple[float, float],
+        Field(description="95% beta-binomial confidence sequence for q_Z after these outcomes (valid at any stop)."),
+    ]
+    stopped_by: Annotated[
+        Literal["half_width", "max_branches"] | None,
+        Field(description="Why the prefix got no more branches; null while open (a branch of the round failed: "
+                          "re-run the command to resume)."),
+    ] = None
+
+
+def export_json_schemas() -> dict[str, Any]:
+    return {m.__name__: m.model_json_schema() for m in (Manifest, Episode, LogprobRow)}

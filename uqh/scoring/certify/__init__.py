@@ -1,0 +1,1 @@
+"""The reliability certificate of ``uqh certify``: conformal bounds over self-consistency answers."""

@@ -1,0 +1,1 @@
+"""The GPA judges' scores next to the agent's own confidence: analysis, agreement, typed results."""

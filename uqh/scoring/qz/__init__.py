@@ -1,0 +1,1 @@
+"""q_Z of censored prefixes: estimates from continuation runs and their audit."""

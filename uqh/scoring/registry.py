@@ -1,0 +1,218 @@
+"""The METRICS and PREDICTORS registries: every metric and predictor is one entry, defined once.
+
+The scoring pipeline (:mod:`uqh.scoring.pipeline`), the CLI table and CSV, and the Markdown/HTML reports read names,
+labels, headers and directions from here. Adding a predictor or a scalar diagnostic is one
+:func:`register_predictor` / :func:`register_metric` call; nothing else needs to change.
+
+- A **predictor** computes its per-step value from a :class:`uqh.rundir.schema.Step` and the step's accepted sidecar
+  :class:`uqh.rundir.schema.LogprobRow` (None when the step has none); NaN means missing. A *trajectory* predictor
+  computes one value per episode from all the run's episodes (self-consistency across a task's samples), constant
+  along the trajectory. A *constant* predictor has no per-step function: its stream is one number per scored
+  sample, computed from the sample's training labels (the label convention in force, :mod:`uqh.scoring.labels`: Y of
+  the complete trajectories, ΔY or the soft labels over the working sample) -- the base rate. Only calibratable
+  predictors get Platt rows.
+- A **metric** is either a ``diagnostic`` of the trajectory scalar on complete trajectories (AUROC, ..., or a
+  registered one with its own ``compute``), a ``tps`` metric (one value per score family), or a
+  ``censored_tps`` metric (per score family, only when the sample has censored trajectories, §6.3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from uqh.rundir.errors import UserError
+from uqh.rundir.schema import Episode, LogprobRow, Step
+from uqh.scoring import self_consistency, signals
+
+MetricKind = Literal["diagnostic", "tps", "censored_tps"]
+StepValue = Callable[[Step, "LogprobRow | None"], float]
+TrajectoryValue = Callable[[Sequence[Episode]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported quantity. ``short`` may contain ``{score}`` (per-score-family metrics)."""
+
+    name: str
+    label: str  # prose label
+    short: str  # column header without the direction arrow
+    higher_is_better: bool | None  # None: a difference, no direction
+    kind: MetricKind
+    #: for registered diagnostics: (c, y, weights (B, n)) -> (B,) on complete trajectories; the built-in five are
+    #: computed together by :class:`uqh.scoring.diagnostics.ScalarDiagnostics` (None)
+    compute: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
+
+    @property
+    def per_score(self) -> bool:
+        return self.kind != "diagnostic"
+
+    def header(self, score: str | None = None) -> str:
+        arrow = "" if self.higher_is_better is None else ("↑" if self.higher_is_better else "↓")
+        text = self.short.format(score=score_label(score)) if self.per_score else self.short
+        return text + arrow
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """One predictor: a per-step function, a per-trajectory function of the run's episodes, or a per-sample
+    constant (exactly one of the three)."""
+
+    name: str
+    label: str
+    step_value: StepValue | None = None
+    constant: Callable[[np.ndarray], float] | None = None  # the sample's training labels -> the constant
+    calibratable: bool = True
+    #: the run's episodes -> one value per episode (NaN: missing), repeated along the trajectory's steps
+    trajectory_value: TrajectoryValue | None = None
+
+    def __post_init__(self) -> None:
+        if sum(f is not None for f in (self.step_value, self.constant, self.trajectory_value)) != 1:
+            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value and constant")
+
+    @property
+    def is_constant(self) -> bool:
+        return self.constant is not None
+
+    @property
+    def is_trajectory(self) -> bool:
+        return self.trajectory_value is not None
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """A metric of a result row: the registry name, plus the score family for per-score metrics."""
+
+    metric: str
+    score: str | None = None
+
+    @property
+    def header(self) -> str:
+        return get_metric(self.metric).header(self.score)
+
+    @property
+    def higher_is_better(self) -> bool | None:
+        return get_metric(self.metric).higher_is_better
+
+
+def _base_rate(labels: np.ndarray) -> float:
+    """The mean training label: ȳ of the complete trajectories, or over the working sample (uqh.scoring.labels)."""
+    return float(np.mean(labels)) if labels.size else float("nan")
+
+
+TPS, TPS_COMPLETE_ONLY, DELTA_PRACTICE = "tps", "tps_complete_only", "delta_practice"
+BASE_RATE = "base_rate"
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("auroc", "AUROC (failure-oriented)", "AUROC", True, "diagnostic"),
+        Metric("auprc", "AUPRC (failure-oriented average precision)", "AUPRC", True, "diagnostic"),
+        Metric("aurc", "area under the risk-coverage curve", "AURC", False, "diagnostic"),
+        Metric("t_ece", "trajectory ECE (10 tie-aware quantile bins)", "T-ECE", False, "diagnostic"),
+        Metric("t_brier", "scalarized trajectory Brier", "T-Brier", False, "diagnostic"),
+        Metric(TPS, "Trajectory Proper Score", "TPS_{score}", True, "tps"),
+        Metric(TPS_COMPLETE_ONLY, "TPS on the complete trajectories only", "TPS_{score} complete-only", True,
+               "censored_tps"),
+        Metric(DELTA_PRACTICE, "Δ_practice = TPS_cen-ext − TPS_complete-only", "Δ_practice {score}", None,
+               "censored_tps"),
+    )
+}
+
+PREDICTORS: dict[str, Predictor] = {
+    p.name: p
+    for p in (
+        Predictor("verbal", "Verbal confidence", signals.verbal_value),
+        Predictor("token_prob", "Completion token probability", signals.token_prob_value),
+        Predictor("token_entropy", "Completion entropy confidence", signals.token_entropy_value),
+        Predictor("action_prob", "Action-span token probability", signals.action_prob_value),
+        Predictor("action_entropy", "Action-span entropy confidence", signals.action_entropy_value),
+        Predictor("sc_mode_freq", "Self-consistency mode frequency", trajectory_value=self_consistency.mode_frequency),
+        Predictor("sc_agreement", "Self-consistency agreement", trajectory_value=self_consistency.agreement),
+        Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),
+    )
+}
+
+CALIBRATION_LABELS = {"raw": "raw", "platt": "Platt"}
+
+
+# ------------------------------------------------------------------------------------------ access
+
+
+def get_predictor(name: str) -> Predictor:
+    if name not in PREDICTORS:
+        raise UserError(f"unknown predictor {name!r}; use one of {', '.join(PREDICTORS)}")
+    return PREDICTORS[name]
+
+
+def get_metric(name: str) -> Metric:
+    if name not in METRICS:
+        raise KeyError(f"unknown metric {name!r}; registered: {', '.join(METRICS)}")
+    return METRICS[name]
+
+
+def step_predictors() -> list[str]:
+    """Names of the registered predictors with a stream of per-step values: per-step functions and trajectory
+    predictors (registry order)."""
+    return [p.name for p in PREDICTORS.values() if not p.is_constant]
+
+
+def diagnostic_metrics() -> list[Metric]:
+    return [m for m in METRICS.values() if m.kind == "diagnostic"]
+
+
+def score_label(score: str | None) -> str:
+    """Display form of a score-family name: ``log``, ``Brier``, ``β(2,4)``."""
+    if score is None:
+        return ""
+    if score == "brier":
+        return "Brier"
+    return "β" + score[len("beta"):] if score.startswith("beta") else score
+
+
+def row_label(predictor: str, calibration: str) -> str:
+    """``Verbal confidence (raw)``; uncalibratable predictors (the base rate) have one row and no suffix."""
+    p = PREDICTORS.get(predictor)
+    label = p.label if p else predictor
+    if p is not None and not p.calibratable:
+        return label
+    return f"{label} ({CALIBRATION_LABELS.get(calibration, calibration)})"
+
+
+def aggregator_label(aggregator: str) -> str:
+    """``Φ_last`` etc. (the AUQ scalar aggregators of :data:`uqh.scoring.diagnostics.AGGREGATORS`)."""
+    return f"Φ_{aggregator}"
+
+
+def predictor_label(predictor: str) -> str:
+    p = PREDICTORS.get(predictor)
+    return p.label if p else predictor
+
+
+# ------------------------------------------------------------------------------------------ registration
+
+
+def register_predictor(p: Predictor) -> Predictor:
+    if p.name in PREDICTORS:
+        raise ValueError(f"predictor {p.name!r} is already registered")
+    PREDICTORS[p.name] = p
+    return p
+
+
+def unregister_predictor(name: str) -> None:
+    PREDICTORS.pop(name)
+
+
+def register_metric(m: Metric) -> Metric:
+    """Add a metric. A new diagnostic needs its ``compute`` (the built-in five are computed together)."""
+    if m.name in METRICS:
+        raise ValueError(f"metric {m.name!r} is already registered")
+    if m.kind != "diagnostic" or m.compute is None:
+        raise ValueError("only diagnostics with a compute function can be registered (TPS metrics are built in)")
+    METRICS[m.name] = m
+    return m
+
+
+def unregister_metric(name: str) -> None:
+    METRICS.pop(name)

@@ -1,0 +1,290 @@
+"""Predictor streams from a run directory, and the (values, offsets, Y, Δ, q_Z) arrays they are scored on.
+
+Reads the run directory only through :class:`rundir.RunDir`. Every registered per-step predictor
+(:data:`uqh.scoring.registry.PREDICTORS`) is evaluated on every parsed step, from the step and the sidecar row of its
+ACCEPTED attempt (the last accepted row of a step wins; no row -> ``None``); a trajectory predictor (self-
+consistency) gives one value per episode, repeated along its steps; a constant predictor (the base rate) is
+computed from the training labels of the scored sample (:mod:`uqh.scoring.labels`). Missing values (NaN) are never
+imputed: a trajectory with any missing value is skipped for that predictor and counted (Appendix K, "Missing
+predictor values").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from uqh.rundir.errors import UserError
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import Episode, LogprobRow, Manifest
+from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
+from uqh.scoring.registry import PREDICTORS, get_predictor
+
+CENSORING_MODES = ("exclude", "simple", "exact")
+
+
+def check_predictor(name: str) -> str:
+    get_predictor(name)
+    return name
+
+
+# ------------------------------------------------------------------------------------------ run data
+
+
+@dataclass
+class RunData:
+    """Everything scoring needs from one run directory, as arrays (one entry per episode / per parsed step)."""
+
+    run_dir: Path
+    manifest: Manifest
+    episode_ids: np.ndarray  # object array of str
+    stop_reason: np.ndarray  # object array of str (StopReason values)
+    outcome: np.ndarray  # float: Y for clean episodes, NaN otherwise
+    n_steps: np.ndarray  # int: parsed steps stored per episode
+    step_budget: np.ndarray  # int
+    offsets: np.ndarray  # int, len n+1 over the flat step arrays
+    streams: dict[str, np.ndarray] = field(default_factory=dict)  # per-step predictor -> flat float (NaN = missing)
+    task_ids: np.ndarray | None = None  # object array of str per episode (None: read from the episode ids)
+
+    @property
+    def label(self) -> str:
+        return str(self.run_dir)
+
+    @property
+    def tasks(self) -> np.ndarray:
+        """The task id of every episode (``<task>#<sample>`` ids when the run did not record them)."""
+        if self.task_ids is not None:
+            return self.task_ids
+        return np.array([str(e).rsplit("#", 1)[0] for e in self.episode_ids], dtype=object)
+
+    def subset(self, mask: np.ndarray) -> "RunData":
+        """The same run restricted to the episodes where ``mask`` is true (streams cut to their steps)."""
+        mask = np.asarray(mask, dtype=bool)
+        lengths = np.diff(self.offsets)
+        step_mask = np.repeat(mask, lengths)
+        return RunData(
+            run_dir=self.run_dir, manifest=self.manifest, episode_ids=self.episode_ids[mask],
+            stop_reason=self.stop_reason[mask], outcome=self.outcome[mask], n_steps=self.n_steps[mask],
+            step_budget=self.step_budget[mask],
+            offsets=np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64),
+            streams={k: v[step_mask] for k, v in self.streams.items()}, task_ids=self.tasks[mask],
+        )
+
+    def count(self, stop_reason: str) -> int:
+        """Episodes that stopped with ``stop_reason``."""
+        return int((self.stop_reason == stop_reason).sum())
+
+    def has_values(self, predictor: str) -> bool:
+        """Whether any step has a (non-missing) value of ``predictor``."""
+        return bool(np.isfinite(self.streams[predictor]).any())
+
+
+def load_run(run_dir: "str | Path | RunDir") -> RunData:
+    """Read a run directory (through :class:`rundir.RunDir`) into :class:`RunData`; UserError for bad input."""
+    reader = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
+    if not reader.has_episodes_file:
+        raise UserError(f"{reader.path} has no episodes yet (no finished episode); run `uqh run` first")
+    episodes = reader.episodes()
+    return run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted))
+
+
+def run_data_from_records(
+    run_dir: Path, manifest: Manifest, episodes: list[Episode], accepted_rows: Iterable[LogprobRow]
+) -> RunData:
+    """Assemble :class:`RunData` from episodes (unique ids, as :meth:`rundir.RunDir.episodes` gives them) and the
+    sidecar rows of accepted attempts (streamed: only the per-step values are kept, not the tokens)."""
+    episodes = sorted(episodes, key=lambda e: e.episode_id)
+    lengths = np.array([len(ep.steps) for ep in episodes], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    predictors = [p for p in PREDICTORS.values() if p.step_value is not None]
+    streams = {p.name: np.full(int(offsets[-1]), np.nan) for p in predictors}
+    pairs = [(ep.episode_id, step) for ep in episodes for step in ep.steps]  # flat step order
+    steps = [step for _, step in pairs]
+    where = {(eid, step.t): k for k, (eid, step) in enumerate(pairs)}  # (episode_id, t) -> flat index
+    has_row = np.zeros(len(steps), dtype=bool)
+    for row in accepted_rows:
+        k = where.get((row.episode_id, row.t))
+        if k is not None:  # a later accepted row of the same step overwrites
+            for p in predictors:
+                streams[p.name][k] = p.step_value(steps[k], row)
+            has_row[k] = True
+    for k in np.flatnonzero(~has_row):
+        for p in predictors:
+            streams[p.name][k] = p.step_value(steps[k], None)
+    for p in PREDICTORS.values():
+        if p.is_trajectory:  # one value per episode, constant along its steps
+            streams[p.name] = np.repeat(np.asarray(p.trajectory_value(episodes), dtype=float), lengths)
+    return RunData(
+        run_dir=Path(run_dir),
+        manifest=manifest,
+        episode_ids=np.array([ep.episode_id for ep in episodes], dtype=object),
+        stop_reason=np.array([ep.stop_reason.value for ep in episodes], dtype=object),
+        outcome=np.array(
+            [float(ep.outcome) if (ep.stop_reason.value == "clean" and ep.outcome is not None) else np.nan for ep in episodes]
+        ),
+        n_steps=lengths,
+        step_budget=np.array([ep.step_budget for ep in episodes], dtype=np.int64),
+        offsets=offsets,
+        streams=streams,
+        task_ids=np.array([ep.task_id for ep in episodes], dtype=object),
+    )
+
+
+# ------------------------------------------------------------------------------------------ samples
+
+
+@dataclass
+class Sample:
+    """The arrays one predictor row is scored on (flat values + offsets; per-trajectory Y, Δ, q_Z, horizon)."""
+
+    predictor: str
+    episode_ids: np.ndarray
+    values: np.ndarray
+    offsets: np.ndarray
+    y: np.ndarray  # Y for complete trajectories, NaN for censored
+    delta: np.ndarray  # True: outcome observed (complete); False: administratively censored
+    q_z: np.ndarray  # q_hat_Z for censored trajectories under exact censoring, NaN otherwise
+    horizon: np.ndarray  # evaluated horizon T_i used for the weights
+    ybar: float  # mean Y of the working sample's complete trajectories
+    counts: dict[str, int]
+    label_convention: str = "complete"  # uqh.scoring.labels: what the base rate and Platt are trained on
+    labels: np.ndarray | None = None  # per trajectory, the training label of that convention (NaN: not trained on)
+
+    @property
+    def n(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def subset(self, mask: np.ndarray) -> "Sample":
+        mask = np.asarray(mask, dtype=bool)
+        lengths = np.diff(self.offsets)
+        step_mask = np.repeat(mask, lengths)
+        new_off = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
+        return Sample(self.predictor, self.episode_ids[mask], self.values[step_mask], new_off, self.y[mask],
+                      self.delta[mask], self.q_z[mask], self.horizon[mask], self.ybar, dict(self.counts),
+                      self.label_convention, None if self.labels is None else self.labels[mask])
+
+    @property
+    def label_mean(self) -> float:
+        """Mean training label of the sample's training trajectories (the base rate under its convention)."""
+        lab = self.labels[np.isfinite(self.labels)] if self.labels is not None else np.zeros(0)
+        return float(lab.mean()) if lab.size else float("nan")
+
+
+def working_mask(run: RunData, censoring: str, include_parse_errors: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Which episodes enter scoring and which of them are censored, plus exclusion counts.
+
+    clean -> complete (Δ=1); max_steps -> censored (Δ=0) unless ``censoring == "exclude"``; parse_error ->
+    excluded (informative, Appendix G) unless ``include_parse_errors`` (the G.2 sensitivity analysis: censored at
+    the failing step); tool_error / env_terminated -> excluded. Episodes without parsed steps are excluded.
+    """
+    if censoring not in CENSORING_MODES:
+        raise UserError(f"unknown censoring {censoring!r}; use one of {', '.join(CENSORING_MODES)}")
+    if include_parse_errors and censoring == "exclude":
+        raise UserError("--include-parse-errors treats parse errors as censored; use it with --censoring simple or exact")
+    sr = run.stop_reason
+    clean = (sr == "clean") & np.isfinite(run.outcome)
+    censored = np.zeros(sr.shape, dtype=bool)
+    if censoring != "exclude":
+        censored |= sr == "max_steps"
+        if include_parse_errors:
+            censored |= sr == "parse_error"
+    has_steps = run.n_steps > 0
+    keep = (clean | censored) & has_steps
+    counts = {
+        "episodes": int(sr.size),
+        "complete": int((clean & has_steps).sum()),
+        "censored": int((censored & has_steps).sum()),
+        "excluded_max_steps": int(((sr == "max_steps") & ~censored).sum()),
+        "excluded_parse_error": int(((sr == "parse_error") & ~censored).sum()),
+        "excluded_tool_error": int((sr == "tool_error").sum()),
+        "excluded_env_terminated": int((sr == "env_terminated").sum()),
+        "excluded_clean_without_outcome": int(((sr == "clean") & ~np.isfinite(run.outcome)).sum()),
+        "excluded_no_steps": int(((clean | censored) & ~has_steps).sum()),
+        "parse_errors_included_as_censored": int(((sr == "parse_error") & censored & has_steps).sum()),
+    }
+    return keep, censored & keep, counts
+
+
+def build_sample(
+    run: RunData,
+    predictor: str,
+    *,
+    censoring: str = "exclude",
+    q_z: dict[str, float] | None = None,
+    include_parse_errors: bool = False,
+    missing_qz: str = "error",
+    labels: str = DEFAULT_LABELS,
+) -> Sample:
+    """The scored arrays of one predictor on one run directory (see :func:`working_mask` for the sample).
+
+    Under ``censoring="exact"`` every censored episode needs a q_hat_Z in ``q_z``: a missing one is a UserError, or
+    with ``missing_qz="exclude"`` the episode is excluded and counted (``excluded_no_qz``, e.g. prefixes the
+    continuation audit did not retain, Appendix H.2). The
+    evaluated horizon of every trajectory is its observed length (complete: the terminal length; natural
+    censoring: the observed stop length, i.e. the budget for max_steps) -- §4.1. ``labels`` (``working`` or
+    ``complete``) chooses, with ``censoring``, the label convention of :mod:`uqh.scoring.labels`: the training labels
+    the base rate is the mean of (over the whole working sample, before per-predictor skipping) and Platt is fitted on.
+    """
+    spec = get_predictor(predictor)
+    convention = label_convention(censoring, labels)
+    if missing_qz not in ("error", "exclude"):
+        raise UserError(f"unknown missing-q_Z policy {missing_qz!r}; use error or exclude")
+    keep, censored, counts = working_mask(run, censoring, include_parse_errors)
+    counts["excluded_no_qz"] = 0
+    if censoring == "exact":
+        if q_z is None:
+            raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
+        no_q = censored & ~np.isin(run.episode_ids.astype(str), np.array(list(q_z), dtype=str))
+        if no_q.any() and missing_qz == "error":
+            first = str(run.episode_ids[np.flatnonzero(no_q)[0]])
+            raise UserError(
+                f"the q_Z file has no q_hat_z for {int(no_q.sum())} censored episode(s) of {run.run_dir} "
+                f"(e.g. {first!r}); run `uqh continue` on them, pass --missing-qz exclude, or use --censoring simple"
+            )
+        keep = keep & ~no_q
+        censored = censored & ~no_q
+        counts["excluded_no_qz"] = int(no_q.sum())
+        counts["censored"] -= int(no_q.sum())
+    lengths = np.diff(run.offsets)
+    complete = keep & ~censored
+    ybar = float(np.mean(run.outcome[complete])) if complete.any() else float("nan")
+    qz = np.full(lengths.size, np.nan)
+    if censoring == "exact":
+        for i in np.flatnonzero(censored):
+            qz[i] = float(q_z[run.episode_ids[i]])
+    y = np.where(censored, np.nan, run.outcome)
+    target = np.full(lengths.size, np.nan)
+    target[keep] = training_labels(y[keep], ~censored[keep], qz[keep], convention)
+    if spec.is_constant:
+        flat = np.full(int(run.offsets[-1]), spec.constant(target[keep & np.isfinite(target)]))
+    elif predictor in run.streams:
+        flat = run.streams[predictor]
+    else:
+        raise ValueError(f"predictor {predictor!r} was registered after {run.run_dir} was loaded; load it again")
+    traj_missing = np.zeros(lengths.size, dtype=bool)
+    if lengths.sum():
+        traj_of_step = np.repeat(np.arange(lengths.size), lengths)
+        traj_missing = np.bincount(traj_of_step, weights=~np.isfinite(flat), minlength=lengths.size) > 0
+    skipped = keep & traj_missing
+    counts["skipped_missing"] = int(skipped.sum())
+    use = keep & ~traj_missing
+    counts["used"] = int(use.sum())
+    counts["used_complete"] = int((use & ~censored).sum())
+    counts["used_censored"] = int((use & censored).sum())
+    step_use = np.repeat(use, lengths)
+    return Sample(
+        predictor=predictor,
+        episode_ids=run.episode_ids[use],
+        values=np.asarray(flat[step_use], dtype=float),
+        offsets=np.concatenate([[0], np.cumsum(lengths[use])]).astype(np.int64),
+        y=y[use],
+        delta=~censored[use],
+        q_z=qz[use],
+        horizon=lengths[use].copy(),
+        ybar=ybar,
+        counts=counts,
+        label_convention=convention,
+        labels=target[use],
+    )
