@@ -8,7 +8,7 @@ One fake OpenAI-compatible server (tests/fake_openai_server.py, started by this 
 user (uqh's agent: a four-tag ``Respond[...]`` step with top-5 logprobs; tau2's LLM agent: the same text), and the
 scripted user sends three messages and then ``###STOP###`` -- so every episode is 7 calls (4 user, 3 agent) and a
 clean ending evaluated by tau2's evaluator, in both tools. With C episodes in flight the best rate is C / L calls/s.
-uqh's simulated user takes its direct path here (``domains/tau2/user_client.py``: the request tau2's ``generate``
+uqh's simulated user takes its direct path here (``uqh/domains/tau2/user_client.py``: the request tau2's ``generate``
 sends, awaited on the event loop instead of litellm's synchronous client in a thread); ``tau2 run`` uses litellm.
 
 Cells, for each concurrency C (tau2-retail base tasks 0..T-1, several samples / trials each):
@@ -209,7 +209,7 @@ def run_tau2(srv: Server, task_ids: list[str], trials: int, concurrency: int, st
 def per_call_cpu_ms(srv: Server, n: int = 50) -> tuple[float, float, float]:
     """CPU milliseconds per model call, one call at a time, of: the simulated user's turn through tau2's own
     ``UserSimulator.generate_next_message`` (litellm's synchronous ``completion``); the same turn through uqh's
-    direct user path (``domains/tau2/user_client.py``, what uqh uses here); the agent's call (uqh's client)."""
+    direct user path (``uqh/domains/tau2/user_client.py``, what uqh uses here); the agent's call (uqh's client)."""
     import asyncio
 
     from uqh.domains.tau2.user_client import DirectUserGenerator
@@ -316,7 +316,7 @@ def render(cells: list[Cell], args, levels: list[int], warmup: tuple[float, floa
     if call_cpu is not None:
         lines += ["", (f"CPU per model call, one at a time: a simulated-user turn through tau2's own "
                        f"`generate` (litellm's synchronous `completion`) {call_cpu[0]:.1f} ms, through uqh's "
-                       f"direct user path (the same request, `domains/tau2/user_client.py`; used here) "
+                       f"direct user path (the same request, `uqh/domains/tau2/user_client.py`; used here) "
                        f"{call_cpu[1]:.1f} ms; the agent's call (uqh's client, direct path, with logprobs) "
                        f"{call_cpu[2]:.1f} ms.")]
     if tau2_startup is not None:

@@ -19,8 +19,8 @@ def _block(section: str) -> str:
 
 
 def test_domain_example_runs_end_to_end(tmp_path, monkeypatch, fake_server):
-    import domains
     import uqh.domains.base
+    import uqh.domains.registry
 
     (tmp_path / "prompts").mkdir()
     (tmp_path / "prompts" / "guess.txt").write_text("Guess the number. Use Guess[n].")

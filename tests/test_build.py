@@ -1,4 +1,4 @@
-"""The build layer (harness/build.py): presets + overrides -> RunConfig, shared by `uqh run`, its dry run and the
+"""The build layer (uqh/harness/config/build.py): presets + overrides -> RunConfig, shared by `uqh run`, its dry run and the
 preset plan; per-domain Options set with the generic `-D key=value`.
 
 Fidelity by difference: tests/data/build_reference/reference.json holds what `uqh run` made of a set of flag

@@ -1,4 +1,4 @@
-"""Canonicalisation per domain (seed 002, Definition 4.1): answers that mean the same thing get one class; an
+"""Canonicalisation per domain (Mouzouni, "Black-box reliability certification", Definition 4.1): answers that mean the same thing get one class; an
 episode without a final answer is the explicit "no answer" class (None)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conformal calibration over self-consistency (seed 002 §6-7; scoring/conformal.py, scoring/certify.py).
+"""Conformal calibration over self-consistency (Mouzouni, "Black-box reliability certification", §6-7; uqh/scoring/certify/conformal.py, uqh/scoring/certify/certificate.py).
 
 Closed forms and hand-computed cases for every formula; simulations with synthetic agents of known per-query answer
 distributions for the guarantees: coverage >= 1 - α (Theorem 6.7, with the rank score's ties), the

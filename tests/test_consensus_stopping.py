@@ -1,4 +1,4 @@
-"""Sequential stopping rules (seed 002 §9; harness/consensus.py): the printed Hoeffding rule (9.1) on hand-computed
+"""Sequential stopping rules (Mouzouni, "Black-box reliability certification", §9; uqh/harness/sampling/consensus.py): the printed Hoeffding rule (9.1) on hand-computed
 sequences, the anytime-valid alternative's closed form and error level, and the scheduler's lower bound."""
 from __future__ import annotations
 

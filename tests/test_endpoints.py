@@ -1,4 +1,4 @@
-"""Several endpoints for one model (harness/endpoints.py): spreading by least in-flight, a failing endpoint taken out
+"""Several endpoints for one model (uqh/harness/model/endpoints.py): spreading by least in-flight, a failing endpoint taken out
 of rotation and retried later, failover on a refused connection, per-endpoint counts in the summary and the
 manifest -- through real HTTP against fake servers, on the in-process and the --workers paths (the Ray backend's
 are in tests/test_ray_backend.py)."""

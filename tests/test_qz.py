@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from uqh.scoring import qz
+from uqh.scoring.qz import estimate as qz
 from uqh.scoring.qz.estimate import OTHER, PARSE_ERROR, RESOLVED, UNRESOLVED
 
 
@@ -72,13 +72,6 @@ def test_prefix_features_hand_computed():
     assert f["distinct_verb_rate"] == 0.5
     assert f["log_mean_observation_chars"] == pytest.approx(np.log1p(np.mean([len(o) for o in obs])))
     assert qz.prefix_feature_vector([], [], [], 5).tolist() == [0.0] * len(qz.FEATURE_NAMES)
-
-
-def test_domain_one_hot():
-    cols, names = qz.domain_one_hot(["a", "b", "a"])
-    assert names == ["domain=a", "domain=b"]
-    assert cols.tolist() == [[1, 0], [0, 1], [1, 0]]
-    assert qz.domain_one_hot(["a", "a"])[0].shape == (2, 0)
 
 
 def _objective(beta, xs, y, w, pen):

@@ -1,4 +1,4 @@
-"""The one renderer (reports/render.py): the same --format table|md|json|csv on every command that prints results."""
+"""The one renderer (uqh/reports/render.py): the same --format table|md|json|csv on every command that prints results."""
 from __future__ import annotations
 
 import argparse

@@ -268,7 +268,7 @@ print("ok")
 
 @pytest.mark.parametrize("order", IMPORT_ORDERS.values(), ids=IMPORT_ORDERS.keys())
 def test_public_names_stay_callable_in_any_import_order(order):
-    """``uqh.scoring.tps`` is the function even after the submodule ``scoring/tps.py`` was imported (issue 15, item 5)."""
+    """``uqh.scoring.tps`` is the function even after the submodule ``uqh/scoring/tps.py`` was imported (issue 15, item 5)."""
     import subprocess
     import sys
 

@@ -2,7 +2,7 @@
 conversation, the same termination reason and the same reward through our loop as through tau2.run's machinery --
 including a gold transfer (clean, tau2's reward), an unknown tool (an error result, counted) and 11 invalid calls
 (tau2's TOO_MANY_ERRORS at the tenth). Our simulated user takes the direct path
-(``domains/tau2/user_client.py``), tau2's takes litellm: the user's requests must be the same JSON too."""
+(``uqh/domains/tau2/user_client.py``), tau2's takes litellm: the user's requests must be the same JSON too."""
 from __future__ import annotations
 
 import json

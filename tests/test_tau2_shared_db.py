@@ -1,4 +1,4 @@
-"""The shared tau2 DB (domains/tau2/shared_db.py), proven by difference against tau2's own environments.
+"""The shared tau2 DB (uqh/domains/tau2/shared_db.py), proven by difference against tau2's own environments.
 
 Copy-on-write environments must give the same tool results and DB hashes as tau2's constructor (a fresh parse of
 the DB) for every write tool the gold actions of the retail and airline base tasks use, must never write the

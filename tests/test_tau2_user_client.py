@@ -1,4 +1,4 @@
-"""The simulated user's direct path (``domains/tau2/user_client.py``) against tau2's own ``generate`` (litellm).
+"""The simulated user's direct path (``uqh/domains/tau2/user_client.py``) against tau2's own ``generate`` (litellm).
 
 Each case drives one conversation twice against the same fake server -- once through tau2's
 ``UserSimulator.generate_next_message`` (litellm's synchronous ``completion``), once through

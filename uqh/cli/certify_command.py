@@ -1,5 +1,5 @@
 """`uqh certify`: the reliability level of an agent on a task, by self-consistency and conformal calibration
-(seed 002; docs/certify.md).
+(Mouzouni, "Black-box reliability certification"; docs/certify.md).
 
 Thin: each run directory's episodes become one :class:`uqh.scoring.certify.certificate.CertifyItem` per task -- the canonical
 answer of every sample (recorded at run time, or computed now by the domain's ``canonical_answer``) and the

@@ -34,14 +34,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     g = p.add_argument_group("what to run")
     g.add_argument("--domain", help="domain name (arithmetic, strategyqa, hotpotqa, tau2-airline, ...)")
-    g.add_argument("--preset", help="start from a paper preset (see harness/presets.py); flags override it")
+    g.add_argument("--preset", help="start from a paper preset (see uqh/harness/config/presets.py); flags override it")
     sel = g.add_mutually_exclusive_group()
     sel.add_argument("--tasks", type=int, metavar="N", help="the domain's first/sampled N tasks")
     sel.add_argument("--task-ids", metavar="A,B,...", help="comma-separated task ids")
     g.add_argument("--samples", type=int, metavar="K", help="episodes per task (default 1)")
     g.add_argument("--stop-on-consensus", type=finite_float, metavar="DELTA",
                    help="sequential sampling: stop drawing a task's samples once its mode (canonical answer) is "
-                        "certified at error level DELTA (seed 002 §9; docs/certify.md)")
+                        "certified at error level DELTA (Mouzouni's reliability certification, §9; docs/certify.md)")
     g.add_argument("--stop-rule", choices=("anytime", "hoeffding"),
                    help="rule of --stop-on-consensus: anytime (default; an anytime-valid majority test) or "
                         "hoeffding (the paper's Theorem 9.1 as printed: never stops before 20 samples at 0.05)")

@@ -200,7 +200,7 @@ class Domain(abc.ABC):
     supports_replay: ClassVar[bool] = True
     #: GBNF rule body for the <action> field used with ``--grammar`` (llama.cpp servers): it constrains the
     #: action to the domain's tool syntax so a small local model yields actions the environment can run.
-    #: None keeps the generic length-capped free-text rule of ``prompts/four_tags.gbnf``.
+    #: None keeps the generic length-capped free-text rule of ``uqh/prompts/four_tags.gbnf``.
     action_gbnf: ClassVar[str | None] = None
     #: The observation cut `uqh run` records when --observation-chars is not given; None for a domain that shows
     #: observations whole (it ignores ``observation_chars``), so the manifest says what the domain does.
@@ -283,7 +283,7 @@ class Domain(abc.ABC):
 
     @classmethod
     def canonical_answer(cls, episode: Episode) -> str | None:
-        """The canonical class of the episode's final answer (seed 002, Definition 4.1): equal strings for answers
+        """The canonical class of the episode's final answer (Mouzouni, "Black-box reliability certification", Definition 4.1): equal strings for answers
         that mean the same thing, so that self-consistency counts agreement, not surface form. None is the one
         explicit "no answer" class: an episode that gave no final answer (max_steps, parse_error, an ending
         without a clean label). Computed from the recorded episode alone (no data, no environment), so a run

@@ -1,4 +1,4 @@
-"""`uqh certify` output: the certificate tables (Tables 2, 4, 6 and 10 of seed 002 in shape) and long-format CSV
+"""`uqh certify` output: the certificate tables (Tables 2, 4, 6 and 10 of Mouzouni, "Black-box reliability certification" in shape) and long-format CSV
 records, arranged from :class:`uqh.scoring.certify.results.CertifyResult` for :mod:`uqh.reports.render`."""
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def summary_table(results: list[CertifyResult]) -> Table:
         })
     cols = ["Run", "Domain", "Model", "n_cal / n_test", "Reliability 1−α*", "α", "Threshold", "Coverage",
             "Avg |S|", "Cov | solvable", "Mode acc", "Single-sample acc"]
-    return Table("certify_summary", "Reliability certificate (seed 002, Tables 2 and 10 shape; 95% Wilson / "
+    return Table("certify_summary", "Reliability certificate (Mouzouni's reliability certification, Tables 2 and 10 shape; 95% Wilson / "
                  "bootstrap CIs)", cols, rows,
                  caption="Reliability 1−α* = #{s_i ≤ 1}/(n_cal+1) on the calibration split (Definition 2.4). "
                          "Accuracies on the test split (all items without one).")

@@ -39,7 +39,7 @@ MIN_SCORE, MAX_SCORE = 0, 3
 
 
 class JudgeMetric(str, Enum):
-    """The Agent GPA judges (seed 001, §3). The only place the set of judges is defined."""
+    """The Agent GPA judges ("What is your agent's GPA?", §3). The only place the set of judges is defined."""
 
     GF = "GF"
     LC = "LC"

@@ -244,13 +244,13 @@ _LATER_FIELDS = ("user_api_base", "consensus_stopping", "api_bases")
 
 
 class ConsensusStopping(_Record):
-    """Sequential sampling (``uqh run --stop-on-consensus DELTA``, seed 002 §9): stop drawing a task's samples once
+    """Sequential sampling (``uqh run --stop-on-consensus DELTA``, Mouzouni, "Black-box reliability certification", §9): stop drawing a task's samples once
     its mode is certified at level ``delta`` by ``rule``, from the canonical answers drawn so far (never a label)."""
 
     rule: Annotated[
         Literal["hoeffding", "anytime"],
         Field(description="hoeffding: the paper's rule (9.1) as printed; anytime: the beta-mixture e-process test "
-                          "that the leading class has probability > 1/2 (harness/consensus.py)"),
+                          "that the leading class has probability > 1/2 (uqh/harness/sampling/consensus.py)"),
     ] = "anytime"
     delta: Annotated[float, Field(gt=0, lt=1, description="error level of the certificate")]
 

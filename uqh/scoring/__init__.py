@@ -28,7 +28,7 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
 - q_Z:         :func:`uqh.scoring.qz.audit.estimate_qz` (continuation runs -> q_hat_Z + audit)          -- App. H
 - certify:     :func:`certify_items`, :class:`CertifyItem`, :class:`CertifyOptions`, :class:`CertifyResult`;
                conformal pieces :func:`rank_scores`, :func:`cp_scores`, :func:`conformal_threshold`,
-               :func:`reliability_level`, :func:`wilson_interval`                              -- seed 002 §2, §6, §7
+               :func:`reliability_level`, :func:`wilson_interval`                              -- Mouzouni, "Black-box reliability certification", §2, §6, §7
 
 Run directories are read only through :mod:`rundir`; nothing of the harness, domains or reports is imported.
 

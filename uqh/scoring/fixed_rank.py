@@ -13,7 +13,7 @@ import numpy as np
 
 from uqh.scoring.diagnostics import ScalarDiagnostics, trajectory_scalar
 from uqh.scoring.registry import TPS
-from uqh.scoring.results import Estimate, FixedRankRow, MetricEstimate
+from uqh.scoring.results import Estimate, FixedRankRow, MetricEstimate, finite_or_none
 from uqh.scoring.rules import ScoreRule
 from uqh.scoring.tps import tps
 
@@ -46,14 +46,11 @@ def fixed_rank_analysis(
         streams["platt"] = np.asarray(platt_values, dtype=float)
     rows = []
     for name, stream in streams.items():
-        metrics = [MetricEstimate(metric=k, estimate=Estimate(value=_finite(rank[k][0]))) for k in RANK_METRICS]
+        metrics = [MetricEstimate(metric=k, estimate=Estimate(value=finite_or_none(rank[k][0]))) for k in RANK_METRICS]
         for rule in rules:
             mean = np.mean(tps(stream, offsets, y, rule, weights))
-            metrics.append(MetricEstimate(metric=TPS, score=rule.name, estimate=Estimate(value=_finite(mean))))
+            metrics.append(MetricEstimate(metric=TPS, score=rule.name, estimate=Estimate(value=finite_or_none(mean))))
         rows.append(FixedRankRow(predictor=predictor, transform=name, metrics=metrics))
     return rows
 
 
-def _finite(x) -> float | None:
-    x = float(x)
-    return x if np.isfinite(x) else None

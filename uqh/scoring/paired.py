@@ -15,13 +15,10 @@ from uqh.rundir.errors import UserError
 from uqh.scoring.bootstrap import compare, interval, paired_bootstrap, standard_error
 from uqh.scoring.pipeline import ScoreOptions, platt_stream, stream_statistic
 from uqh.scoring.registry import METRICS, get_predictor, predictor_label
-from uqh.scoring.results import Comparison, Estimate, PairedComparison, PairedMetric, PairedRow
+from uqh.scoring.results import Comparison, Estimate, PairedComparison, PairedMetric, PairedRow, finite_or_none
 from uqh.scoring.streams import RunData, Sample, build_sample
 
 
-def _f(x) -> float | None:
-    x = float(x)
-    return x if np.isfinite(x) else None
 
 
 def shared_tasks(a: RunData, b: RunData) -> list[str]:
@@ -31,9 +28,9 @@ def shared_tasks(a: RunData, b: RunData) -> list[str]:
 
 def _estimate(point: float, samples: np.ndarray | None, level: float) -> Estimate:
     if samples is None:
-        return Estimate(value=_f(point))
+        return Estimate(value=finite_or_none(point))
     lo, hi = interval(samples, level)
-    return Estimate(value=_f(point), ci_low=_f(lo), ci_high=_f(hi), se=_f(standard_error(samples)))
+    return Estimate(value=finite_or_none(point), ci_low=finite_or_none(lo), ci_high=finite_or_none(hi), se=finite_or_none(standard_error(samples)))
 
 
 def _streams(sample: Sample, opts: ScoreOptions) -> dict[str, tuple[np.ndarray | None, str | None]]:
@@ -94,10 +91,10 @@ def compare_runs(a: RunData, b: RunData, opts: ScoreOptions, opts_b: ScoreOption
                 ba, bb = boots.get(("a", key)), boots.get(("b", key))
                 if ba is not None and bb is not None:
                     c = compare(point_a[key], point_b[key], ba, bb, opts.level)
-                    delta = Comparison(delta=_f(c["delta"]), se=_f(c["se"]), delta_over_se=_f(c["delta_over_se"]),
-                                       ci_low=_f(c["ci"][0]), ci_high=_f(c["ci"][1]))
+                    delta = Comparison(delta=finite_or_none(c["delta"]), se=finite_or_none(c["se"]), delta_over_se=finite_or_none(c["delta_over_se"]),
+                                       ci_low=finite_or_none(c["ci"][0]), ci_high=finite_or_none(c["ci"][1]))
                 else:
-                    delta = Comparison(delta=_f(point_b[key] - point_a[key]))
+                    delta = Comparison(delta=finite_or_none(point_b[key] - point_a[key]))
                 row.metrics.append(PairedMetric(metric=key.metric, score=key.score,
                                                 a=_estimate(point_a[key], ba, opts.level),
                                                 b=_estimate(point_b[key], bb, opts.level), delta=delta))

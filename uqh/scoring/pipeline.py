@@ -38,6 +38,7 @@ from uqh.scoring.registry import (
     predictor_label,
 )
 from uqh.scoring.results import (
+    finite_or_none,
     AuqResult,
     Comparison,
     Estimate,
@@ -108,9 +109,6 @@ class PredictorEvaluation:
     fixed_rank: list[FixedRankRow]
 
 
-def _f(x) -> float | None:
-    x = float(x)
-    return x if np.isfinite(x) else None
 
 
 def _diagnostic_statistic(c: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
@@ -164,17 +162,17 @@ def _estimates(cal: str, agg: str | None, points, boots, level: float, with_vs_r
     out = []
     for key in keys:
         point = points[cal][(agg, key)]
-        est = Estimate(value=_f(point))
+        est = Estimate(value=finite_or_none(point))
         samples = boots.get((cal, agg, key))
         if samples is not None:
             lo, hi = interval(samples, level)
-            est = Estimate(value=_f(point), ci_low=_f(lo), ci_high=_f(hi), se=_f(standard_error(samples)))
+            est = Estimate(value=finite_or_none(point), ci_low=finite_or_none(lo), ci_high=finite_or_none(hi), se=finite_or_none(standard_error(samples)))
         vs_raw = None
         raw_samples = boots.get(("raw", agg, key))
         if with_vs_raw and samples is not None and raw_samples is not None:
             c = compare(points["raw"][(agg, key)], point, raw_samples, samples, level)
-            vs_raw = Comparison(delta=_f(c["delta"]), se=_f(c["se"]), delta_over_se=_f(c["delta_over_se"]),
-                                ci_low=_f(c["ci"][0]), ci_high=_f(c["ci"][1]))
+            vs_raw = Comparison(delta=finite_or_none(c["delta"]), se=finite_or_none(c["se"]), delta_over_se=finite_or_none(c["delta_over_se"]),
+                                ci_low=finite_or_none(c["ci"][0]), ci_high=finite_or_none(c["ci"][1]))
         out.append(MetricEstimate(metric=key.metric, score=key.score, estimate=est, vs_raw=vs_raw))
     return out
 
@@ -236,7 +234,7 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
         rows.append(PredictorResult(
             predictor=sample.predictor, label=label, calibration=cal, n_used=n, n_complete=n_complete,
             n_censored=int((~complete).sum()), n_skipped_missing=sample.counts["skipped_missing"],
-            ybar=_f(sample.ybar), label_mean=_f(sample.label_mean), note=notes.get(cal), metrics=metrics,
+            ybar=finite_or_none(sample.ybar), label_mean=finite_or_none(sample.label_mean), note=notes.get(cal), metrics=metrics,
         ))
     for cal in streams:
         if cal not in points:

@@ -7,6 +7,8 @@ for per-score-family metrics, the score family (``log``, ``brier``, ``beta(2,4)`
 """
 from __future__ import annotations
 
+import math
+
 from typing import Literal
 
 from pydantic import BaseModel
@@ -15,6 +17,14 @@ from uqh.scoring.labels import LABEL_CONVENTIONS, ConventionName, LabelsOption
 from uqh.scoring.registry import DELTA_PRACTICE, TPS, TPS_COMPLETE_ONLY, MetricKey, diagnostic_metrics, row_label
 
 Calibration = Literal["raw", "platt"]
+
+
+def finite_or_none(x) -> float | None:
+    """A number for a typed result: the float, or None (JSON null) when it is missing, NaN or infinite."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 class Estimate(BaseModel):

@@ -43,7 +43,15 @@ class ScoreRule:
         return self.branch(p, 1), self.branch(p, 0)
 
     def branch(self, p: np.ndarray, y: int) -> np.ndarray:
-        """``S(p, y)`` for one fixed outcome y in {0, 1}, elementwise."""
+        """``S(p, y)`` for one fixed outcome y in {0, 1}, elementwise (§3, App. J.1):
+
+        - log (the α=β→0 endpoint): ``S(p,1)=log p``, ``S(p,0)=log(1-p)``, p clipped to [1e-6, 1-1e-6] (App. J.2);
+        - Brier, reported as ``-(p - y)^2`` (reward-oriented; ``S_{1,1}`` up to the factor 1/2);
+        - Beta(α, β), through the regularised incomplete beta function I_x(a, b):
+          ``S(p,1) = -∫_p^1 c^(α-1)(1-c)^β dc = -B(α, β+1) (1 - I_p(α, β+1))``,
+          ``S(p,0) = -∫_0^p c^α (1-c)^(β-1) dc = -B(α+1, β) I_p(α+1, β)``; boundary floors (App. J.2)
+          ``S(0,1) = -B(α, β+1)``, ``S(1,0) = -B(α+1, β)``.
+        """
         if self.kind == "log":
             p = np.clip(np.asarray(p, dtype=float), EPS, 1.0 - EPS)
             return np.log(p) if y == 1 else np.log1p(-p)
@@ -75,36 +83,6 @@ class ScoreRule:
 
 def _fmt(x: float | None) -> str:
     return f"{x:g}"
-
-
-def log_score_pair(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Log score (App. J.1, the alpha=beta->0 endpoint): ``S(p,1)=log p``, ``S(p,0)=log(1-p)``, with p clipped to
-    [1e-6, 1-1e-6] (App. J.2)."""
-    p = np.clip(np.asarray(p, dtype=float), EPS, 1.0 - EPS)
-    return np.log(p), np.log1p(-p)
-
-
-def brier_score_pair(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Brier score reported as ``-(p - y)^2`` (reward-oriented; App. J.1 ``S_{1,1}`` up to the factor 1/2)."""
-    p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
-    return -((1.0 - p) ** 2), -(p**2)
-
-
-def beta_score_pair(p: np.ndarray, alpha: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
-    """Beta family (§3, App. J.1), closed form through the regularised incomplete beta function I_x(a, b):
-
-    ``S(p,1) = -∫_p^1 c^(α-1)(1-c)^β dc = -B(α, β+1) (1 - I_p(α, β+1))``
-    ``S(p,0) = -∫_0^p c^α (1-c)^(β-1) dc = -B(α+1, β) I_p(α+1, β)``
-
-    Boundary floors (App. J.2): ``S(0,1) = -B(α, β+1)``, ``S(1,0) = -B(α+1, β)``.
-    """
-    if not (alpha > 0 and beta > 0):
-        raise ValueError(f"beta family needs alpha, beta > 0, got ({alpha}, {beta})")
-    p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
-    # 1 - I_p(a, b) = I_{1-p}(b, a): better precision near p -> 1.
-    s1 = -beta_fn(alpha, beta + 1.0) * betainc(beta + 1.0, alpha, 1.0 - p)
-    s0 = -beta_fn(alpha + 1.0, beta) * betainc(alpha + 1.0, beta, p)
-    return s1, s0
 
 
 _BETA_RE = re.compile(r"^beta[:(]\s*([0-9.eE+-]+)\s*,\s*([0-9.eE+-]+)\s*\)?$")

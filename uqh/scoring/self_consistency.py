@@ -1,4 +1,4 @@
-"""Self-consistency as a trajectory-level predictor (seed 002 §4.6, Definition 4.8) for the scoring tables.
+"""Self-consistency as a trajectory-level predictor (Mouzouni, "Black-box reliability certification", §4.6, Definition 4.8) for the scoring tables.
 
 Both values come from the canonical answers recorded with the episodes (``Episode.info["canonical_answer"]``,
 ``uqh.rundir.schema.CANONICAL_ANSWER_KEY``) of all samples of the episode's task in the same run, and are constant

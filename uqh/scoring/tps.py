@@ -93,12 +93,6 @@ def exact_minus_simple_log(values: np.ndarray, offsets: np.ndarray, weights: np.
     return np.asarray(q_z, dtype=float) * per_trajectory_sum(np.asarray(weights) * (np.log(f) - np.log1p(-f)), offsets)
 
 
-def mean_tps(per_trajectory: np.ndarray) -> float:
-    """The reported TPS-hat: the mean of per-trajectory scores (§6)."""
-    x = np.asarray(per_trajectory, dtype=float)
-    return float(x.mean()) if x.size else float("nan")
-
-
 def truncate(values: np.ndarray, offsets: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Keep the first ``z[i]`` steps of every trajectory: returns (values, offsets) of the prefixes."""
     offsets = np.asarray(offsets, dtype=np.int64)

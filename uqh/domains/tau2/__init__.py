@@ -1,4 +1,4 @@
-"""The pieces behind the Tau2 domains, one job per module (``domains/tau2_bench.py`` registers the domains).
+"""The pieces behind the Tau2 domains, one job per module (``uqh/domains/tau2/domain.py`` registers the domains).
 
 - :mod:`.access` -- lazy access to the ``tau2`` package and tau2 messages as JSON;
 - :mod:`.actions` -- the agent's action grammar (``Tool[...]`` / ``Respond[...]``);

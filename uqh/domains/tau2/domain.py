@@ -123,7 +123,7 @@ class Tau2Options(DomainOptions):
         description="older way to give the user simulator's endpoint; prefer --user-api-base (RunConfig.user_api_base)")
     user_client: Literal["auto", "litellm"] = option_field(
         "auto", description="how the simulated user's model is called: auto = an async direct POST for an "
-        "OpenAI-compatible URL (the request tau2's generate would send; domains/tau2/user_client.py), tau2's own "
+        "OpenAI-compatible URL (the request tau2's generate would send; uqh/domains/tau2/user_client.py), tau2's own "
         "generate (litellm, in a thread) otherwise; litellm = always tau2's generate")
 
     @model_validator(mode="after")
@@ -246,7 +246,7 @@ class Tau2Domain(Domain):
             return self._user_pool
 
     def direct_user(self) -> DirectUserGenerator | None:
-        """The async direct path for the simulated user's calls (``domains/tau2/user_client.py``), or None where
+        """The async direct path for the simulated user's calls (``uqh/domains/tau2/user_client.py``), or None where
         tau2's own ``generate`` is used: option ``user_client=litellm``, a model not served at an
         OpenAI-compatible URL, or one whose request litellm rewrites."""
         with self._user_pool_lock:

@@ -1,5 +1,5 @@
 """One Tau2 episode: tau2's environment and user simulator, orchestrated as tau2's ``Orchestrator`` does, stepped
-by our ReAct loop, with tau2's endings mapped to our stop reasons (table in ``domains/tau2_bench.py``)."""
+by our ReAct loop, with tau2's endings mapped to our stop reasons (table in ``uqh/domains/tau2/domain.py``)."""
 from __future__ import annotations
 
 import asyncio
@@ -173,7 +173,7 @@ class Tau2Environment(Environment):
         )
 
     def _finish(self, termination_reason: str, last_user_msg: Any | None, observation: str) -> EnvResponse:
-        """Map a tau2 ending to our stop reason (the table in ``domains/tau2_bench.py``)."""
+        """Map a tau2 ending to our stop reason (the table in ``uqh/domains/tau2/domain.py``)."""
         self.done = True
         marker = None
         if termination_reason == "user_stop":

@@ -65,7 +65,7 @@ class EpisodeActor:
     the actor's event loop, many at once."""
 
     def __init__(self, ctx: RunContext, domain: Any, environ: dict[str, str], digest: str) -> None:
-        os.environ.update(environ)  # the driver's provider keys and endpoints (harness/backends/ray_backend.py)
+        os.environ.update(environ)  # the driver's provider keys and endpoints (uqh/harness/backends/ray_backend.py)
         import uqh  # noqa: F401 - sets LITELLM_LOCAL_MODEL_COST_MAP before litellm may be imported
         from uqh.harness.config.build import build_client
 

@@ -86,7 +86,7 @@ class RunOverrides(BaseModel):
     out: Path | None = None
     stop_on_consensus: float | None = Field(
         None, description="sequential sampling: stop a task's samples once its mode is certified at this level")
-    stop_rule: str | None = Field(None, description="the stopping rule of --stop-on-consensus (harness/consensus.py)")
+    stop_rule: str | None = Field(None, description="the stopping rule of --stop-on-consensus (uqh/harness/sampling/consensus.py)")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ What every transport guarantees:
 
 - ``logprobs``/``top_logprobs``/``temperature``/``top_p``/``seed``/``max_tokens`` from the
   :class:`~uqh.rundir.schema.DecodingConfig` are sent; ``decoding.grammar`` adds the llama.cpp GBNF of
-  ``prompts/four_tags.gbnf`` as ``extra_body={"grammar": ...}``; ``decoding.reasoning`` asks the provider
+  ``uqh/prompts/four_tags.gbnf`` as ``extra_body={"grammar": ...}``; ``decoding.reasoning`` asks the provider
   for reasoning where it has a switch (OpenRouter ``reasoning={"enabled": true}``, litellm ``reasoning_effort``).
 - Transient failures (429, 5xx, timeouts, connection resets, truncated/malformed JSON bodies, 200 answers
   without a completion) are retried
@@ -351,7 +351,7 @@ class ModelClientImpl:
             made = [kind(Endpoint(model, url, api_key, timeout_s, decoding, action_grammar)) for url in urls]
             if len(made) == 1:
                 transport = made[0]
-            else:  # several endpoints serving the model: calls spread over them (harness/endpoints.py)
+            else:  # several endpoints serving the model: calls spread over them (uqh/harness/model/endpoints.py)
                 from uqh.harness.model.endpoints import EndpointPool
 
                 transport = EndpointPool(urls, made)

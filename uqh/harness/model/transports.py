@@ -51,7 +51,7 @@ class HTTPStatusFailure(Exception):
 
 @lru_cache(maxsize=16)
 def grammar_text(action_rule: str | None = None) -> str:
-    """The llama.cpp GBNF grammar forcing the four-tag shape (``prompts/four_tags.gbnf``).
+    """The llama.cpp GBNF grammar forcing the four-tag shape (``uqh/prompts/four_tags.gbnf``).
 
     ``action_rule`` (a domain's ``action_gbnf``) replaces the generic free-text ``action`` rule.
     """

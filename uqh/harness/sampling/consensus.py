@@ -1,4 +1,4 @@
-"""Sequential stopping rules for self-consistency sampling (seed 002 §9): when may a task's sampling stop?
+"""Sequential stopping rules for self-consistency sampling (Mouzouni, "Black-box reliability certification for AI agents", §9): when may a task's sampling stop?
 
 Pure functions of the canonical classes drawn so far, in sample order -- never of a label, so a stopping time
 depends only on the agent's samples and the conformal guarantee survives adaptive sampling (Proposition 9.3).

@@ -1,4 +1,4 @@
-"""Sequential sampling in the runner (``uqh run --samples K --stop-on-consensus DELTA``, seed 002 §9).
+"""Sequential sampling in the runner (``uqh run --samples K --stop-on-consensus DELTA``, Mouzouni, "Black-box reliability certification", §9).
 
 :class:`ConsensusScheduler` replaces the runner's fixed list of episodes with a pull source: every task's samples
 are released in sample order, only as many as can still be needed -- up to the earliest sample count at which the

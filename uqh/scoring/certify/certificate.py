@@ -1,4 +1,4 @@
-"""The reliability certificate of one run (seed 002 §6, §7, §9, §11): calibration split, reliability level, M*,
+"""The reliability certificate of one run (Mouzouni, "Black-box reliability certification for AI agents", §6, §7, §9, §11): calibration split, reliability level, M*,
 test coverage, α sweep, split stability and the sequential-stopping replay, as one typed
 :class:`~uqh.scoring.certify.results.CertifyResult`.
 
@@ -45,7 +45,7 @@ from uqh.scoring.certify.conformal import (
     reliability_level,
     wilson_interval,
 )
-from uqh.scoring.results import Estimate
+from uqh.scoring.results import Estimate, finite_or_none
 
 #: The paper's α grid (§11.1 protocol, Appendix C.2).
 ALPHA_GRID = (0.01, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
@@ -121,11 +121,9 @@ def _mean_estimate(values: np.ndarray, opts: CertifyOptions) -> Estimate | None:
         return Estimate(value=point)
     boot = paired_bootstrap(lambda c: {"m": c @ values / c.sum(axis=1)}, values.size, opts.n_bootstrap, opts.seed)
     lo, hi = interval(boot["m"], opts.level)
-    return Estimate(value=point, ci_low=lo, ci_high=hi, se=_finite(standard_error(boot["m"])))
+    return Estimate(value=point, ci_low=lo, ci_high=hi, se=finite_or_none(standard_error(boot["m"])))
 
 
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Split conformal calibration over self-consistency consensus (seed 002 §4.6, §6, Definition 2.4).
+"""Split conformal calibration over self-consistency consensus (Mouzouni, "Black-box reliability certification", §4.6, §6, Definition 2.4).
 
 Each item (a task) has K sampled answers mapped to canonical classes. :func:`rank_items` ranks an item's classes by
 frequency -- ties broken uniformly at random, §4.6 -- into a :class:`ConsensusTable`: per item the ranked counts

@@ -22,10 +22,6 @@ def threshold_value(x: float) -> Threshold:
     return int(x) if float(x).is_integer() else float(x)
 
 
-def threshold_float(t: Threshold) -> float:
-    return math.inf if t == "inf" else float(t)
-
-
 class Proportion(BaseModel):
     """successes / n with its Wilson interval (None when n = 0)."""
 

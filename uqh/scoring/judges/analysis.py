@@ -48,7 +48,7 @@ from uqh.scoring.judges.results import (
     StabilityRow,
 )
 from uqh.scoring.registry import predictor_label, step_predictors
-from uqh.scoring.results import Comparison, Estimate
+from uqh.scoring.results import Comparison, Estimate, finite_or_none
 from uqh.scoring.streams import build_sample, load_run
 from uqh.scoring.weights import DEFAULT_WEIGHTS, trajectory_weights
 
@@ -57,11 +57,6 @@ SCORE_VALUES = np.arange(MAX_SCORE + 1, dtype=float)
 VERBAL = "verbal"
 
 
-def _f(x) -> float | None:
-    if x is None:
-        return None
-    x = float(x)
-    return x if np.isfinite(x) else None
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -160,7 +155,7 @@ def score_distributions(judgments: list[Judgment], episodes: dict[EpisodeKey, Ep
         scores = np.array([j.score for j in js if j.score is not None], dtype=float)
         rows.append(ScoreDistributionRow(
             metric=metric.value, group=group, n_judgments=len(js), n_missing=len(js) - scores.size,
-            counts=[int((scores == v).sum()) for v in SCORE_VALUES], mean=_f(scores.mean()) if scores.size else None,
+            counts=[int((scores == v).sum()) for v in SCORE_VALUES], mean=finite_or_none(scores.mean()) if scores.size else None,
         ))
     return rows
 
@@ -189,21 +184,21 @@ def stability(judgments: list[Judgment], metrics: list[JudgeMetric], *, n_bootst
         valid = np.isfinite(r).sum(axis=1)
         pairable = r[valid >= 2]
         per_unit = unit_coincidences(unit_value_counts(pairable, SCORE_VALUES))
-        alpha = Estimate(value=_f(alpha_from_coincidences(per_unit, SCORE_VALUES, "ordinal")))
+        alpha = Estimate(value=finite_or_none(alpha_from_coincidences(per_unit, SCORE_VALUES, "ordinal")))
         if pairable.shape[0] >= 2 and n_bootstrap > 0 and alpha.value is not None:
             boots = paired_bootstrap(
                 lambda counts: {"a": alpha_from_coincidences(per_unit, SCORE_VALUES, "ordinal", counts)},
                 pairable.shape[0], n_bootstrap, seed)["a"]
             lo, hi = interval(boots)
-            alpha = Estimate(value=alpha.value, ci_low=_f(lo), ci_high=_f(hi), se=_f(standard_error(boots)))
+            alpha = Estimate(value=alpha.value, ci_low=finite_or_none(lo), ci_high=finite_or_none(hi), se=finite_or_none(standard_error(boots)))
         sds = [np.std(row[np.isfinite(row)], ddof=1) for row in pairable]
         identical = [np.ptp(row[np.isfinite(row)]) == 0 for row in pairable]
         rows.append(StabilityRow(
             metric=metric.value, n_episodes=int(pairable.shape[0]), n_ratings=int(np.isfinite(pairable).sum()),
             max_repeats=int(valid.max()) if valid.size else 0, alpha_ordinal=alpha,
-            alpha_interval=_f(krippendorff_alpha(pairable, "interval", SCORE_VALUES)) if pairable.size else None,
-            mean_sd=_f(np.mean(sds)) if sds else None,
-            share_identical=_f(np.mean(identical)) if identical else None,
+            alpha_interval=finite_or_none(krippendorff_alpha(pairable, "interval", SCORE_VALUES)) if pairable.size else None,
+            mean_sd=finite_or_none(np.mean(sds)) if sds else None,
+            share_identical=finite_or_none(np.mean(identical)) if identical else None,
         ))
     return rows
 
@@ -235,17 +230,17 @@ def _diagnostics(c: np.ndarray, y: np.ndarray, n_bootstrap: int, seed: int):
 
 def _estimate(point: float, boots: np.ndarray | None) -> Estimate:
     if boots is None:
-        return Estimate(value=_f(point))
+        return Estimate(value=finite_or_none(point))
     lo, hi = interval(boots)
-    return Estimate(value=_f(point), ci_low=_f(lo), ci_high=_f(hi), se=_f(standard_error(boots)))
+    return Estimate(value=finite_or_none(point), ci_low=finite_or_none(lo), ci_high=finite_or_none(hi), se=finite_or_none(standard_error(boots)))
 
 
 def _comparison(pa: float, pb: float, ba: np.ndarray | None, bb: np.ndarray | None) -> Comparison:
-    if ba is None or bb is None or _f(pa) is None or _f(pb) is None:
-        return Comparison(delta=_f(pb - pa) if _f(pa) is not None and _f(pb) is not None else None)
+    if ba is None or bb is None or finite_or_none(pa) is None or finite_or_none(pb) is None:
+        return Comparison(delta=finite_or_none(pb - pa) if finite_or_none(pa) is not None and finite_or_none(pb) is not None else None)
     c = compare(pa, pb, ba, bb)
-    return Comparison(delta=_f(c["delta"]), se=_f(c["se"]), delta_over_se=_f(c["delta_over_se"]),
-                      ci_low=_f(c["ci"][0]), ci_high=_f(c["ci"][1]))
+    return Comparison(delta=finite_or_none(c["delta"]), se=finite_or_none(c["se"]), delta_over_se=finite_or_none(c["delta_over_se"]),
+                      ci_low=finite_or_none(c["ci"][0]), ci_high=finite_or_none(c["ci"][1]))
 
 
 def failure_prediction(
@@ -332,9 +327,9 @@ def localisation(judgments: list[Judgment], episodes: dict[EpisodeKey, Episode],
             shares.append(np.mean([t in c for c, _ in items]))
             chances.append(np.mean([len(c) / n if n else 0.0 for c, n in items]))
         return LocalisationRow(metric=name, n_failed=len(groups), n_with_drop=len(shares),
-                               share=_f(np.mean(shares)) if shares else None,
-                               chance=_f(np.mean(chances)) if chances else None,
-                               mean_cited=_f(np.mean(cited)) if cited else None)
+                               share=finite_or_none(np.mean(shares)) if shares else None,
+                               chance=finite_or_none(np.mean(chances)) if chances else None,
+                               mean_cited=finite_or_none(np.mean(cited)) if cited else None)
 
     rows = []
     for metric in metrics:
@@ -409,8 +404,8 @@ def human_agreement(judgments: list[Judgment], labels: dict[tuple[EpisodeKey, st
         j = np.array([p[1] for p in pairs], dtype=float)
         rows.append(HumanAgreementRow(
             metric=name, n_labels=len(keys), n_unjudged=sum(1 for k in keys if not scores.get(k)), n_pairs=len(pairs),
-            exact=_f(exact_agreement(h, j)), within_one=_f(within_one_agreement(h, j)),
-            kappa=_f(cohen_kappa(h, j, SCORE_VALUES)), kappa_quadratic=_f(cohen_kappa(h, j, SCORE_VALUES, "quadratic")),
+            exact=finite_or_none(exact_agreement(h, j)), within_one=finite_or_none(within_one_agreement(h, j)),
+            kappa=finite_or_none(cohen_kappa(h, j, SCORE_VALUES)), kappa_quadratic=finite_or_none(cohen_kappa(h, j, SCORE_VALUES, "quadratic")),
         ))
     return rows
 

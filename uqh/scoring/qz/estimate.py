@@ -198,15 +198,6 @@ def prefix_features(episode, step_budget: int | None = None) -> np.ndarray:
     )
 
 
-def domain_one_hot(domains: Sequence[str], vocabulary: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
-    """One column per domain (metadata). With a single domain the column is constant and dropped."""
-    vocab = sorted(set(domains)) if vocabulary is None else list(vocabulary)
-    if len(vocab) <= 1:
-        return np.zeros((len(domains), 0)), []
-    cols = np.array([[float(d == v) for v in vocab] for d in domains]).reshape(len(domains), len(vocab))
-    return cols, [f"domain={v}" for v in vocab]
-
-
 # ------------------------------------------------------------------------------------------ logistic regression
 
 
