@@ -8,7 +8,7 @@ import pytest
 
 from uqh.cli import main
 from uqh.rundir.errors import UserError
-from uqh.reports.audit import audit, load_runs, selection_diagnostic, termination_audit
+from uqh.reports.audit import audit, load_runs, selection_diagnostic_table, termination_audit
 from report_fixtures import tau2_like, webshop_like
 
 
@@ -49,7 +49,7 @@ def test_unfinished_episodes_are_counted_against_the_manifest(tmp_path):
 
 def test_selection_diagnostic_means_by_hand(runs):
     ws = runs[0]
-    table = selection_diagnostic(load_runs([ws]), n_boot=200)
+    table = selection_diagnostic_table(load_runs([ws]), n_boot=200)
     done, cens, diff = table.rows
     assert done["Subset"] == "completed" and done["n"] == 4
     assert done["Mean observed steps"] == pytest.approx((2 + 1 + 3 + 2) / 4)
@@ -71,7 +71,7 @@ def test_trajectory_without_any_confidence_is_counted_not_imputed(tmp_path):
         Ep("a", StopReason.clean, [None, None], outcome=1),
         Ep("b", StopReason.clean, [0.2], outcome=0),
     ])
-    done = selection_diagnostic(load_runs([d]), n_boot=50).rows[0]
+    done = selection_diagnostic_table(load_runs([d]), n_boot=50).rows[0]
     assert done["n"] == 2 and done["n without confidence"] == 1
     assert done["Mean verbal confidence"] == pytest.approx(0.2)
 

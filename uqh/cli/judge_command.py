@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 
 from uqh.cli.arg_types import finite_float
+from uqh.rundir.judgments import JudgeMetric
 
-ALL_METRICS = "GF,LC,EE,PQ,PA,TS,TC"
+#: Every judge, in the order JudgeMetric (the one place the set is defined) lists them.
+ALL_METRICS = ",".join(m.value for m in JudgeMetric)
 #: Judges write a rationale: the completion cap is larger than an agent step's.
 DEFAULT_MAX_TOKENS = 1024
 

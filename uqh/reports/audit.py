@@ -56,7 +56,7 @@ class Run:
         return DATASET_NAMES.get(self.domain, self.domain)
 
 
-def load_run(path: str | Path) -> Run:
+def open_audited_run(path: str | Path) -> Run:
     reader = RunDir.open(path)
     return Run(reader.path, reader.manifest, reader.episodes(), planned=reader.planned)
 
@@ -64,7 +64,7 @@ def load_run(path: str | Path) -> Run:
 def load_runs(paths: list[str | Path]) -> list[Run]:
     if not paths:
         raise UserError("give at least one run directory")
-    runs = [load_run(p) for p in paths]
+    runs = [open_audited_run(p) for p in paths]
     names = [r.path.resolve() for r in runs]
     if len(set(names)) != len(names):
         raise UserError("the same run directory was given twice; give each once")
@@ -179,7 +179,7 @@ SELECTION_COLUMNS = [
 ]
 
 
-def selection_diagnostic(runs: list[Run], *, n_boot: int = 2000, seed: int = 0) -> Table:
+def selection_diagnostic_table(runs: list[Run], *, n_boot: int = 2000, seed: int = 0) -> Table:
     """Fig. 2B: completed (clean, Y observed) vs administratively censored (max_steps) trajectories.
 
     Per subset: mean observed steps and mean verbal confidence (per trajectory: the mean of its numeric
@@ -224,4 +224,4 @@ def selection_diagnostic(runs: list[Run], *, n_boot: int = 2000, seed: int = 0) 
 
 def audit(paths: list[str | Path], *, n_boot: int = 2000) -> list[Table]:
     runs = load_runs(paths)
-    return [termination_audit(runs), selection_diagnostic(runs, n_boot=n_boot)]
+    return [termination_audit(runs), selection_diagnostic_table(runs, n_boot=n_boot)]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from uqh.harness.judge.prompts import TRACE_FORMAT, ReplyError, judge_messages, parse_reply, prompts_sha256, repair_request
-from uqh.harness.episode.loop import derive_seed
+from uqh.harness.episode.loop import derive_seed, now_iso
 from uqh.harness.progress import BatchStats, EpisodeSummary, Progress
 from uqh.harness.store import lock as run_lock
 from uqh.harness.store.writer import append_fsync, truncate_to
@@ -221,10 +221,6 @@ class JudgmentStore:
 # --------------------------------------------------------------------------------------- judging
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 async def judge_one(client, task: JudgeTask) -> Judgment:
     """One judgment: the judge's reply parsed; a reply that does not parse gets one repair request, then the
     judgment is recorded as missing (score null, the reason kept). ModelCallFailed propagates (not a judgment)."""
@@ -245,10 +241,10 @@ async def judge_one(client, task: JudgeTask) -> Judgment:
         attempts.append(JudgeAttempt(attempt=attempt, raw_text=completion.text, call=completion.call))
         return Judgment(run=task.run, episode_id=ep.episode_id, metric=task.metric, repeat=task.repeat,
                         score=reply.score, rationale=reply.rationale, cited_steps=reply.cited_steps,
-                        n_steps=ep.n_steps, seed=task.seed, attempts=attempts, judged_at=_now())
+                        n_steps=ep.n_steps, seed=task.seed, attempts=attempts, judged_at=now_iso())
     return Judgment(run=task.run, episode_id=ep.episode_id, metric=task.metric, repeat=task.repeat, score=None,
                     missing_reason=f"the reply did not parse after one repair: {error}", n_steps=ep.n_steps,
-                    seed=task.seed, attempts=attempts, judged_at=_now())
+                    seed=task.seed, attempts=attempts, judged_at=now_iso())
 
 
 def judgment_summary(j: Judgment) -> EpisodeSummary:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from uqh.rundir.atomic import check_creatable
 from uqh.rundir.errors import UserError
-from uqh.reports.audit import load_runs, selection_diagnostic, termination_audit
+from uqh.reports.audit import load_runs, selection_diagnostic_table, termination_audit
 from uqh.reports.censoring_tables import (
     artificial_censoring_table,
     censored_shift_table,
@@ -130,7 +130,7 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
     files: list[Path] = []
 
     audit_t = termination_audit(runs)
-    select_t = selection_diagnostic(runs, n_boot=opts.n_bootstrap, seed=opts.seed)
+    select_t = selection_diagnostic_table(runs, n_boot=opts.n_bootstrap, seed=opts.seed)
     transparency = [transparency_table(sr) for sr in scored]
     auq_t, platt_t = auq_table(scored), platt_table(scored)
     calib_t, fixed_t = calibration_invariance_table(scored), fixed_rank_table(scored)
