@@ -58,135 +58,155 @@ async def run_specs(
     Raises :class:`BatchStopped` (after cancelling the other episodes) when a write to the run directory fails or
     the first call cannot reach the endpoint.
     """
-    loop = asyncio.get_running_loop()
-    io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uqh-io")
-    sem = asyncio.Semaphore(max(1, ctx.concurrency))
-    use_checkpoints = ctx.checkpoints and getattr(domain, "supports_replay", False)
-    interval_s = ctx.checkpoint_interval_s
-    run_dir = ctx.run_dir
-    tasks: list[asyncio.Task] = []
-    causes: list[StopCause] = []  # appended from the I/O thread too (list.append is atomic)
+    batch = _Batch(ctx, domain, client, persist, on_done, on_error, checkpoint_sink, on_unfinished_calls)
+    await batch.run(specs)
 
-    def stop_all(cause: StopCause) -> None:
-        if not causes:
-            causes.append(cause)
-        for task in tasks:
+
+class _Batch:
+    """The state :func:`run_specs` shares between its episodes: the slots, the I/O thread, the checkpoint
+    throttle and why the batch stopped."""
+
+    def __init__(self, ctx: RunContext, domain, client, persist, on_done, on_error, checkpoint_sink,
+                 on_unfinished_calls) -> None:
+        self.ctx, self.domain, self.client = ctx, domain, client
+        self.persist, self.on_done, self.on_error = persist, on_done, on_error
+        self.checkpoint_sink, self.on_unfinished_calls = checkpoint_sink, on_unfinished_calls
+        self.loop = asyncio.get_running_loop()
+        self.io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uqh-io")
+        self.sem = asyncio.Semaphore(max(1, ctx.concurrency))
+        self.use_checkpoints = ctx.checkpoints and getattr(domain, "supports_replay", False)
+        self.tasks: list[asyncio.Task] = []
+        self.causes: list[StopCause] = []  # appended from the I/O thread too (list.append is atomic)
+        self.encoder = CheckpointEncoder()
+        self.last_write: dict[str, float] = {}
+
+    async def run(self, specs) -> None:
+        try:
+            if callable(specs):  # pull specs from a shared source (worker processes): ``concurrency`` slots
+                self.tasks.extend(asyncio.ensure_future(self.slot(specs)) for _ in range(max(1, self.ctx.concurrency)))
+            else:
+                self.tasks.extend(asyncio.ensure_future(self.one(s)) for s in specs)
+            results = await asyncio.gather(*self.tasks, return_exceptions=True)
+        finally:
+            self.io.shutdown(wait=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                raise r
+        if self.causes:
+            raise BatchStopped(self.causes[0])
+
+    def stop_all(self, cause: StopCause) -> None:
+        if not self.causes:
+            self.causes.append(cause)
+        for task in self.tasks:
             task.cancel()
 
-    encoder = CheckpointEncoder()
+    # ------------------------------------------------------------------ checkpoints
 
-    last_write: dict[str, float] = {}
-
-    def checkpoint_written(fut) -> None:  # runs in the I/O thread
+    def checkpoint_written(self, fut) -> None:  # runs in the I/O thread
         exc = fut.exception()
         if exc is None:
             return
         if isinstance(exc, OSError) and exc.errno in _FATAL_CHECKPOINT_ERRNOS:
-            cause = StopCause.write_failure(RunDirWriteError(run_dir, exc))
-            causes.append(cause)
+            cause = StopCause.write_failure(RunDirWriteError(self.ctx.run_dir, exc))
+            self.causes.append(cause)
             with contextlib.suppress(RuntimeError):  # the loop may be closing already
-                loop.call_soon_threadsafe(stop_all, cause)
+                self.loop.call_soon_threadsafe(self.stop_all, cause)
         else:
             log.warning("checkpoint write failed: %s", exc)
 
-    def checkpoint(partial: PartialEpisode) -> None:
+    def checkpoint(self, partial: PartialEpisode) -> None:
         now = time.monotonic()
         eid = partial.episode_id
-        if eid in last_write and now - last_write[eid] < interval_s:
+        if eid in self.last_write and now - self.last_write[eid] < self.ctx.checkpoint_interval_s:
             return  # wrote one moments ago: with fast models, at most one checkpoint per interval
-        last_write[eid] = now
-        data = encoder.dumps(partial)  # snapshot now; the thread only writes bytes
-        if checkpoint_sink is not None:
-            io.submit(checkpoint_sink, partial.episode_id, data).add_done_callback(checkpoint_written)
-            return
-        io.submit(write_checkpoint_json, run_dir, partial.episode_id, data).add_done_callback(checkpoint_written)
-
-    async def one(spec: EpisodeSpec) -> None:
-        calls = CallTotals()  # this episode's calls in this process (for on_unfinished_calls)
-        episode_client = TotallingClient(client, calls) if on_unfinished_calls is not None else client
-        handed_over = False  # persist took the finished episode: its record accounts for its calls
-        try:
-            async with sem:
-                env = None
-                try:
-                    env, task_prompt, spec = await open_episode(domain, spec)
-                    result = await run_episode(
-                        env,
-                        episode_client,
-                        spec=spec,
-                        task_prompt=task_prompt,
-                        system_prompt=ctx.system_prompt,
-                        step_budget=spec.step_budget or ctx.config.step_budget,
-                        on_step=checkpoint if use_checkpoints else None,
-                    )
-                    if isinstance(spec.start, Resume):  # record that a crash split this episode
-                        result.episode.info["resumed_after_step"] = len(spec.start.steps)
-                    annotate_canonical_answer(domain, result.episode)
-                    cached = encoder.cached_rows(spec.episode_id)
-                    if len(cached) <= len(result.sidecar):
-                        result.sidecar_json_prefix = cached
-                except EndpointUnreachable as exc:
-                    stop_all(StopCause.unreachable(exc))
-                    return
-                except (ModelCallFailed, EnvironmentUnavailable) as exc:
-                    on_error(spec, f"model call failed: {first_line(exc)}", getattr(exc, "retries", 0))
-                    return
-                except Exception as exc:  # noqa: BLE001 - any other crash is an infra error, reported, re-queued
-                    log.debug("episode %s crashed", spec.episode_id, exc_info=True)
-                    on_error(spec, f"{type(exc).__name__}: {first_line(exc)}", 0)
-                    return
-                finally:
-                    encoder.forget(spec.episode_id)
-                    last_write.pop(spec.episode_id, None)
-                    if env is not None:
-                        with contextlib.suppress(Exception):
-                            env.close()
-                written = io.submit(persist, result)
-                # If the batch is cancelled, the shielded future still gets the write's outcome, which is read
-                # from `written` below; mark it read too, or asyncio logs "Future exception was never retrieved"
-                # at exit.
-                shielded = asyncio.wrap_future(written)
-                shielded.add_done_callback(_mark_retrieved)
-                try:
-                    value = await asyncio.shield(shielded)
-                except asyncio.CancelledError:
-                    # Stopping: the episode is finished, so let its write (milliseconds) complete and count it.
-                    try:
-                        value = written.result()
-                    except RunDirWriteError as exc:
-                        causes.append(StopCause.write_failure(exc))
-                    else:
-                        handed_over = True
-                        if on_done is not None:
-                            on_done(value)
-                    raise
-                except RunDirWriteError as exc:
-                    stop_all(StopCause.write_failure(exc))
-                    return
-                handed_over = True
-                if on_done is not None:
-                    on_done(value)
-        finally:
-            if not handed_over and calls.calls and on_unfinished_calls is not None:
-                on_unfinished_calls(calls)
-
-    async def slot(pull) -> None:
-        while (spec := await pull()) is not None:
-            await one(spec)
-
-    try:
-        if callable(specs):  # pull specs from a shared source (worker processes): ``concurrency`` slots
-            tasks.extend(asyncio.ensure_future(slot(specs)) for _ in range(max(1, ctx.concurrency)))
+        self.last_write[eid] = now
+        data = self.encoder.dumps(partial)  # snapshot now; the thread only writes bytes
+        if self.checkpoint_sink is not None:
+            fut = self.io.submit(self.checkpoint_sink, eid, data)
         else:
-            tasks.extend(asyncio.ensure_future(one(s)) for s in specs)
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-    finally:
-        io.shutdown(wait=True)
-    for r in results:
-        if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-            raise r
-    if causes:
-        raise BatchStopped(causes[0])
+            fut = self.io.submit(write_checkpoint_json, self.ctx.run_dir, eid, data)
+        fut.add_done_callback(self.checkpoint_written)
+
+    # ------------------------------------------------------------------ episodes
+
+    async def slot(self, pull) -> None:
+        while (spec := await pull()) is not None:
+            await self.one(spec)
+
+    async def one(self, spec: EpisodeSpec) -> None:
+        calls = CallTotals()  # this episode's calls in this process (for on_unfinished_calls)
+        client = TotallingClient(self.client, calls) if self.on_unfinished_calls is not None else self.client
+        handed_over: list[bool] = []  # persist took the finished episode: its record accounts for its calls
+        try:
+            async with self.sem:
+                result = await self.episode(spec, client)
+                if result is not None:
+                    await self.write(result, handed_over)
+        finally:
+            if not handed_over and calls.calls and self.on_unfinished_calls is not None:
+                self.on_unfinished_calls(calls)
+
+    async def episode(self, spec: EpisodeSpec, client) -> EpisodeResult | None:
+        """Run one episode; None when it failed on infrastructure (reported) or stopped the batch."""
+        env = None
+        try:
+            env, task_prompt, spec = await open_episode(self.domain, spec)
+            result = await run_episode(
+                env, client, spec=spec, task_prompt=task_prompt, system_prompt=self.ctx.system_prompt,
+                step_budget=spec.step_budget or self.ctx.config.step_budget,
+                on_step=self.checkpoint if self.use_checkpoints else None,
+            )
+            if isinstance(spec.start, Resume):  # record that a crash split this episode
+                result.episode.info["resumed_after_step"] = len(spec.start.steps)
+            annotate_canonical_answer(self.domain, result.episode)
+            cached = self.encoder.cached_rows(spec.episode_id)
+            if len(cached) <= len(result.sidecar):
+                result.sidecar_json_prefix = cached
+            return result
+        except EndpointUnreachable as exc:
+            self.stop_all(StopCause.unreachable(exc))
+        except (ModelCallFailed, EnvironmentUnavailable) as exc:
+            self.on_error(spec, f"model call failed: {first_line(exc, 300)}", getattr(exc, "retries", 0))
+        except Exception as exc:  # noqa: BLE001 - any other crash is an infra error, reported, re-queued
+            log.debug("episode %s crashed", spec.episode_id, exc_info=True)
+            self.on_error(spec, f"{type(exc).__name__}: {first_line(exc, 300)}", 0)
+        finally:
+            self.encoder.forget(spec.episode_id)
+            self.last_write.pop(spec.episode_id, None)
+            if env is not None:
+                with contextlib.suppress(Exception):
+                    env.close()
+        return None
+
+    async def write(self, result: EpisodeResult, handed_over: list[bool]) -> None:
+        """Hand a finished episode to ``persist`` in the I/O thread; ``handed_over`` gets a True once it was written
+        (and counted), also when the batch is cancelled while the write is under way."""
+        written = self.io.submit(self.persist, result)
+        # If the batch is cancelled, the shielded future still gets the write's outcome, which is read from
+        # `written` below; mark it read too, or asyncio logs "Future exception was never retrieved" at exit.
+        shielded = asyncio.wrap_future(written)
+        shielded.add_done_callback(_mark_retrieved)
+        try:
+            value = await asyncio.shield(shielded)
+        except asyncio.CancelledError:
+            # Stopping: the episode is finished, so let its write (milliseconds) complete and count it.
+            try:
+                value = written.result()
+            except RunDirWriteError as exc:
+                self.causes.append(StopCause.write_failure(exc))
+            else:
+                self.done(value, handed_over)
+            raise
+        except RunDirWriteError as exc:
+            self.stop_all(StopCause.write_failure(exc))
+            return
+        self.done(value, handed_over)
+
+    def done(self, value, handed_over: list[bool]) -> None:
+        handed_over.append(True)
+        if self.on_done is not None:
+            self.on_done(value)
 
 
 def _mark_retrieved(fut: asyncio.Future) -> None:
