@@ -62,104 +62,125 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
     ``write(episode_id, line, rows, summary)`` appends and counts a finished episode; ``error(spec, message,
     retries)`` counts an infrastructure failure, and ``unfinished_calls(totals)`` the calls of an episode that
     ended without a result (:class:`uqh.harness.backends.base.BatchHooks`)."""
-    mp_ctx = _mp_context(worker_preload(ctx.config, ctx.model, ctx.api_base))
-    results = mp_ctx.Queue()  # children -> parent: finished episodes, errors, exits
-    jobs = mp_ctx.Queue()  # parent -> children: specs pulled as slots free up (dynamic load balance)
-    # --concurrency is the total in flight (a provider's rate limit does not grow with --workers): split it.
-    # run_batch already capped workers at concurrency.
-    workers = min(workers, len(specs))
-    total = ctx.concurrency
-    shares = [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
-    for spec in specs:
-        jobs.put(spec)
-    for _ in range(sum(shares)):  # one end marker per slot
-        jobs.put(None)
-    procs = []
-    cause: StopCause | None = None
-    stop_deadline: float | None = None
+    pool = _WorkerPool(ctx, specs, workers, write, error, unfinished_calls)
+    with signals.on_stop(lambda signum: pool.request_stop(StopCause.signal(signum))):
+        try:
+            pool.start()
+            pool.serve()
+        finally:
+            pool.close()
+    if pool.cause is None:
+        for spec in pool.pending.values():  # a worker died before reporting these
+            error(spec, "worker process exited unexpectedly", 0)
+    return BackendResult(stopped=pool.cause, worker_cpu_s=pool.cpu_s, endpoint_calls=pool.endpoint_calls)
 
-    def request_stop(why: StopCause) -> None:  # also called from the signal handler: short, non-blocking
-        nonlocal cause, stop_deadline
-        if stop_deadline is not None:
+
+class _WorkerPool:
+    """The parent's side of ``--workers N``: the processes, the two queues, and what the workers reported."""
+
+    def __init__(self, ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error, unfinished_calls):
+        self.ctx, self.write, self.error, self.unfinished_calls = ctx, write, error, unfinished_calls
+        self.mp_ctx = _mp_context(worker_preload(ctx.config, ctx.model, ctx.api_base))
+        self.results = self.mp_ctx.Queue()  # children -> parent: finished episodes, errors, exits
+        self.jobs = self.mp_ctx.Queue()  # parent -> children: specs pulled as slots free up (dynamic load balance)
+        # --concurrency is the total in flight (a provider's rate limit does not grow with --workers): split it.
+        # The backend already capped workers at concurrency.
+        self.workers = min(workers, len(specs))
+        total = ctx.concurrency
+        self.shares = [total // self.workers + (1 if w < total % self.workers else 0) for w in range(self.workers)]
+        for spec in specs:
+            self.jobs.put(spec)
+        for _ in range(sum(self.shares)):  # one end marker per slot
+            self.jobs.put(None)
+        self.procs: list = []
+        self.cause: StopCause | None = None
+        self.stop_deadline: float | None = None
+        self.cpu_s = 0.0
+        self.endpoint_calls: list[EndpointCounts] = []
+        self.pending = {s.episode_id: s for s in specs}
+        self.drained = 0  # workers whose slots all read their end marker
+
+    def request_stop(self, why: StopCause) -> None:  # also called from the signal handler: short, non-blocking
+        if self.stop_deadline is not None:
             return
-        cause, stop_deadline = why, time.monotonic() + STOP_GRACE_S
-        for p in procs:
+        self.cause, self.stop_deadline = why, time.monotonic() + STOP_GRACE_S
+        for p in self.procs:
             if p.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p.pid, signal.SIGTERM)
 
-    cpu_s = 0.0
-    endpoint_calls: list[EndpointCounts] = []
-    pending = {s.episode_id: s for s in specs}
-    drained = 0  # workers whose slots all read their end marker
-    with signals.on_stop(lambda signum: request_stop(StopCause.signal(signum))):
-        try:
-            for w in range(workers):
-                p = mp_ctx.Process(
-                    target=_worker_main,
-                    args=(w, dataclasses.replace(ctx, concurrency=shares[w]), jobs, results, os.getpid(),
-                          dict(os.environ)),
-                    daemon=True,
-                    name=f"uqh-worker-{w}",
-                )
-                p.start()
-                procs.append(p)
-                if stop_deadline is not None:  # a signal arrived while starting them
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(p.pid, signal.SIGTERM)
-            alive = set(range(workers))
-            while alive:
-                if stop_deadline is not None and time.monotonic() > stop_deadline:
-                    break
-                try:
-                    msg = results.get(timeout=0.1 if stop_deadline is not None else 1.0)
-                except queue_mod.Empty:
-                    for w in list(alive):
-                        if not procs[w].is_alive():
-                            alive.discard(w)  # died without saying goodbye (crash): its episodes are counted below
-                    continue
-                kind = msg[0]
-                if kind == "done":
-                    _, eid, line, rows, ep_summary = msg
-                    try:  # after a write failure the store refuses every append (its calls still count)
-                        write(eid, line, rows, ep_summary)
-                    except RunDirWriteError as exc:
-                        request_stop(StopCause.write_failure(exc))
-                        continue
-                    pending.pop(eid, None)
-                elif kind == "error":
-                    _, eid, message, retries = msg
-                    error(pending.pop(eid, None), message, retries)
-                elif kind == "unfinished_calls":
-                    unfinished_calls(msg[1])
-                elif kind == "stopped":
-                    request_stop(msg[1])
-                elif kind == "exit":
-                    alive.discard(msg[1])
-                    drained += bool(msg[4])
-                    cpu_s += msg[2]
-                    endpoint_calls = merge_counts(endpoint_calls, msg[3])
-        finally:
-            deadline = stop_deadline if stop_deadline is not None else time.monotonic() + 5.0
-            for p in procs:
-                p.join(timeout=max(0.0, deadline - time.monotonic()))
-                if p.is_alive():
-                    p.kill()
-                    p.join(timeout=1.0)
-            unread = stop_deadline is not None or drained < len(procs)
-            if unread:  # unread specs may remain: never block this process's exit on them
-                jobs.cancel_join_thread()
-                results.cancel_join_thread()
-            jobs.close()
-            results.close()
-            if unread:
-                _QUEUES_UNTIL_EXIT.append((jobs, results))
-            else:  # every slot read its end marker, so every spec before it: the feeder has nothing left to write
-                jobs.join_thread()
-    if cause is None:
-        for eid, spec in pending.items():  # a worker died before reporting these
-            error(spec, "worker process exited unexpectedly", 0)
-    return BackendResult(stopped=cause, worker_cpu_s=cpu_s, endpoint_calls=endpoint_calls)
+    def start(self) -> None:
+        for w in range(self.workers):
+            p = self.mp_ctx.Process(
+                target=_worker_main,
+                args=(w, dataclasses.replace(self.ctx, concurrency=self.shares[w]), self.jobs, self.results,
+                      os.getpid(), dict(os.environ)),
+                daemon=True,
+                name=f"uqh-worker-{w}",
+            )
+            p.start()
+            self.procs.append(p)
+            if self.stop_deadline is not None:  # a signal arrived while starting them
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGTERM)
+
+    def serve(self) -> None:
+        """Read the workers' messages until every worker exited (or the grace period after a stop ran out)."""
+        alive = set(range(self.workers))
+        while alive:
+            if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
+                break
+            try:
+                msg = self.results.get(timeout=0.1 if self.stop_deadline is not None else 1.0)
+            except queue_mod.Empty:
+                for w in list(alive):
+                    if not self.procs[w].is_alive():
+                        alive.discard(w)  # died without saying goodbye (crash): its episodes are counted later
+                continue
+            if msg[0] == "exit":
+                alive.discard(msg[1])
+            self.handle(msg)
+
+    def handle(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == "done":
+            _, eid, line, rows, ep_summary = msg
+            try:  # after a write failure the store refuses every append (its calls still count)
+                self.write(eid, line, rows, ep_summary)
+            except RunDirWriteError as exc:
+                self.request_stop(StopCause.write_failure(exc))
+                return
+            self.pending.pop(eid, None)
+        elif kind == "error":
+            _, eid, message, retries = msg
+            self.error(self.pending.pop(eid, None), message, retries)
+        elif kind == "unfinished_calls":
+            self.unfinished_calls(msg[1])
+        elif kind == "stopped":
+            self.request_stop(msg[1])
+        elif kind == "exit":
+            self.drained += bool(msg[4])
+            self.cpu_s += msg[2]
+            self.endpoint_calls = merge_counts(self.endpoint_calls, msg[3])
+
+    def close(self) -> None:
+        """Join (or kill) the workers and release the queues without ever blocking on unread specs."""
+        deadline = self.stop_deadline if self.stop_deadline is not None else time.monotonic() + 5.0
+        for p in self.procs:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=1.0)
+        unread = self.stop_deadline is not None or self.drained < len(self.procs)
+        if unread:  # unread specs may remain: never block this process's exit on them
+            self.jobs.cancel_join_thread()
+            self.results.cancel_join_thread()
+        self.jobs.close()
+        self.results.close()
+        if unread:
+            _QUEUES_UNTIL_EXIT.append((self.jobs, self.results))
+        else:  # every slot read its end marker, so every spec before it: the feeder has nothing left to write
+            self.jobs.join_thread()
 
 
 def worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[str]:
