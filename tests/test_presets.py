@@ -166,9 +166,9 @@ def test_dry_run_dollar_estimate_from_litellms_price_map_offline(monkeypatch):
     _no_network(monkeypatch)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-dummy")
     p_in, p_out = _map_price("gpt-4o-mini")
-    assert presets.dollar_estimate("gpt-4o-mini", 1_000_000, 10_000) == pytest.approx(1e6 * p_in + 1e4 * p_out)
-    assert presets.dollar_estimate("openai/my-server-model", 10, 10) is None
-    assert presets.dollar_estimate("local:smollm2", 10, 10) is None
+    assert dry_run.dollar_estimate("gpt-4o-mini", 1_000_000, 10_000) == pytest.approx(1e6 * p_in + 1e4 * p_out)
+    assert dry_run.dollar_estimate("openai/my-server-model", 10, 10) is None
+    assert dry_run.dollar_estimate("local:smollm2", 10, 10) is None
 
     text = dry_run.plan("paper-strategyqa", overrides=RunOverrides(model="gpt-4o-mini", tasks=10))
     block = text.split("\n\n")[0]

@@ -273,11 +273,6 @@ def run(args: argparse.Namespace) -> int:
         print(_list_options(args), end="")
         return 0
     overrides = overrides_from_args(args)
-    if args.dry_run and args.preset:
-        from uqh.harness.config.plan import plan
-
-        print(plan(args.preset, overrides=overrides), end="")
-        return 0
     check_positive("--concurrency", args.concurrency)
     check_positive("--workers", args.workers)
     from uqh.harness.backends import make_backend
@@ -286,6 +281,11 @@ def run(args: argparse.Namespace) -> int:
     check_positive("--max-retries", args.max_retries, 0)
     if args.timeout is not None and not args.timeout > 0:
         raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    if args.dry_run and args.preset:  # a preset (or group) plan: every flag above was checked first
+        from uqh.harness.config.plan import plan
+
+        print(plan(args.preset, overrides=overrides), end="")
+        return 0
     timeout_s = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S
     max_retries = args.max_retries if args.max_retries is not None else DEFAULT_MAX_RETRIES
     preset = None
@@ -294,54 +294,28 @@ def run(args: argparse.Namespace) -> int:
 
         preset = get_preset(args.preset)
     config = resolve_config(preset, overrides)
-    if backend is not None:
-        backend.check(config)
+    backend.check(config)
     out = run_dir_of(preset, overrides)
     concurrency = args.concurrency or default_concurrency(config.model)
-    n_episodes = len(config.task_ids) * config.samples_per_task
     requested = args.tasks if args.tasks is not None else (preset.n_tasks if preset and args.task_ids is None else None)
     note = tasks_note(config, requested)
     if args.dry_run:
-        d = config.decoding
-        print(f"domain        {config.domain}" + (f" (split {config.split})" if config.split else ""))
-        print(f"tasks         {len(config.task_ids)} x {config.samples_per_task} sample(s) = {n_episodes} episodes")
-        if note:
-            print(f"note          {note}")
-        print(f"task ids      {', '.join(config.task_ids[:5])}{' ...' if len(config.task_ids) > 5 else ''}")
-        print(f"model         {config.model}" + (f" via {', '.join(config.endpoints)}" if config.endpoints else ""))
-        if config.user_model:
-            print(f"user model    {config.user_model}" + (f" via {config.user_api_base}" if config.user_api_base else ""))
-        print(f"decoding      temperature={d.temperature} top_p={d.top_p} logprobs={d.logprobs} "
-              f"top_logprobs={d.top_logprobs} max_tokens={d.max_tokens} seed={d.seed} grammar={d.grammar} "
-              f"reasoning={d.reasoning}")
-        cut = (f"observations cut to {config.observation_chars} chars" if config.observation_chars is not None
-               else "observations not cut")
-        print(f"step budget   {config.step_budget}; {cut}")
-        if config.domain_options:
-            print("options       " + ", ".join(f"{k}={v}" for k, v in sorted(config.domain_options.items())))
-        if config.consensus_stopping is not None:
-            print(f"sequential    {_stopping_text(config)}")
-        print(f"run dir       {out} (config hash {config.config_hash()[:12]})")
-        where = f"workers {args.workers or 1}"
-        if backend is not None:
+        if backend.name == "ray":
             actors = f"{args.workers} actors" if args.workers else "one actor per CPU"
             where = f"backend ray at {args.ray_address or 'a local instance'}, {actors}"
-        print(f"execution     concurrency {concurrency}, {where}; per call: timeout {timeout_s:g} s, "
-              f"{max_retries} retries")
-        from uqh.harness.config.build import build_domain
-        from uqh.harness.config.plan import estimate, estimate_rows
+        else:
+            where = f"workers {args.workers or 1}"
+        execution = (f"concurrency {concurrency}, {where}; per call: timeout {timeout_s:g} s, "
+                     f"{max_retries} retries")
+        from uqh.harness.config.plan import run_plan
 
-        est = estimate(config, len(config.task_ids), len(build_domain(config).system_prompt()))
-        for label, text in estimate_rows(config, est, "the domain's filled-in prompt"):
-            print(f"{label:<14}{text}")
-        print("dry run: no model was called, nothing was written.")
+        stopping = _stopping_text(config) if config.consensus_stopping is not None else ""
+        print(run_plan(config, out, note=note, execution=execution, stopping=stopping), end="")
         return 0
 
     if note:
         print(f"uqh run: note: {note}", file=sys.stderr)
-    import contextlib
-
-    with backend if backend is not None else contextlib.nullcontext():
+    with backend:
         summary = run_batch(
             config,
             out,

@@ -143,6 +143,38 @@ def estimate_rows(config: RunConfig, est: dict[str, Any], prompt_src: str) -> li
     ]
 
 
+def run_plan(config: RunConfig, out, *, note: str | None, execution: str, stopping: str) -> str:
+    """The dry-run plan of one resolved run (``uqh run --dry-run`` without a preset): what would run, where, and
+    the rough token and dollar estimate. Calls no model."""
+    d = config.decoding
+    n_episodes = len(config.task_ids) * config.samples_per_task
+    lines = [f"domain        {config.domain}" + (f" (split {config.split})" if config.split else ""),
+             f"tasks         {len(config.task_ids)} x {config.samples_per_task} sample(s) = {n_episodes} episodes"]
+    if note:
+        lines.append(f"note          {note}")
+    lines.append(f"task ids      {', '.join(config.task_ids[:5])}{' ...' if len(config.task_ids) > 5 else ''}")
+    lines.append(f"model         {config.model}" + (f" via {', '.join(config.endpoints)}" if config.endpoints else ""))
+    if config.user_model:
+        lines.append(f"user model    {config.user_model}"
+                     + (f" via {config.user_api_base}" if config.user_api_base else ""))
+    lines.append(f"decoding      temperature={d.temperature} top_p={d.top_p} logprobs={d.logprobs} "
+                 f"top_logprobs={d.top_logprobs} max_tokens={d.max_tokens} seed={d.seed} grammar={d.grammar} "
+                 f"reasoning={d.reasoning}")
+    cut = (f"observations cut to {config.observation_chars} chars" if config.observation_chars is not None
+           else "observations not cut")
+    lines.append(f"step budget   {config.step_budget}; {cut}")
+    if config.domain_options:
+        lines.append("options       " + ", ".join(f"{k}={v}" for k, v in sorted(config.domain_options.items())))
+    if config.consensus_stopping is not None:
+        lines.append(f"sequential    {stopping}")
+    lines.append(f"run dir       {out} (config hash {config.config_hash()[:12]})")
+    lines.append(f"execution     {execution}")
+    est = estimate(config, len(config.task_ids), len(build_domain(config).system_prompt()))
+    lines += [f"{label:<14}{text}" for label, text in estimate_rows(config, est, "the domain's filled-in prompt")]
+    lines.append("dry run: no model was called, nothing was written.")
+    return "\n".join(lines) + "\n"
+
+
 def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
     """The exact plan of a preset (or preset group) as text, with the command line's overrides applied as
     ``uqh run`` applies them (:func:`uqh.harness.config.build.draft`). Calls no model and opens no connection."""
