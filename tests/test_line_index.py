@@ -80,11 +80,49 @@ def test_a_line_without_an_episode_id_is_listed_and_a_bad_record_names_its_line(
 def test_a_malformed_episode_line_is_a_user_error_with_its_line_number(run):
     eps = run.path / EPISODES_FILE
     with eps.open("ab") as f:
-        f.write(b'{"schema_version":1,"episode_id":"bad#0","task_id":3}\n')
+        f.write(b'{"schema_version":1,"episode_id":"bad#0","task_id":3,"stop_reason":"clean","outcome":1,"n_steps":0}\n')
+        f.write(b'{"schema_version":1,"episode_id":"nohead#0"}\n')
     with pytest.raises(UserError, match=r"episodes.jsonl:9: not a valid Episode"):
         run.episode("bad#0")
+    assert run.episode("nohead#0") is None  # no head: not indexed, listed as a bad line
+    assert [n for n, _ in run.episode_index().bad_lines] == [10]
 
 
 def test_a_missing_file_is_an_empty_index(tmp_path):
     index = LineIndex(tmp_path / "absent.jsonl")
     assert index.refresh() == 0 and index.order == [] and index.builds == 0
+
+
+def test_episode_heads_match_the_parsed_records(run):
+    heads = run.episode_index().heads
+    for ep in run.episodes():
+        h = heads[ep.episode_id]
+        assert (h.stop_reason, h.outcome, h.n_steps) == (ep.stop_reason.value, ep.outcome, ep.n_steps)
+        assert h.cost_usd is None  # no call of the fixture is priced
+
+
+def test_episode_head_reads_keys_not_text_and_sums_costs():
+    from uqh.rundir.line_index import episode_head
+
+    line = (b'{"schema_version":1,"episode_id":"x#0","task_id":"x","sample_index":0,"stop_reason":"max_steps",'
+            b'"outcome":null,"reward_info":{},"n_steps":3,"task_prompt":"say \\"stop_reason\\":\\"clean\\" '
+            b'\\"cost_usd\\":99","steps":[{"call":{"cost_usd":0.25}},{"call":{"cost_usd":1e-3}}]}')
+    h = episode_head(line)
+    assert (h.stop_reason, h.outcome, h.n_steps) == ("max_steps", None, 3)
+    assert h.cost_usd == pytest.approx(0.251)
+    with pytest.raises(ValueError):
+        episode_head(b'{"episode_id":"x#0"}')
+
+
+def test_is_being_written_reads_the_lock_file_only(run):
+    import json
+    import os
+    import socket
+
+    from uqh.rundir.schema import LOCK_FILE
+
+    assert run.is_being_written() is False  # no lock file
+    (run.path / LOCK_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    assert run.is_being_written() is True
+    (run.path / LOCK_FILE).write_text(json.dumps({"pid": 2**22 + 7, "host": socket.gethostname()}))
+    assert run.is_being_written() is False  # a dead pid: the writer is gone

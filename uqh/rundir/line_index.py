@@ -21,6 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from uqh.rundir.errors import first_line
 
@@ -36,6 +37,36 @@ def line_episode_id(line: bytes) -> str:
 
 #: Bytes read per chunk while indexing (one chunk holds many lines; a line may span chunks).
 CHUNK_BYTES = 1 << 22
+
+
+_HEAD = re.compile(rb'"stop_reason":"([a-z_]+)","outcome":(null|-?\d+)')
+_N_STEPS = re.compile(rb'"n_steps":(\d+)')
+_COST = re.compile(rb'"cost_usd":(-?[0-9.eE+-]+)')
+
+
+@dataclass(frozen=True)
+class EpisodeHead:
+    """What a run list needs of one finished episode, read from its line without validating the record: stop
+    reason, outcome, steps and the summed ``cost_usd`` of every call recorded in it (None: no priced call).
+
+    Keys are matched as JSON keys (a quote before and after), so text inside strings (escaped quotes) never
+    matches; the top-level ``stop_reason``/``outcome``/``n_steps`` come before any nested dict in the writer's key
+    order, and the first match is taken."""
+
+    stop_reason: str
+    outcome: int | None
+    n_steps: int
+    cost_usd: float | None
+
+
+def episode_head(line: bytes) -> EpisodeHead:
+    """The :class:`EpisodeHead` of one episode line (ValueError when it has none)."""
+    head, n = _HEAD.search(line), _N_STEPS.search(line)
+    if head is None or n is None:
+        raise ValueError("no stop_reason/outcome/n_steps keys")
+    costs = [float(c) for c in _COST.findall(line)]
+    outcome = None if head.group(2) == b"null" else int(head.group(2))
+    return EpisodeHead(head.group(1).decode(), outcome, int(n.group(1)), sum(costs) if costs else None)
 
 
 @dataclass(frozen=True)
@@ -66,6 +97,10 @@ class LineIndex:
     notes: list[str] = field(default_factory=list)
     #: How many times the file was read from its start (1 after the first build; more after truncations).
     builds: int = 0
+    #: Optional: a function of a line whose value is kept in :attr:`heads` for each id's first line (the episodes
+    #: file keeps :func:`episode_head`); a line it refuses is listed in :attr:`bad_lines`.
+    head: Callable[[bytes], Any] | None = None
+    heads: dict[str, Any] = field(default_factory=dict)
 
     def refresh(self) -> int:
         """Index what was appended since the last call; returns how many new complete lines were indexed."""
@@ -85,7 +120,7 @@ class LineIndex:
 
     def _reset(self) -> None:
         self.indexed_bytes, self.lines = 0, 0
-        self.spans, self.order, self.bad_lines = {}, [], []
+        self.spans, self.order, self.bad_lines, self.heads = {}, [], [], {}
 
     def _index_from(self, start: int, size: int) -> int:
         new = 0
@@ -112,12 +147,15 @@ class LineIndex:
                             eid = line_episode_id(raw)
                             if not isinstance(eid, str):
                                 raise TypeError("episode_id is not a string")
+                            head = self.head(raw) if (self.head and eid not in self.spans) else None
                         except (ValueError, KeyError, TypeError) as exc:
                             self.bad_lines.append((self.lines, first_line(exc)))
                         else:
                             if eid not in self.spans:
                                 self.spans[eid] = []
                                 self.order.append(eid)
+                                if self.head:
+                                    self.heads[eid] = head
                             self.spans[eid].append(Span(self.lines, base + line_start, len(raw)))
                     line_start += len(raw) + 1
                 self.indexed_bytes = base + cut + 1

@@ -17,6 +17,8 @@ the same things and counts the same episodes:
 from __future__ import annotations
 
 import json
+import os
+import socket
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +28,11 @@ from pydantic import BaseModel
 
 from uqh.rundir import integrity
 from uqh.rundir.errors import UserError, first_line
-from uqh.rundir.line_index import LineIndex, line_episode_id
+from uqh.rundir.line_index import LineIndex, episode_head, line_episode_id
 from uqh.rundir.schema import (
     CHECKPOINT_DIR,
     EPISODES_FILE,
+    LOCK_FILE,
     MANIFEST_FILE,
     SCHEMA_VERSION,
     SIDECAR_FILE,
@@ -220,12 +223,34 @@ class RunDir:
             raise ValueError(f"no line index for {name!r}")
         index = self._indexes.get(name)
         if index is None:
-            index = self._indexes[name] = LineIndex(self.path / name)
+            index = self._indexes[name] = LineIndex(self.path / name,
+                                                    head=episode_head if name == EPISODES_FILE else None)
         index.refresh()
         return index
 
     def episode_index(self) -> LineIndex:
+        """The index of ``episodes.jsonl``; its ``heads`` hold each finished episode's
+        :class:`~uqh.rundir.line_index.EpisodeHead` (stop reason, outcome, steps, cost) without a record parse."""
         return self.line_index(EPISODES_FILE)
+
+    def is_being_written(self) -> bool:
+        """Whether a writer on this host holds the directory now: the pid its lock file records is alive. Reads
+        the lock file only (never takes the lock, so a writer starting now is never refused); a writer on another
+        host, or a pid reused after a crash, is not told apart."""
+        try:
+            info = json.loads((self.path / LOCK_FILE).read_text() or "{}")
+            pid = int(info["pid"]) if isinstance(info, dict) and info.get("host") == socket.gethostname() else 0
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if pid <= 0:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     def sidecar_index(self) -> LineIndex:
         return self.line_index(SIDECAR_FILE)
