@@ -126,3 +126,12 @@ def test_is_being_written_reads_the_lock_file_only(run):
     assert run.is_being_written() is True
     (run.path / LOCK_FILE).write_text(json.dumps({"pid": 2**22 + 7, "host": socket.gethostname()}))
     assert run.is_being_written() is False  # a dead pid: the writer is gone
+
+
+def test_last_accepted_row_parses_only_that_step_and_equals_the_full_read(run):
+    every = list(run.sidecar())
+    for eid in run.sidecar_index().order:
+        last_t = max(r.t for r in every if r.episode_id == eid)
+        expected = next(r for r in every if r.episode_id == eid and r.t == last_t and r.accepted)
+        assert run.last_accepted_row(eid, last_t) == expected
+    assert run.last_accepted_row("a#0", 9) is None and run.last_accepted_row("zz#0", 1) is None

@@ -279,6 +279,19 @@ class RunDir:
                 out.append(row)
         return out
 
+    def last_accepted_row(self, episode_id: str, t: int) -> LogprobRow | None:
+        """The accepted sidecar row of step ``t`` of ``episode_id`` (the first one in file order, as
+        :meth:`episode_sidecar_rows` keeps), parsing only rows of that step, from the episode's last row back."""
+        index = self.sidecar_index()
+        found = None
+        for lineno, raw in reversed(index.read_lines(episode_id)):
+            if f'"t":{t},'.encode() not in raw[: 2 * len(episode_id) + 80]:  # key order: t after episode_id
+                continue
+            row = _parse(index.path, lineno, raw, LogprobRow)
+            if row.t == t and row.accepted:
+                found = row
+        return found
+
     def episode_ids_in_file(self) -> list[str]:
         """Every complete episode line's id in file order, duplicates included (fast: no record parsing)."""
         path = self.path / EPISODES_FILE

@@ -55,10 +55,11 @@ class Viewer:
         return run
 
 
-async def in_thread(run: ViewedRun, fn: Callable[[], Any]) -> Any:
-    """``fn`` in a worker thread with the run's lock held; a UserError (a bad line met) is a 422 with its text."""
+async def in_thread(run: ViewedRun, fn: Callable[[], Any], lock=None) -> Any:
+    """``fn`` in a worker thread with ``lock`` (the run's lock by default) held; a UserError (a bad line met) is a
+    422 with its text."""
     def locked():
-        with run.lock:
+        with lock or run.lock:
             return fn()
     try:
         return await asyncio.to_thread(locked)
@@ -88,6 +89,7 @@ def start_platt(run: ViewedRun) -> None:
     _platt_tasks[run.key] = asyncio.get_running_loop().create_task(work())
 
 
+@functools.lru_cache(maxsize=1)
 def _environment():
     from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
@@ -123,7 +125,7 @@ def make_app(viewer: Viewer) -> web.Application:
 
     @routes.get("/api/runs")
     async def api_runs(request: web.Request) -> web.Response:
-        rows = [await in_thread(r, r.overview) for r in viewer.runs.values()]
+        rows = [await in_thread(r, r.overview, r.list_lock) for r in viewer.runs.values()]
         return web.json_response({"runs": rows, "notes": viewer.notes})
 
     @routes.get("/api/run/{key}/trajectories")
@@ -142,7 +144,7 @@ def make_app(viewer: Viewer) -> web.Application:
     async def api_trajectory(request: web.Request) -> web.Response:
         run = viewer.run(request.match_info["key"])
         eid = request.query.get("id", "")
-        out = await in_thread(run, functools.partial(run.trajectory, eid))
+        out = await in_thread(run, functools.partial(run.trajectory, eid), run.page_lock)
         if out is not None and out["platt_pending"]:
             start_platt(run)
         if out is None:

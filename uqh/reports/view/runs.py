@@ -9,7 +9,9 @@ and brought up to date by reading what was appended since the last request.
 
 A run that cannot be read (a bad manifest, a line that is not a record) is kept in the list with its one-line
 error: one bad run never hides the good ones. Every method is called with the run's lock held (one thread at a
-time per run: the server runs them off its event loop).
+time per reader: the server runs them off its event loop). Each run has three readers, each with its own line
+indexes and lock -- the run list's, the trajectory list's and the trajectory page's -- so that none waits for
+another (the trajectory list parses episodes a chunk at a time, in the background too, for the Platt fit).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from uqh.scoring.streams import episode_step_values
 from uqh.reports.report.traces import BASE_RATE_STYLE, PLATT_DASH, style_of
 
 #: Episodes parsed into summaries per trajectory-list request (the page asks again for the rest).
-SUMMARY_CHUNK = 500
+SUMMARY_CHUNK = 200
 #: Characters of the task text kept in a summary (filtering by task text searches these).
 TASK_TEXT_CHARS = 300
 PRIMARY = "verbal"
@@ -51,6 +53,11 @@ class ViewedRun:
     key: str
     path: Path
     reader: RunDir | None = None
+    #: A second reader for the run list (its own index of the episodes file, its own lock): the list never waits
+    #: for a trajectory-list chunk being parsed.
+    list_reader: RunDir | None = None
+    #: A third for the trajectory page (its own indexes and lock): a trajectory never waits for the list's chunks.
+    page_reader: RunDir | None = None
     error: str | None = None
     summaries: list[dict[str, Any]] = field(default_factory=list)
     verbal: dict[str, list[float]] = field(default_factory=dict)  # episode id -> verbal stream (the Platt fit)
@@ -59,12 +66,16 @@ class ViewedRun:
     qz: dict[str, float] = field(default_factory=dict)  # censored episode id -> q_hat_Z (from a continuation run)
     judged: dict[str, dict[str, float]] = field(default_factory=dict)  # episode id -> judge metric -> mean score
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    list_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    page_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, key: str, path: Path) -> "ViewedRun":
         run = cls(key=key, path=path)
         try:
             run.reader = RunDir.open(path)
+            run.list_reader = RunDir(path=run.reader.path, manifest=run.reader.manifest)
+            run.page_reader = RunDir(path=run.reader.path, manifest=run.reader.manifest)
         except UserError as exc:
             run.error = str(exc)
         return run
@@ -72,13 +83,14 @@ class ViewedRun:
     # ------------------------------------------------------------------ the run list
 
     def overview(self) -> dict[str, Any]:
-        """The run list row: domain, model, done/planned, stop-reason counts, base rate, cost, state."""
-        if self.reader is None:
+        """The run list row: domain, model, done/planned, stop-reason counts, base rate, cost, state (call with
+        ``list_lock`` held)."""
+        if self.list_reader is None:
             return {"key": self.key, "path": str(self.path), "error": self.error}
         try:
-            index = self.reader.episode_index()
+            index = self.list_reader.episode_index()
             heads = [index.heads[e] for e in index.order]
-            planned = self.reader.planned
+            planned = self.list_reader.planned
         except (UserError, OSError) as exc:
             return {"key": self.key, "path": str(self.path), "error": str(exc)}
         stops: dict[str, int] = {}
@@ -86,11 +98,11 @@ class ViewedRun:
             stops[h.stop_reason] = stops.get(h.stop_reason, 0) + 1
         labels = [h.outcome for h in heads if h.stop_reason == "clean" and h.outcome is not None]
         costs = [h.cost_usd for h in heads if h.cost_usd is not None]
-        config = self.reader.config
-        running = self.reader.is_being_written()
+        config = self.list_reader.config
+        running = self.list_reader.is_being_written()
         return {
             "key": self.key, "path": str(self.path), "error": None, "domain": config.domain, "model": config.model,
-            "kind": "continuation" if self.reader.is_continuation else "run",
+            "kind": "continuation" if self.list_reader.is_continuation else "run",
             "done": len(heads), "planned": planned, "stops": stops,
             "base_rate": base_rate(labels), "cost_usd": sum(costs) if costs else None,
             "state": "running" if running else ("finished" if len(heads) >= planned else "stopped"),
@@ -114,9 +126,8 @@ class ViewedRun:
                 "predictors": self.predictor_styles(with_derived=False)}
 
     def _summary(self, ep: Episode) -> dict[str, Any]:
-        rows = self.reader.episode_sidecar_rows(ep.episode_id) if ep.steps else []
-        last_t = ep.steps[-1].t if ep.steps else None
-        values = episode_step_values(ep, [r for r in rows if r.t == last_t]) if ep.steps else {}
+        row = self.reader.last_accepted_row(ep.episode_id, ep.steps[-1].t) if ep.steps else None
+        values = episode_step_values(ep, [row] if row is not None else []) if ep.steps else {}
         self.verbal[ep.episode_id] = [PREDICTORS[PRIMARY].step_value(s, None) for s in ep.steps]
         return {"id": ep.episode_id, "task": ep.task_id, "text": ep.task_prompt[:TASK_TEXT_CHARS],
                 "stop": ep.stop_reason.value, "y": ep.outcome, "steps": len(ep.steps), "budget": ep.step_budget,
@@ -128,18 +139,19 @@ class ViewedRun:
     def trajectory(self, episode_id: str) -> dict[str, Any] | None:
         """One finished episode with every per-step predictor, the Platt stream (when fitted), the base rate, its
         transcript, judge scores and q_hat_Z, and the tokens of each step's accepted completion; None when it has
-        not finished."""
-        if self.reader is None:
+        not finished (call with ``page_lock`` held)."""
+        if self.page_reader is None:
             raise UserError(self.error or "unreadable run")
-        ep = self.reader.episode(episode_id)
+        ep = self.page_reader.episode(episode_id)
         if ep is None:
             return None
-        rows = self.reader.episode_sidecar_rows(episode_id)
+        rows = self.page_reader.episode_sidecar_rows(episode_id)
         values = {p: [clean(v) for v in vals] for p, vals in episode_step_values(ep, rows).items()}
-        notes = list(self.reader.sidecar_index().notes)
+        notes = list(self.page_reader.sidecar_index().notes)
         if episode_id in self.platt and self.platt_for >= 0:
             values[f"{PRIMARY}_platt"] = self.platt[episode_id]
-        ybar = self.overview().get("base_rate")
+        with self.list_lock:
+            ybar = self.overview().get("base_rate")
         if ybar is not None:
             values[BASE_RATE] = [ybar] * len(ep.steps)
         predictors = [p for p in self.predictor_styles() if p["key"] in values]
