@@ -140,6 +140,11 @@ def test_trajectory_chart_transcript_and_token_alternatives(server, chromium, tm
     assert tip == expected and len(tip) == 5
     assert page.inner_text("#token-tooltip .chosen") == f'p = {math.exp(row.tokens[1].logprob):.4f} for "tok1"'
     assert page.get_attribute(".token-step[data-t='3'] .tok[data-i='0']", "class") == "tok"
+    # e#0 is censored: once the Platt map is fitted, the page says why it has no Platt value (and stops polling)
+    page.wait_for_function("!document.getElementById('trace-summary').textContent.includes('being fitted')",
+                           timeout=20_000)
+    assert "no Platt value" in page.inner_text("#trace-summary")
+    token.hover()
     shot(page, "trajectory.png", tmp_path)
     assert errors == []
 

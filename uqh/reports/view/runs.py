@@ -151,7 +151,8 @@ class ViewedRun:
         if episode_id in self.platt and self.platt_for >= 0:
             values[f"{PRIMARY}_platt"] = self.platt[episode_id]
         with self.list_lock:
-            ybar = self.overview().get("base_rate")
+            listed = self.overview()
+        ybar = listed.get("base_rate")
         if ybar is not None:
             values[BASE_RATE] = [ybar] * len(ep.steps)
         predictors = [p for p in self.predictor_styles() if p["key"] in values]
@@ -165,7 +166,7 @@ class ViewedRun:
         return {"run": {"predictors": predictors, "missing": [], "label": self.path.name},
                 "ep": episode_json(ep, values), "tokens": [tokens_json(accepted[t]) for t in sorted(accepted)],
                 "judged": self.judged.get(episode_id), "q_hat_z": self.qz.get(episode_id), "notes": notes,
-                "platt_pending": f"{PRIMARY}_platt" not in values}
+                "platt_pending": self.platt_for != listed.get("done")}
 
     def fit_platt(self) -> None:
         """Fit the cross-fitted Platt map of the verbal stream on the episodes summarised so far (Appendix D, via

@@ -256,7 +256,8 @@
     U.drawChart($("trace-plot"), $("trace-legend"), $("trace-missing"), data.run, data.ep, hidden,
                 function (ev, i) { showStepTip(ev, data, i); });
     $("trace-summary").textContent = data.ep.id + " · task " + data.ep.task + " · stop " + data.ep.stop +
-      (data.platt_pending ? " · Platt stream: being fitted on the run's trajectories" : "");
+      (data.platt_pending ? " · Platt stream: being fitted on the run's trajectories" :
+       (data.ep.values.verbal_platt ? "" : " · no Platt value: the map is fitted and applied on complete trajectories"));
     if (!first) { return; }
     $("task-text").textContent = data.ep.text;
     facts(data);
