@@ -121,6 +121,8 @@ class ViewedRun:
         while len(self.summaries) < len(ids) and len(self.summaries) < since + SUMMARY_CHUNK:
             eid = ids[len(self.summaries)]
             ep = self.reader.episode(eid, refresh=False)
+            if ep is None:  # the file was rewritten under the index (re-indexed): the next request continues
+                break
             self.summaries.append(self._summary(ep))
         return {"since": since, "items": self.summaries[since:], "done": len(ids),
                 "predictors": self.predictor_styles(with_derived=False)}
