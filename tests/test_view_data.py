@@ -108,3 +108,12 @@ def test_the_catalog_refuses_what_holds_no_run(tmp_path):
         find_directories([tmp_path / "empty"])
     with pytest.raises(UserError, match="does not exist"):
         find_directories([tmp_path / "nope"])
+
+
+def test_trajectory_requests_read_through_one_cached_index(ws):
+    run = ViewedRun.open("0", ws)
+    for eid in ("a#0", "h#0", "a#0"):
+        assert run.trajectory(eid)["ep"]["id"] == eid
+    index = run.page_reader.sidecar_index()
+    assert index.builds == 1 and index.refresh() == 0  # built once, nothing re-read while the file did not grow
+    assert run.trajectory("nope#0") is None
