@@ -153,6 +153,9 @@ class RunDir:
     duplicate_sidecar_rows: int = 0
     _episodes: list[Episode] | None = field(default=None, repr=False)
     _indexes: dict[str, LineIndex] = field(default_factory=dict, repr=False)
+    #: Whether the episodes file's line index keeps each episode's head (stop reason, outcome, steps, cost): a
+    #: reader that only looks episodes up by id saves that work.
+    index_heads: bool = True
 
     @classmethod
     def open(cls, path: str | Path) -> "RunDir":
@@ -224,7 +227,7 @@ class RunDir:
         index = self._indexes.get(name)
         if index is None:
             index = self._indexes[name] = LineIndex(self.path / name,
-                                                    head=episode_head if name == EPISODES_FILE else None)
+                                                    head=episode_head if (name == EPISODES_FILE and self.index_heads) else None)
         index.refresh()
         return index
 

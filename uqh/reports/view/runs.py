@@ -73,9 +73,10 @@ class ViewedRun:
     def open(cls, key: str, path: Path) -> "ViewedRun":
         run = cls(key=key, path=path)
         try:
-            run.reader = RunDir.open(path)
-            run.list_reader = RunDir(path=run.reader.path, manifest=run.reader.manifest)
-            run.page_reader = RunDir(path=run.reader.path, manifest=run.reader.manifest)
+            opened = RunDir.open(path)
+            run.list_reader = opened
+            run.reader = RunDir(path=opened.path, manifest=opened.manifest, index_heads=False)
+            run.page_reader = RunDir(path=opened.path, manifest=opened.manifest, index_heads=False)
         except UserError as exc:
             run.error = str(exc)
         return run
