@@ -117,3 +117,18 @@ def test_trajectory_requests_read_through_one_cached_index(ws):
     index = run.page_reader.sidecar_index()
     assert index.builds == 1 and index.refresh() == 0  # built once, nothing re-read while the file did not grow
     assert run.trajectory("nope#0") is None
+
+
+def test_a_sidecar_cut_short_is_reported_on_the_trajectory_not_crashed_on(ws):
+    from uqh.rundir.schema import SIDECAR_FILE
+
+    run = ViewedRun.open("0", ws)
+    assert run.trajectory("h#0")["notes"] == []
+    side = ws / SIDECAR_FILE
+    data = side.read_bytes()
+    side.write_bytes(data[: data.rfind(b"\n", 0, len(data) - 1) + 1 - 40])  # h#0's last rows cut, a torn tail left
+    out = run.trajectory("h#0")
+    assert any("shrank" in n for n in out["notes"])
+    assert any(n.startswith("no accepted sidecar row for step(s) 1, 2") for n in out["notes"])
+    assert out["ep"]["values"]["token_prob"] == [None, None] and out["tokens"] == []
+    assert out["ep"]["values"]["verbal"] == [None, 0.4]  # the episode's own values are still there
