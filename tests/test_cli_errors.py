@@ -32,13 +32,15 @@ def _uqh(argv: list[str], cwd: Path) -> tuple[int, str, str, list[str]]:
     return result["rc"], out, proc.stderr, result["heavy"]
 
 
-HELP = [[], ["run"], ["score"], ["continue"], ["audit"], ["report"], ["index"], ["repair"]]
+HELP = [[], ["run"], ["score"], ["continue"], ["audit"], ["report"], ["index"], ["repair"], ["view"]]
 ERRORS = [
     (["run", "--domain", "nope", "--out", "{tmp}/x"], "unknown domain 'nope'", "x"),
     (["score", "/nonexistent"], "/nonexistent", None),
     (["continue", "/nonexistent", "--out", "{tmp}/y"], "/nonexistent is not a run directory", "y"),
     (["report", "/nonexistent", "--out", "{tmp}/z"], "/nonexistent is not a run directory", "z"),
     (["audit", "/nonexistent"], "/nonexistent is not a run directory", None),
+    (["view", "/nonexistent"], "/nonexistent does not exist", None),
+    (["view", "{tmp}/afile"], "afile is a file, not a run directory", None),
     (["run", "--domain", "hotpotqa", "--tasks", "1", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
       "--index-dir", "{tmp}/afile", "--out", "{tmp}/h"], "--index-dir", "h"),
     (["run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",

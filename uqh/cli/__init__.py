@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "certify": ("uqh.cli.certify_command", "reliability level by self-consistency and conformal calibration"),
     "audit": ("uqh.cli.audit_command", "termination audit and selection diagnostic of run directories"),
     "report": ("uqh.cli.report_command", "tables, figures and an HTML report for run directories"),
+    "view": ("uqh.cli.view_command", "a local web viewer of run directories: runs, trajectories, token heatmaps (live)"),
     "export": ("uqh.cli.export_command", "episodes, steps, tokens and scores as Parquet/CSV tables for pandas"),
     "judge": ("uqh.cli.judge_command", "Agent GPA LLM judges over recorded traces, and their analysis"),
     "index": ("uqh.cli.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),

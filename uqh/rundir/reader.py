@@ -17,7 +17,8 @@ the same things and counts the same episodes:
 from __future__ import annotations
 
 import json
-import re
+import os
+import socket
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +28,11 @@ from pydantic import BaseModel
 
 from uqh.rundir import integrity
 from uqh.rundir.errors import UserError, first_line
+from uqh.rundir.line_index import LineIndex, episode_head, line_episode_id
 from uqh.rundir.schema import (
     CHECKPOINT_DIR,
     EPISODES_FILE,
+    LOCK_FILE,
     MANIFEST_FILE,
     SCHEMA_VERSION,
     SIDECAR_FILE,
@@ -47,17 +50,6 @@ from uqh.rundir.schema import (
 )
 
 M = TypeVar("M", bound=BaseModel)
-
-_ID_PREFIX = re.compile(rb'^\{"schema_version":\d+,"episode_id":("(?:[^"\\]|\\.)*")')
-
-
-def line_episode_id(line: bytes) -> str:
-    """The ``episode_id`` of one JSONL line of an Episode or LogprobRow (fast path on the fixed key order)."""
-    m = _ID_PREFIX.match(line)
-    if m:
-        return json.loads(m.group(1))
-    return json.loads(line)["episode_id"]
-
 
 def checkpoint_path(run_dir: Path, episode_id: str) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / (urllib.parse.quote(episode_id, safe="") + ".json")
@@ -160,6 +152,10 @@ class RunDir:
     duplicate_episode_lines: int = 0
     duplicate_sidecar_rows: int = 0
     _episodes: list[Episode] | None = field(default=None, repr=False)
+    _indexes: dict[str, LineIndex] = field(default_factory=dict, repr=False)
+    #: Whether the episodes file's line index keeps each episode's head (stop reason, outcome, steps, cost): a
+    #: reader that only looks episodes up by id saves that work.
+    index_heads: bool = True
 
     @classmethod
     def open(cls, path: str | Path) -> "RunDir":
@@ -220,6 +216,84 @@ class RunDir:
                 continue
             seen.add(key)
             yield row
+
+    # ------------------------------------------------------------------ one episode at a time (uqh view)
+
+    def line_index(self, name: str) -> LineIndex:
+        """The :class:`~uqh.rundir.line_index.LineIndex` of ``episodes.jsonl`` or ``logprobs.jsonl``: built on the
+        first call, cached on this object, and refreshed (only the appended bytes read) on every call."""
+        if name not in (EPISODES_FILE, SIDECAR_FILE):
+            raise ValueError(f"no line index for {name!r}")
+        index = self._indexes.get(name)
+        if index is None:
+            index = self._indexes[name] = LineIndex(self.path / name,
+                                                    head=episode_head if (name == EPISODES_FILE and self.index_heads) else None)
+        index.refresh()
+        return index
+
+    def episode_index(self) -> LineIndex:
+        """The index of ``episodes.jsonl``; its ``heads`` hold each finished episode's
+        :class:`~uqh.rundir.line_index.EpisodeHead` (stop reason, outcome, steps, cost) without a record parse."""
+        return self.line_index(EPISODES_FILE)
+
+    def is_being_written(self) -> bool:
+        """Whether a writer on this host holds the directory now: the pid its lock file records is alive. Reads
+        the lock file only (never takes the lock, so a writer starting now is never refused); a writer on another
+        host, or a pid reused after a crash, is not told apart."""
+        try:
+            info = json.loads((self.path / LOCK_FILE).read_text() or "{}")
+            pid = int(info["pid"]) if isinstance(info, dict) and info.get("host") == socket.gethostname() else 0
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if pid <= 0:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def sidecar_index(self) -> LineIndex:
+        return self.line_index(SIDECAR_FILE)
+
+    def episode(self, episode_id: str, *, refresh: bool = True) -> Episode | None:
+        """The finished episode ``episode_id`` (its first line, as :meth:`episodes` keeps), read at its indexed
+        offset; None when it has not finished. ``refresh=False`` uses the index as it is (a caller walking many
+        ids refreshes once)."""
+        index = self.episode_index() if refresh else self._indexes.get(EPISODES_FILE) or self.episode_index()
+        lines = index.read_lines(episode_id)
+        if not lines:
+            return None
+        lineno, raw = lines[0]
+        return _parse(index.path, lineno, raw, Episode)
+
+    def episode_sidecar_rows(self, episode_id: str) -> list[LogprobRow]:
+        """The sidecar rows of ``episode_id`` in file order, the first of each (t, attempt) kept, read through the
+        sidecar index (never a scan of the whole sidecar)."""
+        index = self.sidecar_index()
+        seen: set[tuple[int, int]] = set()
+        out = []
+        for lineno, raw in index.read_lines(episode_id):
+            row = _parse(index.path, lineno, raw, LogprobRow)
+            if (row.t, row.attempt) not in seen:
+                seen.add((row.t, row.attempt))
+                out.append(row)
+        return out
+
+    def last_accepted_row(self, episode_id: str, t: int) -> LogprobRow | None:
+        """The accepted sidecar row of step ``t`` of ``episode_id`` (the first one in file order, as
+        :meth:`episode_sidecar_rows` keeps), parsing only rows of that step, from the episode's last row back."""
+        index = self.sidecar_index()
+        found = None
+        for lineno, raw in reversed(index.read_lines(episode_id)):
+            if f'"t":{t},'.encode() not in raw[: 2 * len(episode_id) + 80]:  # key order: t after episode_id
+                continue
+            row = _parse(index.path, lineno, raw, LogprobRow)
+            if row.t == t and row.accepted:
+                found = row
+        return found
 
     def episode_ids_in_file(self) -> list[str]:
         """Every complete episode line's id in file order, duplicates included (fast: no record parsing)."""

@@ -288,3 +288,13 @@ def build_sample(
         label_convention=convention,
         labels=target[use],
     )
+
+
+def episode_step_values(episode: Episode, rows: Iterable[LogprobRow]) -> dict[str, list[float]]:
+    """Every registered per-step predictor's values along one episode's steps (NaN: missing), from the episode and
+    its sidecar rows -- the values :func:`run_data_from_records` puts in the run's streams for this episode (the
+    accepted row of a step is used; a later accepted row of the same step overwrites, as there). Trajectory
+    predictors are left out: they need the whole run."""
+    accepted = {row.t: row for row in rows if row.accepted}
+    predictors = [p for p in PREDICTORS.values() if p.step_value is not None]
+    return {p.name: [float(p.step_value(step, accepted.get(step.t))) for step in episode.steps] for p in predictors}

@@ -78,5 +78,5 @@ def render_page(*, title: str, meta: list[str], sections: list[Section], compari
     return _environment().get_template(TEMPLATE).render(
         title=title, meta=meta, sections=page_sections, comparison=comparison,
         trace_json=json_for_script(trace_data), css=(ASSETS / "report.css").read_text(),
-        js=(ASSETS / "trace.js").read_text(),
+        js=(ASSETS / "trace_chart.js").read_text() + "\n" + (ASSETS / "trace.js").read_text(),
     ) + "\n"

@@ -4,7 +4,7 @@
  * "#trace=<run index>/<episode id>". No network, no libraries. */
 (function () {
   "use strict";
-  var SVG_NS = "http://www.w3.org/2000/svg";
+  var U = window.UQHTrace;  // the chart and the step transcript (trace_chart.js, shared with `uqh view`)
   var dataEl = document.getElementById("trace-data");
   if (!dataEl) { return; }
   var DATA = JSON.parse(dataEl.textContent);
@@ -24,20 +24,7 @@
   var hidden = {};  // predictor key -> true when switched off in the legend (kept across trajectories)
   var current = null;  // {run, id}
 
-  function svg(name, attrs, parent) {
-    var node = document.createElementNS(SVG_NS, name);
-    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
-    if (parent) { parent.appendChild(node); }
-    return node;
-  }
-  function html(name, text, cls) {
-    var node = document.createElement(name);
-    if (text !== undefined && text !== null) { node.textContent = text; }
-    if (cls) { node.className = cls; }
-    return node;
-  }
-  function fmt(v) { return (v === null || v === undefined) ? "missing" : Number(v).toFixed(3); }
-  function clip(s, n) { s = String(s === null || s === undefined ? "" : s); return s.length > n ? s.slice(0, n) + "…" : s; }
+  var html = U.html, fmt = U.fmt, clip = U.clip;
   function failed(ep) { return ep.y !== 1; }  // no observed success: Y = 0, or any ending without an outcome
 
   // ------------------------------------------------------------------ filters and the trajectory list
@@ -125,106 +112,13 @@
     if (!ep) { clear("This run has no trajectories."); return; }
     current = { run: runIndex, id: ep.id };
     mark();
-    while (plot.firstChild) { plot.removeChild(plot.firstChild); }
-    legend.innerHTML = "";
-    var W = 920, H = 340, m = { l: 56, r: 18, t: 14, b: 36 };
-    plot.setAttribute("viewBox", "0 0 " + W + " " + H);
-    plot.setAttribute("width", W);
-    plot.setAttribute("height", H);
-    var T = ep.steps.length;
-    var iw = W - m.l - m.r, ih = H - m.t - m.b;
-    function x(t) { return m.l + (T <= 1 ? iw / 2 : (t - 1) / (T - 1) * iw); }
-    function y(v) { return m.t + (1 - v) * ih; }
-    var grid = svg("g", { "class": "grid" }, plot);
-    var axis = svg("g", { "class": "axis" }, plot);
-    [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
-      svg("line", { x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }, grid);
-      svg("text", { x: m.l - 8, y: y(v) + 4, "text-anchor": "end" }, axis).textContent = v.toFixed(2);
+    U.drawChart(plot, legend, missingBox, run, ep, hidden, function (ev, i) {
+      if (ev) { showTip(ev, run, ep, i); } else { tip.style.display = "none"; }
     });
-    svg("line", { x1: m.l, x2: m.l, y1: m.t, y2: H - m.b, stroke: "#999" }, axis);
-    svg("line", { x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b, stroke: "#999" }, axis);
-    var every = Math.max(1, Math.ceil(T / 20));
-    ep.steps.forEach(function (s, i) {
-      if (i % every === 0 || i === T - 1) {
-        svg("text", { x: x(s.t), y: H - m.b + 16, "text-anchor": "middle" }, axis).textContent = String(s.t);
-      }
-    });
-    svg("text", { x: m.l + iw / 2, y: H - 4, "text-anchor": "middle" }, axis).textContent = "step t";
-    svg("text", { x: 10, y: m.t + ih / 2, "text-anchor": "middle", transform: "rotate(-90 10 " + (m.t + ih / 2) + ")" },
-        axis).textContent = "F_t";
-
-    var absent = [];
-    run.predictors.forEach(function (p) {
-      var vals = ep.values[p.key] || [];
-      if (!vals.some(function (v) { return v !== null; })) { absent.push(p.label); return; }  // nothing to draw
-      var g = svg("g", { "class": "series", "data-predictor": p.key }, plot);
-      if (hidden[p.key]) { g.style.display = "none"; }
-      var pts = [];
-      function flush() {
-        if (pts.length > 1) {
-          svg("polyline", { points: pts.join(" "), fill: "none", stroke: p.color, "stroke-width": 2,
-                            "stroke-dasharray": p.dash || "none" }, g);
-        }
-        pts = [];
-      }
-      vals.forEach(function (v, i) {
-        if (v === null) { flush(); return; }
-        pts.push(x(i + 1).toFixed(1) + "," + y(v).toFixed(1));
-        svg("circle", { cx: x(i + 1), cy: y(v), r: 3.2, fill: p.color }, g);
-      });
-      flush();
-      var item = html("span", null, "legend-item" + (hidden[p.key] ? " off" : ""));
-      var sw = svg("svg", { width: 26, height: 8, "class": "sw" }, item);
-      svg("line", { x1: 0, x2: 26, y1: 4, y2: 4, stroke: p.color, "stroke-width": 2.5,
-                    "stroke-dasharray": p.dash || "none" }, sw);
-      item.appendChild(document.createTextNode(p.label));
-      item.setAttribute("data-predictor", p.key);
-      item.title = "click to show or hide";
-      item.addEventListener("click", function () {
-        hidden[p.key] = !hidden[p.key];
-        g.style.display = hidden[p.key] ? "none" : "";
-        item.className = "legend-item" + (hidden[p.key] ? " off" : "");
-      });
-      legend.appendChild(item);
-    });
-    var none = (run.missing || []).concat(absent);
-    missingBox.textContent = none.length ? "No values (not drawn): " + none.join(", ") + "." : "";
-
-    ep.steps.forEach(function (s, i) {
-      var half = T <= 1 ? iw / 2 : iw / (T - 1) / 2;
-      var band = svg("rect", { "class": "band", x: x(s.t) - half, y: m.t, width: 2 * half, height: ih, "data-t": s.t }, plot);
-      band.addEventListener("mousemove", function (ev) { showTip(ev, run, ep, i); });
-      band.addEventListener("mouseleave", function () { tip.style.display = "none"; });
-    });
-
     summary.textContent = run.label + " · " + ep.id + " · task " + ep.task + " · stop " + ep.stop +
-      (ep.y === null ? " · outcome unobserved" : " · Y = " + ep.y) + " · " + T + " steps";
-    failedBox.innerHTML = "";
-    (ep.failed || []).forEach(function (f) {
-      failedBox.appendChild(html("div", "unparsed step " + (T + 1) + ", attempt " + f.attempt + ": " +
-        (f.error || "rejected") + " — output: " + clip(f.raw, 300), "failed-attempt"));
-    });
-    // the step table: one column per predictor, headed by its name and line style
-    stepsHead.innerHTML = "";
-    ["t", "action", "observation"].forEach(function (h, j) { stepsHead.appendChild(html("th", h, j ? "text" : "")); });
-    run.predictors.forEach(function (p) {
-      var th = html("th");
-      th.setAttribute("data-predictor", p.key);
-      var sw = svg("svg", { width: 18, height: 6, "class": "sw" }, th);
-      svg("line", { x1: 0, x2: 18, y1: 3, y2: 3, stroke: p.color, "stroke-width": 2.5, "stroke-dasharray": p.dash || "none" }, sw);
-      th.appendChild(document.createTextNode(p.label));
-      stepsHead.appendChild(th);
-    });
-    stepsBody.innerHTML = "";
-    ep.steps.forEach(function (s, i) {
-      var tr = html("tr");
-      tr.appendChild(html("td", String(s.t)));
-      tr.appendChild(html("td", clip(s.action, 240), "text"));
-      tr.appendChild(html("td", clip(s.obs, 240), "text"));
-      run.predictors.forEach(function (p) { tr.appendChild(html("td", fmt((ep.values[p.key] || [])[i]))); });
-      stepsBody.appendChild(tr);
-    });
-    plot.setAttribute("data-episode", ep.id);
+      (ep.y === null ? " · outcome unobserved" : " · Y = " + ep.y) + " · " + ep.steps.length + " steps";
+    U.failedAttempts(failedBox, ep);
+    U.stepTable(stepsHead, stepsBody, run, ep);
     plot.setAttribute("data-run", String(runIndex));
     document.body.setAttribute("data-trace-ready", "1");
   }

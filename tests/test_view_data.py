@@ -1,0 +1,134 @@
+"""The viewer's data (uqh.reports.view.runs), without a browser: per-step values equal scoring's run streams, the run
+list row equals counts made from the parsed records, judge scores and q_hat_Z found in judge and continuation
+directories land on the trajectories they are about, and the catalog finds every kind of directory recursively."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from report_fixtures import Ep, webshop_like, write_run
+from uqh.reports.view.catalog import find_directories
+from uqh.reports.view.runs import ViewedRun, attach_judgments, attach_qz
+from uqh.rundir.errors import UserError
+from uqh.rundir.judgments import JUDGE_MANIFEST_FILE, JUDGMENTS_FILE, JudgeConfig, JudgedRun, JudgeManifest, Judgment
+from uqh.rundir.qz_file import QzRecord, write_qz_file
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import MANIFEST_FILE, QZ_FILE, DecodingConfig, Manifest, StopReason
+from uqh.scoring.streams import load_run
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return webshop_like(tmp_path / "runs" / "ws")
+
+
+def test_trajectory_values_equal_the_scored_run_streams(ws):
+    run = ViewedRun.open("0", ws)
+    data = load_run(ws)
+    for i, eid in enumerate(data.episode_ids):
+        got = run.trajectory(eid)["ep"]["values"]
+        a, b = int(data.offsets[i]), int(data.offsets[i + 1])
+        for name in ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy"):
+            want = [None if not math.isfinite(v) else v for v in data.streams[name][a:b]]
+            assert got[name] == pytest.approx(want, abs=1e-12), (eid, name)
+        assert got["base_rate"] == [0.5] * (b - a)
+
+
+def test_the_run_list_row_equals_counts_from_the_records(ws):
+    run = ViewedRun.open("0", ws)
+    row = run.overview()
+    episodes = RunDir.open(ws).episodes()
+    stops = {}
+    for ep in episodes:
+        stops[ep.stop_reason.value] = stops.get(ep.stop_reason.value, 0) + 1
+    labels = [ep.outcome for ep in episodes if ep.stop_reason == StopReason.clean]
+    assert row["stops"] == stops and row["done"] == len(episodes) == row["planned"]
+    assert row["base_rate"] == pytest.approx(float(np.mean(labels))) and row["state"] == "finished"
+    summaries = run.trajectories(0)["items"]
+    assert [s["id"] for s in summaries] == [e.episode_id for e in episodes]
+    assert summaries[0]["last"]["verbal"] == 0.8 and summaries[-1]["last"]["token_prob"] == pytest.approx(0.45)
+
+
+def judge_dir(path, judged, scores: dict[tuple[str, str], list[int]]):
+    path.mkdir(parents=True)
+    config = JudgeConfig(runs=[JudgedRun(path=str(judged), config_hash="x", domain="webshop", model="openai/fake")],
+                         judge_model="openai/judge", decoding=DecodingConfig(), prompts_sha256={}, trace_format=1,
+                         package_version="0")
+    manifest = JudgeManifest(config=config, config_hash=config.config_hash(), created_at="2026-01-01T00:00:00Z")
+    (path / JUDGE_MANIFEST_FILE).write_text(manifest.model_dump_json())
+    lines = []
+    for (eid, metric), values in scores.items():
+        for k, v in enumerate(values):
+            lines.append(Judgment(run=0, episode_id=eid, metric=metric, repeat=k, score=v, n_steps=2, cited_steps=[1],
+                                  attempts=[]).model_dump_json())
+    (path / JUDGMENTS_FILE).write_text("".join(line + "\n" for line in lines))
+
+
+def continuation_of(path, base):
+    cont = write_run(path, "webshop", 8, [Ep("d", StopReason.clean, [0.5], outcome=1, sample_index=0)])
+    manifest = Manifest.model_validate_json((cont / MANIFEST_FILE).read_text())
+    base_hash = RunDir.open(base).manifest.config_hash
+    config = manifest.config.model_copy(update={"continuation": {
+        "source_config_hash": base_hash, "source_run_dir": str(base), "prefix_ids": ["d#0"], "branches": 1}})
+    (cont / MANIFEST_FILE).write_text(manifest.model_copy(update={"config": config}).model_dump_json())
+    write_qz_file(cont / QZ_FILE, [QzRecord(episode_id="d#0", q_hat_z=0.25, n_valid=4, method="mc")])
+    return cont
+
+
+def test_judge_scores_and_q_hat_z_land_on_their_trajectories(ws, tmp_path):
+    cont = continuation_of(tmp_path / "runs" / "ws-cont", ws)
+    judge_dir(tmp_path / "runs" / "judged", ws, {("a#0", "GF"): [3, 2], ("a#0", "LC"): [1], ("b#0", "GF"): [0]})
+    found = find_directories([tmp_path / "runs"])
+    assert found.runs == [ws.resolve(), cont.resolve()] and found.judges == [(tmp_path / "runs" / "judged").resolve()]
+    runs = [ViewedRun.open(str(i), p) for i, p in enumerate(found.runs)]
+    attach_qz(runs)
+    assert attach_judgments(runs, found.judges) == []
+    base = runs[0]
+    assert base.trajectory("a#0")["judged"] == {"GF": 2.5, "LC": 1.0}
+    assert base.trajectory("d#0")["q_hat_z"] == 0.25 and base.trajectory("a#0")["q_hat_z"] is None
+    assert runs[1].overview()["kind"] == "continuation"
+    summaries = {s["id"]: s for s in base.trajectories(0)["items"]}
+    assert summaries["b#0"]["judged"] == {"GF": 0.0} and summaries["d#0"]["q_hat_z"] == 0.25
+
+
+def test_an_unreadable_judge_directory_is_a_note(ws, tmp_path):
+    bad = tmp_path / "runs" / "judged"
+    bad.mkdir()
+    (bad / JUDGE_MANIFEST_FILE).write_text("{}")
+    runs = [ViewedRun.open("0", ws)]
+    notes = attach_judgments(runs, [bad])
+    assert len(notes) == 1 and notes[0].startswith(f"judge directory {bad}:")
+
+
+def test_the_catalog_refuses_what_holds_no_run(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="no run directory in"):
+        find_directories([tmp_path / "empty"])
+    with pytest.raises(UserError, match="does not exist"):
+        find_directories([tmp_path / "nope"])
+
+
+def test_trajectory_requests_read_through_one_cached_index(ws):
+    run = ViewedRun.open("0", ws)
+    for eid in ("a#0", "h#0", "a#0"):
+        assert run.trajectory(eid)["ep"]["id"] == eid
+    index = run.page_reader.sidecar_index()
+    assert index.builds == 1 and index.refresh() == 0  # built once, nothing re-read while the file did not grow
+    assert run.trajectory("nope#0") is None
+
+
+def test_a_sidecar_cut_short_is_reported_on_the_trajectory_not_crashed_on(ws):
+    from uqh.rundir.schema import SIDECAR_FILE
+
+    run = ViewedRun.open("0", ws)
+    assert run.trajectory("h#0")["notes"] == []
+    side = ws / SIDECAR_FILE
+    data = side.read_bytes()
+    side.write_bytes(data[: data.rfind(b"\n", 0, len(data) - 1) + 1 - 40])  # h#0's last rows cut, a torn tail left
+    out = run.trajectory("h#0")
+    assert any("shrank" in n for n in out["notes"])
+    assert any(n.startswith("no accepted sidecar row for step(s) 1, 2") for n in out["notes"])
+    assert out["ep"]["values"]["token_prob"] == [None, None] and out["tokens"] == []
+    assert out["ep"]["values"]["verbal"] == [None, 0.4]  # the episode's own values are still there

@@ -1,0 +1,1 @@
+"""Templates, script and stylesheet of `uqh view` (package data)."""

@@ -1,0 +1,55 @@
+"""Which directories `uqh view` shows: run directories (continuation runs among them) and judge directories, given
+as themselves or found under a folder, recursively. Reading only: a directory counts as a run when
+:func:`uqh.rundir.reader.is_run_dir` says so, as a judge directory when it holds a judge manifest."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from uqh.rundir.errors import UserError
+from uqh.rundir.judgments import JUDGE_MANIFEST_FILE
+from uqh.rundir.reader import is_run_dir
+
+#: Folders never descended into while looking for runs (caches, VCS data, virtual environments).
+SKIPPED_FOLDERS = {".git", "__pycache__", ".venv", "node_modules", ".quarantine"}
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the catalog found: run directories and judge directories, each sorted by path."""
+
+    runs: list[Path]
+    judges: list[Path]
+
+
+def is_judge_dir(path: Path) -> bool:
+    return (Path(path) / JUDGE_MANIFEST_FILE).is_file()
+
+
+def find_directories(paths: list[Path]) -> Found:
+    """Run and judge directories in ``paths`` (each a run, a judge directory or a folder searched recursively; a
+    run directory's sub-folders are searched too: continuations may live inside). UserError, one line, when a path
+    does not exist, is a file, cannot be listed, or nothing at all is found."""
+    runs: set[Path] = set()
+    judges: set[Path] = set()
+    for given in paths:
+        given = Path(given)
+        if not given.exists():
+            raise UserError(f"{given} does not exist; pass run directories written by `uqh run` or a folder of them")
+        if not given.is_dir():
+            raise UserError(f"{given} is a file, not a run directory; pass run directories or a folder of them")
+        if not os.access(given, os.R_OK | os.X_OK):
+            raise UserError(f"{given} cannot be read (permission denied)")
+        for folder, subfolders, _files in os.walk(given, onerror=None):
+            subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED_FOLDERS)
+            here = Path(folder)
+            if is_run_dir(here):
+                runs.add(here.resolve())
+            elif is_judge_dir(here):
+                judges.add(here.resolve())
+    if not runs and not judges:
+        shown = ", ".join(str(p) for p in paths)
+        raise UserError(f"no run directory in {shown} (none has a manifest.json); pass directories written by "
+                        "`uqh run` or a folder of them")
+    return Found(sorted(runs), sorted(judges))
