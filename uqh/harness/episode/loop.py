@@ -246,6 +246,49 @@ async def _open(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, Ep
 OnStep = Callable[[PartialEpisode], Any | Awaitable[Any]]
 
 
+@dataclass
+class StepOutcome:
+    """One step's calls: every attempt (accepted or not), its sidecar rows, and -- when an attempt was accepted --
+    its parse and the environment's response; ``pending`` holds the rejected attempts and repair messages."""
+
+    attempts: list[Attempt]
+    rows: list[LogprobRow]
+    pending: list[dict]
+    accepted: tuple[Any, Any] | None = None
+
+
+async def attempt_step(env: Environment, client: ModelClient, messages: list[dict], *, spec: EpisodeSpec, t: int,
+                       system_prompt: str) -> StepOutcome:
+    """Step ``t``: ask the model, parse its four tags and act, with up to ``MAX_REPAIRS`` repair attempts."""
+    out = StepOutcome(attempts=[], rows=[], pending=[])
+    for attempt_no in range(MAX_REPAIRS + 1):
+        completion = await client.complete(messages + out.pending if out.pending else messages,
+                                           seed=attempt_seed(spec.seed, attempt_no))
+        raw = completion.text
+        parsed = parse_react(raw)
+        problem: str | None = None
+        response = None
+        action_range = None
+        if isinstance(parsed, ParseError):
+            problem = parsed.message
+        else:
+            token_texts = [tok.token for tok in completion.tokens] if completion.tokens is not None else None
+            action_range = char_span_to_token_range(parsed.action_span, token_texts, raw)
+            try:
+                response = await env.step(parsed.action)
+            except InvalidAction as exc:
+                problem = invalid_action_problem(parsed.action, str(exc))
+        out.attempts.append(Attempt(attempt=attempt_no, raw_text=raw, error=problem, call=completion.call))
+        out.rows.append(LogprobRow(episode_id=spec.episode_id, t=t, attempt=attempt_no, accepted=problem is None,
+                                   tokens=completion.tokens, action_token_range=action_range))
+        if problem is None:
+            out.accepted = (parsed, response)
+            return out
+        out.pending.append({"role": "assistant", "content": raw})
+        out.pending.append({"role": "user", "content": repair_message(problem, system_prompt)})
+    return out
+
+
 async def run_episode(
     env: Environment,
     client: ModelClient,
@@ -266,130 +309,63 @@ async def run_episode(
     started_at = start.started_at or now_iso()
     if task_prompt is None:
         task_prompt = start.task_prompt if start.task_prompt is not None else await env.reset()
-    prefix_steps = start.copied_steps
-    source_episode_id, branch_index = start.source_episode_id, start.branch_index
-
     steps: list[Step] = list(start.steps)
     sidecar: list[LogprobRow] = list(start.sidecar)
     messages = build_messages(system_prompt, task_prompt, steps)
-
-    stop_reason = StopReason.max_steps
-    outcome: int | None = None
-    reward: float | None = None
-    reward_info: dict[str, Any] = {}
-    failed_step: list[Attempt] | None = None
-    info: dict[str, Any] = {}
-
+    ending = EpisodeEnding()
     t = len(steps)
     while t < step_budget:
         t += 1
-        attempts: list[Attempt] = []
-        pending: list[dict] = []  # rejected attempts + repair messages of this step
-        accepted = None
-        for attempt_no in range(MAX_REPAIRS + 1):
-            completion = await client.complete(messages + pending if pending else messages,
-                                               seed=attempt_seed(spec.seed, attempt_no))
-            raw = completion.text
-            parsed = parse_react(raw)
-            problem: str | None = None
-            response = None
-            action_range = None
-            if isinstance(parsed, ParseError):
-                problem = parsed.message
-            else:
-                token_texts = [tok.token for tok in completion.tokens] if completion.tokens is not None else None
-                action_range = char_span_to_token_range(parsed.action_span, token_texts, raw)
-                try:
-                    response = await env.step(parsed.action)
-                except InvalidAction as exc:
-                    problem = invalid_action_problem(parsed.action, str(exc))
-            attempts.append(Attempt(attempt=attempt_no, raw_text=raw, error=problem, call=completion.call))
-            sidecar.append(
-                LogprobRow(
-                    episode_id=spec.episode_id,
-                    t=t,
-                    attempt=attempt_no,
-                    accepted=problem is None,
-                    tokens=completion.tokens,
-                    action_token_range=action_range,
-                )
-            )
-            if problem is None:
-                accepted = (parsed, response)
-                break
-            pending.append({"role": "assistant", "content": raw})
-            pending.append({"role": "user", "content": repair_message(problem, system_prompt)})
-
-        if accepted is None:
-            stop_reason = StopReason.parse_error
-            failed_step = attempts
+        step_calls = await attempt_step(env, client, messages, spec=spec, t=t, system_prompt=system_prompt)
+        sidecar.extend(step_calls.rows)
+        if step_calls.accepted is None:
+            ending = EpisodeEnding(stop_reason=StopReason.parse_error, failed_step=step_calls.attempts)
             break
-
-        parsed, response = accepted
-        step = Step(
-            t=t,
-            think=parsed.think,
-            action=parsed.action,
-            verbal_confidence=parsed.verbal_confidence,
-            confidence_raw=parsed.confidence_raw,
-            explanation=parsed.explanation,
-            observation=response.observation,
-            repair_attempts=len(attempts) - 1,
-            attempts=attempts,
-            info=dict(response.info),
-        )
-        steps.append(step)
+        parsed, response = step_calls.accepted
+        steps.append(Step(
+            t=t, think=parsed.think, action=parsed.action, verbal_confidence=parsed.verbal_confidence,
+            confidence_raw=parsed.confidence_raw, explanation=parsed.explanation, observation=response.observation,
+            repair_attempts=len(step_calls.attempts) - 1, attempts=step_calls.attempts, info=dict(response.info),
+        ))
         # Keep the conversation incrementally (no rebuild per step): same shape as build_messages.
-        messages.extend(pending)
-        messages.append({"role": "assistant", "content": attempts[-1].raw_text})
+        messages.extend(step_calls.pending)
+        messages.append({"role": "assistant", "content": step_calls.attempts[-1].raw_text})
         messages.append(observation_message(response.observation))
-
         if response.done:
-            stop_reason = response.stop_reason or StopReason.clean
-            if stop_reason == StopReason.clean:
-                outcome = response.outcome
-            reward = response.reward
-            reward_info = dict(response.reward_info)
+            ending = EpisodeEnding.of(response)
             break
         if on_step is not None:
-            maybe = on_step(
-                PartialEpisode.model_construct(
-                    episode_id=spec.episode_id,
-                    task_id=spec.task_id,
-                    sample_index=spec.sample_index,
-                    seed=spec.seed,
-                    step_budget=step_budget,
-                    task_prompt=task_prompt,
-                    steps=steps,
-                    sidecar=sidecar,
-                    prefix_steps=prefix_steps,
-                    source_episode_id=source_episode_id,
-                    branch_index=branch_index,
-                    started_at=started_at,
-                )
-            )
+            maybe = on_step(PartialEpisode.model_construct(
+                episode_id=spec.episode_id, task_id=spec.task_id, sample_index=spec.sample_index, seed=spec.seed,
+                step_budget=step_budget, task_prompt=task_prompt, steps=steps, sidecar=sidecar,
+                prefix_steps=start.copied_steps, source_episode_id=start.source_episode_id,
+                branch_index=start.branch_index, started_at=started_at,
+            ))
             if hasattr(maybe, "__await__"):
                 await maybe
-
     episode = Episode(
-        episode_id=spec.episode_id,
-        task_id=spec.task_id,
-        sample_index=spec.sample_index,
-        stop_reason=stop_reason,
-        outcome=outcome,
-        reward=reward,
-        reward_info=reward_info,
-        n_steps=len(steps),
-        step_budget=step_budget,
-        seed=spec.seed,
-        task_prompt=task_prompt,
-        steps=steps,
-        failed_step=failed_step,
-        source_episode_id=source_episode_id,
-        branch_index=branch_index,
-        prefix_steps=prefix_steps,
-        started_at=started_at,
-        finished_at=now_iso(),
-        info=info,
+        episode_id=spec.episode_id, task_id=spec.task_id, sample_index=spec.sample_index,
+        stop_reason=ending.stop_reason, outcome=ending.outcome, reward=ending.reward, reward_info=ending.reward_info,
+        n_steps=len(steps), step_budget=step_budget, seed=spec.seed, task_prompt=task_prompt, steps=steps,
+        failed_step=ending.failed_step, source_episode_id=start.source_episode_id, branch_index=start.branch_index,
+        prefix_steps=start.copied_steps, started_at=started_at, finished_at=now_iso(), info={},
     )
     return EpisodeResult(episode=episode, sidecar=sidecar)
+
+
+@dataclass
+class EpisodeEnding:
+    """How an episode ended: ``max_steps`` until a step says otherwise."""
+
+    stop_reason: StopReason = StopReason.max_steps
+    outcome: int | None = None
+    reward: float | None = None
+    reward_info: dict[str, Any] = field(default_factory=dict)
+    failed_step: list[Attempt] | None = None
+
+    @classmethod
+    def of(cls, response: Any) -> EpisodeEnding:
+        """The ending an environment's final response states (outcome only for a clean ending)."""
+        stop_reason = response.stop_reason or StopReason.clean
+        return cls(stop_reason=stop_reason, outcome=response.outcome if stop_reason == StopReason.clean else None,
+                   reward=response.reward, reward_info=dict(response.reward_info))
