@@ -19,7 +19,7 @@ from uqh import __version__ as uqh_version
 from uqh.domains.registry import get_domain_class
 from uqh.domains.arithmetic import make_question
 from uqh.harness import continuation as cont
-from uqh.reports.continuation_audit import audit_continuation
+from uqh.cli.continue_command import audit_continuation
 from uqh.cli import main as uqh
 from uqh.harness.episode.loop import build_messages, derive_seed
 from uqh.harness.config.build import prompt_sha256

@@ -10,6 +10,7 @@ With ``--qz-only`` no model is called: q_Z and the audit are recomputed from the
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from uqh.cli.arg_types import finite_float
 
@@ -72,7 +73,6 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
 
     from uqh.harness.store import lock as run_lock
     from uqh.harness.continuation import run_continuations
-    from uqh.reports.continuation_audit import audit_continuation
     from uqh.rundir.errors import UserError
     from uqh.rundir.reader import RunDir, is_run_dir
 
@@ -153,7 +153,7 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
         if report.n_branches_missing:
             print(f"{report.n_branches_missing} branches did not finish (model failures); re-run the command to resume")
     estimate, _ = audit_continuation(
-        Path(args.out),
+        args.out,
         min_valid=args.min_valid,
         method=args.qz_method,
         rule=args.score,
@@ -214,3 +214,18 @@ def stop_summary(report) -> str:
     if by[None]:
         line += f"; {by[None]} prefixes open (a round did not finish; re-run to resume)"
     return line
+
+
+def audit_continuation(cont_dir, *, write: bool = True, **options):
+    """q_Z and the audit of a continuation run (:func:`uqh.scoring.qz.audit.estimate_qz`, options as there), its
+    files written unless ``write=False``. Returns (estimate, the audit's Markdown text)."""
+    from uqh.harness.store.writer import write_continuation_audit
+    from uqh.reports.continuation_audit import audit_text
+    from uqh.rundir.reader import RunDir
+    from uqh.scoring.qz.audit import estimate_qz
+
+    estimate = estimate_qz(RunDir.open(cont_dir), **options)
+    text = audit_text(estimate.audit)
+    if write:
+        write_continuation_audit(Path(cont_dir), estimate.records, estimate.audit.model_dump_json(indent=2), text)
+    return estimate, text

@@ -1,19 +1,15 @@
-"""The continuation audit as text, and its files in a continuation run directory (``uqh continue``).
+"""The continuation audit as tables and text (``uqh continue``).
 
 Numbers come from :func:`uqh.scoring.qz.audit.estimate_qz`; this module only arranges them (tables in the shape of
-the paper's Tables 7 and 8, for :mod:`uqh.reports.render`) and writes ``qz.jsonl``, ``audit.json`` and ``audit.md``.
+the paper's Tables 7 and 8, for :mod:`uqh.reports.render`, and the text of ``audit.md``). The files are written by
+:func:`uqh.harness.store.writer.write_continuation_audit`.
 """
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from uqh.reports.render import Output, markdown_text
 from uqh.reports.tables import Table
-from uqh.rundir.atomic import atomic_write_text
-from uqh.rundir.qz_file import write_qz_file
-from uqh.rundir.reader import RunDir
-from uqh.rundir.schema import AUDIT_JSON, AUDIT_MD, QZ_FILE
 
 
 def _f(x, p: int = 3) -> str:
@@ -129,24 +125,3 @@ def audit_output(audit) -> Output:
 def audit_text(audit) -> str:
     """The whole audit in Markdown, as written to ``audit.md``."""
     return markdown_text(audit_output(audit))
-
-
-def write_continuation_audit(cont_dir: Path, estimate) -> str:
-    """Write ``qz.jsonl``, ``audit.json`` and ``audit.md`` into the continuation run directory; return the text."""
-    cont_dir = Path(cont_dir)
-    text = audit_text(estimate.audit)
-    write_qz_file(cont_dir / QZ_FILE, estimate.records)
-    atomic_write_text(cont_dir / AUDIT_JSON, estimate.audit.model_dump_json(indent=2) + "\n")
-    atomic_write_text(cont_dir / AUDIT_MD, text + "\n")
-    return text
-
-
-def audit_continuation(cont_dir: Path, *, write: bool = True, **options):
-    """:func:`uqh.scoring.qz.audit.estimate_qz` on ``cont_dir`` (options as there), written unless ``write=False``.
-
-    Returns (estimate, text)."""
-    from uqh.scoring.qz.audit import estimate_qz
-
-    estimate = estimate_qz(RunDir.open(cont_dir), **options)
-    text = write_continuation_audit(cont_dir, estimate) if write else audit_text(estimate.audit)
-    return estimate, text
