@@ -1,8 +1,8 @@
 """The report's scoring calls: which analyses run on which run directory, with which settings.
 
-Every number comes from :mod:`scoring` (``score_run`` and the analyses of :mod:`uqh.scoring.analyses` and
-:mod:`uqh.scoring.artificial`); this module only chooses the settings and collects the typed results into
-:class:`RunReport` (dumped as ``report.json``).
+Every number comes from :mod:`scoring` (``score_run`` and the analyses of :mod:`uqh.scoring.analyses`,
+:mod:`uqh.scoring.regimes` and :mod:`uqh.scoring.artificial`); this module only chooses the settings and collects
+the typed results into :class:`RunReport` (dumped as ``report.json``).
 """
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from uqh.scoring.results import (
     ArtificialCensoringRow,
     CensoredShiftRow,
     ExactVsSimpleRow,
+    MarginRow,
     ParseErrorRow,
     RunScores,
+    SignRegimeRow,
 )
 from uqh.scoring.streams import RunData
 
@@ -53,6 +55,8 @@ class RunReport(BaseModel):
     parse_error_scores: list[RunScores] = []  # (working sample, parse errors as censored), runs with parse errors
     parse_error_sensitivity: list[ParseErrorRow] = []
     artificial_censoring: list[ArtificialCensoringRow] = []
+    sign_regime: list[SignRegimeRow] = []  # Table 13, runs with max_steps
+    base_rate_margin: list[MarginRow] = []  # Table 14 (log score), runs with max_steps
 
 
 class ReportData(BaseModel):
@@ -113,6 +117,7 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
     from uqh.scoring.analyses import calibrated_stream, censored_shift, exact_vs_simple, missing_qz, parse_error_sensitivity
     from uqh.scoring.artificial import artificial_censoring_analysis
     from uqh.scoring.pipeline import ScoreOptions, score_run
+    from uqh.scoring.regimes import margin_over_base_rate, mean_forecasts, sign_regime
     from uqh.scoring.streams import load_run as load_run_data
     from uqh.scoring.weights import WEIGHT_SCHEMES
 
@@ -143,6 +148,9 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
         )
         if has_censored:
             res.censored_shift = censored_shift(res.by_weights[PRIMARY_WEIGHTS])
+            forecasts = mean_forecasts(data, res.by_weights[PRIMARY_WEIGHTS])
+            res.sign_regime = sign_regime(res.by_weights, forecasts)
+            res.base_rate_margin = margin_over_base_rate(res.by_weights, "log")
             q_z = q_z_of.get(id(data))
             if q_z is not None and not pooled:
                 res.exact_missing = missing_qz(data, q_z)

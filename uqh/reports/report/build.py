@@ -15,6 +15,8 @@ Artefacts (``--out DIR``):
   with Δ and Δ/SE for AUROC, AUPRC, AURC, T-ECE, TPS_log; bootstrap whiskers);
 - ``fixed_rank`` (Appendix E);
 - ``sensitivity`` (Appendix I: score family × weight schedule; Δ_practice when censored trajectories exist);
+- ``sign_regime`` (Appendix I.2, Table 13: F̄ next to the sign of Δ_practice per weight schedule) and
+  ``base_rate_margin`` (Table 14: log-score margin over the base rate, shrinkage, rank flip) -- runs with max_steps;
 - ``artificial_censoring`` (Appendix I.1, Table 10 shape: complete trajectories censored at rates 0.25/0.5/0.75);
 - ``censored_shift`` + figure ``censored_shift__<run>`` (Fig. 2A: complete-only vs censored extension, CI);
 - ``censored_exact`` (§4.3, Tables 8–9 shape: TPS^cen,exact with q_Z files from ``uqh continue`` vs simple);
@@ -37,10 +39,12 @@ from uqh.rundir.errors import UserError
 from uqh.reports.audit import load_runs, selection_diagnostic, termination_audit
 from uqh.reports.censoring_tables import (
     artificial_censoring_table,
+    base_rate_margin_table,
     censored_shift_table,
     exact_censoring_table,
     parse_error_table,
     sensitivity_table,
+    sign_regime_table,
 )
 from uqh.reports.report.figures import figure_calibration_invariance, figure_censored_shift, figure_selection
 from uqh.reports.report.html import Figure, Section, render_page
@@ -137,8 +141,9 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
     sens_t, shift_t, parse_t = sensitivity_table(scored), censored_shift_table(scored), parse_error_table(scored)
     art_t = artificial_censoring_table(scored)
     exact_t = exact_censoring_table(scored)
-    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, art_t, shift_t, exact_t,
-              parse_t]
+    regime_t, margin_t = sign_regime_table(scored), base_rate_margin_table(scored)
+    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, regime_t, margin_t, art_t,
+              shift_t, exact_t, parse_t]
     for t in tables:
         files += t.write(out_dir)
     for sr in scored:
@@ -174,6 +179,10 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
         Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A; exact censored score §4.3.",
                 [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=[] if shift_t.rows else [no_cens]),
         Section("sensitivity", "Score family × weight schedule", "Appendix I.", [sens_t, art_t]),
+        Section("sign-regime", "Sign regime of Δ_practice", "Appendix I.2 / Table 13.",
+                [regime_t] if regime_t.rows else [], notes=[] if regime_t.rows else [no_cens]),
+        Section("base-rate-margin", "Margin over the base rate", "Appendix I.2 / Table 14.",
+                [margin_t] if margin_t.rows else [], notes=[] if margin_t.rows else [no_cens]),
         Section("parse-errors", "Parse-error sensitivity", "Appendix G.2.", [parse_t] if parse_t.rows else [],
                 notes=[] if parse_t.rows else [no_parse]),
     ]
