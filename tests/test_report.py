@@ -39,7 +39,8 @@ def test_every_artefact_is_written(report):
     names = {p.name for p in res.out_dir.iterdir()}
     tables = ["termination_audit", "selection_diagnostic", "transparency__ws", "transparency__t2", "auq_scalar", "artificial_censoring",
               "platt_diagnostics", "calibration_invariance", "fixed_rank", "sensitivity", "censored_shift",
-              "parse_error_sensitivity", "censored_exact", "sign_regime", "base_rate_margin"]
+              "parse_error_sensitivity", "censored_exact", "sign_regime", "base_rate_margin", "prefix_qz_distribution",
+              "prefix_exact_primary", "prefix_plugin_bias", "prefix_exact_predictors", "prefix_unresolved_sensitivity"]
     figures = ["calibration_invariance__ws", "calibration_invariance__t2", "censored_shift__ws", "selection_diagnostic"]
     expected = {f"{t}.{ext}" for t in tables for ext in ("csv", "md")} | {f"{f}.{ext}" for f in figures for ext in ("png", "svg")}
     expected |= {"scores_long__ws.csv", "scores_long__t2.csv", "report.html", "report.md", "report.json"}
@@ -49,8 +50,8 @@ def test_every_artefact_is_written(report):
         assert (res.out_dir / f"{f}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "<svg" in (res.out_dir / f"{f}.svg").read_text()
     page = res.html.read_text()
-    for t in tables:  # every table is on the page, every figure inlined
-        assert f'data-table="{t}"' in page
+    for t in tables:  # every table is on the page (the prefix tables with --continuations), every figure inlined
+        assert (f'data-table="{t}"' in page) is not t.startswith("prefix_")
     for f in figures:
         assert f'data-figure="{f}"' in page
     # self-contained: nothing is fetched (namespace URIs in xmlns attributes are names, not requests)

@@ -20,6 +20,9 @@ Artefacts (``--out DIR``):
 - ``artificial_censoring`` (Appendix I.1, Table 10 shape: complete trajectories censored at rates 0.25/0.5/0.75);
 - ``censored_shift`` + figure ``censored_shift__<run>`` (Fig. 2A: complete-only vs censored extension, CI);
 - ``censored_exact`` (§4.3, Tables 8–9 shape: TPS^cen,exact with q_Z files from ``uqh continue`` vs simple);
+- ``prefix_qz_distribution``, ``prefix_exact_primary``, ``prefix_plugin_bias``, ``prefix_exact_predictors``,
+  ``prefix_unresolved_sensitivity`` (Appendix H.2 Tables 7, 8, 9, Remarks C.4/C.5; with ``--continuations``:
+  over the retained prefixes of each continuation run, :mod:`uqh.reports.prefix_tables`);
 - ``parse_error_sensitivity`` (Appendix G.2);
 - figure ``selection_diagnostic`` (Fig. 2B);
 - ``report.html`` (self-contained, from a Jinja2 template: the per-trajectory trace explorer with filters first,
@@ -46,6 +49,7 @@ from uqh.reports.censoring_tables import (
     sensitivity_table,
     sign_regime_table,
 )
+from uqh.reports.prefix_tables import EMPTY as NO_CONTINUATIONS, censored_prefix_tables
 from uqh.reports.report.figures import figure_calibration_invariance, figure_censored_shift, figure_selection
 from uqh.reports.report.html import Figure, Section, render_page
 from uqh.reports.score_tables import (
@@ -142,8 +146,9 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
     art_t = artificial_censoring_table(scored)
     exact_t = exact_censoring_table(scored)
     regime_t, margin_t = sign_regime_table(scored), base_rate_margin_table(scored)
+    prefix_ts, prefix_notes = censored_prefix_tables(scored)
     tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, regime_t, margin_t, art_t,
-              shift_t, exact_t, parse_t]
+              shift_t, exact_t, *prefix_ts, parse_t]
     for t in tables:
         files += t.write(out_dir)
     for sr in scored:
@@ -178,6 +183,9 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
         Section("auq", "Scalar AUQ predictors", "Appendix F.2 / Table 5.", [auq_t]),
         Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A; exact censored score §4.3.",
                 [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=[] if shift_t.rows else [no_cens]),
+        Section("censored-prefixes", "Censored prefixes: exact vs simple",
+                "Appendix H.2 / Tables 7–9, Remarks C.4/C.5: continuation branches of sampled censored prefixes.",
+                prefix_ts if prefix_notes else [], notes=prefix_notes or [NO_CONTINUATIONS]),
         Section("sensitivity", "Score family × weight schedule", "Appendix I.", [sens_t, art_t]),
         Section("sign-regime", "Sign regime of Δ_practice", "Appendix I.2 / Table 13.",
                 [regime_t] if regime_t.rows else [], notes=[] if regime_t.rows else [no_cens]),
