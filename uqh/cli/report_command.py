@@ -19,6 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "vs simple' section (Tables 7-9 over the retained prefixes)")
     p.add_argument("--min-valid", type=int, default=5,
                    help="resolved branches a continued prefix needs to be retained (default 5, Appendix H.2)")
+    p.add_argument("--judgments", type=Path, metavar="DIR",
+                   help="judge directory (the --out of `uqh judge`) of these runs: adds the judge analysis, and each "
+                        "trajectory's judgments in the trace explorer")
+    p.add_argument("--certify", type=Path, action="append", default=[], metavar="FILE",
+                   help="certificate JSON (`uqh certify RUN... --format json > FILE`; repeatable): adds the "
+                        "certificate tables")
     p.add_argument("--title", default="uqh report", help="page title")
 
 
@@ -34,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--min-valid must be at least 1")
     opts = ReportOptions(n_bootstrap=args.bootstrap, seed=args.seed, max_traces=args.max_traces, pool=args.pool,
                          q_z_files=tuple(args.q_z), continuation_dirs=tuple(args.continuations),
-                         min_valid=args.min_valid, title=args.title)
+                         min_valid=args.min_valid, judgments_dir=args.judgments,
+                         certify_files=tuple(args.certify), title=args.title)
     res = build_report(args.run_dirs, args.out, opts)
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     print(f"open {res.html}")

@@ -7,7 +7,7 @@ the typed results into :class:`RunReport` (dumped as ``report.json``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -40,6 +40,8 @@ class ReportOptions:
     q_z_files: tuple[Path, ...] = ()  # q_Z files from `uqh continue`: adds the exact censored score (§4.3)
     continuation_dirs: tuple[Path, ...] = ()  # continuation runs: adds Tables 7–9 over their retained prefixes
     min_valid: int = 5  # resolved branches a continued prefix needs to be retained (Appendix H.2)
+    judgments_dir: Path | None = None  # `uqh judge --out` directory: adds the judge analysis and trace links
+    certify_files: tuple[Path, ...] = ()  # `uqh certify --format json` output: adds the certificate
     title: str = "uqh report"
 
 
@@ -73,6 +75,7 @@ class ScoredRun:
     data: RunData
     results: RunReport
     platt_trace: CalibratedStream | None = None  # primary predictor, for the trace explorer (non-pooled runs)
+    judgments: dict[str, list] = field(default_factory=dict)  # episode id -> judgments shown in the trace explorer
 
     @property
     def label(self) -> str:
