@@ -107,3 +107,15 @@ def test_mean_se_edges():
     assert mean_se(np.array([]), np.zeros((5, 0), dtype=int)).mean is None
     m = mean_se(np.array([1.0, 3.0]), np.zeros((0, 2), dtype=int))
     assert m.mean == 2.0 and m.ci_low is None and m.se is None
+
+
+def test_table_7_reproduced_from_its_printed_counts():
+    """Table 7 prints n = 87, 67.8% at q̂ = 0, 23.0% above 0.5, median 0 and mean 0.240: 59 zeros, 20 prefixes
+    above 0.5 and 8 in between with the printed mean give exactly those rows."""
+    from uqh.scoring.qz.estimate import qz_distribution
+
+    q = np.r_[np.zeros(59), np.full(20, 0.9), np.full(8, 0.36)]
+    d = qz_distribution(q, n_boot=1000, seed=0)
+    assert d.n == 87 and d.median == 0.0
+    assert (round(100 * d.frac_zero, 1), round(100 * d.frac_above_half, 1), round(d.mean, 3)) == (67.8, 23.0, 0.240)
+    assert d.ci[0] < d.mean < d.ci[1]
