@@ -233,6 +233,11 @@ def test_runs_without_censoring_or_parse_errors_say_so(tmp_path):
     assert not (tmp_path / "out" / "censored_shift__t2.png").exists()
     assert _csv(tmp_path / "out" / "censored_shift.csv") == []
     assert _csv(tmp_path / "out" / "sign_regime.csv") == [] and _csv(tmp_path / "out" / "base_rate_margin.csv") == []
+    # without --continuations / --judgments / --certify their sections say how to get them (issue 29)
+    assert _csv(tmp_path / "out" / "prefix_exact_predictors.csv") == []
+    for flag in ("Give --continuations CONT_DIR", "Give --judgments DIR", "Give --certify FILE"):
+        assert flag in page
+    assert not (tmp_path / "out" / "judge_scores.csv").exists()
 
 
 def test_pool_adds_a_pooled_dataset(tmp_path):

@@ -48,14 +48,6 @@ def test_tables_equal_the_judge_and_certify_commands(reported, judge_dir, certif
     assert 'data-table="judge_scores"' in page and 'data-table="certify_summary"' in page
 
 
-def test_without_them_the_sections_say_how(reported, tmp_path):
-    run, _ = reported
-    assert uqh(["report", str(run), "--out", str(tmp_path / "o"), "--bootstrap", "5"]) == 0
-    page = (tmp_path / "o" / "report.html").read_text()
-    assert "Give --judgments DIR" in page and "Give --certify FILE" in page
-    assert not (tmp_path / "o" / "judge_scores.csv").exists()
-
-
 def test_user_errors_write_nothing(reported, judge_dir, tmp_path, capsys):  # noqa: F811
     run, _ = reported
     from scoring_fixtures import make_episode, write_run_dir

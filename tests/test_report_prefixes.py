@@ -112,13 +112,6 @@ def test_csv_values_equal_the_scoring_api(reported):
     assert f"{counts.retained} retained" in page and "6 sampled (random sample of 6 (seed 5" in page
 
 
-def test_report_without_continuations_says_how_to_get_the_section(reported, tmp_path):
-    src, _, _ = reported
-    assert uqh(["report", str(src), "--out", str(tmp_path / "o"), "--bootstrap", "5", "--max-traces", "2"]) == 0
-    assert _csv(tmp_path / "o" / "prefix_exact_predictors.csv") == []
-    assert "Give --continuations CONT_DIR" in (tmp_path / "o" / "report.html").read_text()
-
-
 def test_continuations_user_errors_write_nothing(reported, tmp_path, capsys):
     src, cont, _ = reported
     other = tmp_path / "other"
