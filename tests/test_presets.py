@@ -1,6 +1,7 @@
 """Paper presets (Appendix K, Tables 15-16) and their offline dry-run plan."""
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -207,3 +208,27 @@ def test_uqh_run_dry_run_states_tokens_and_cost(tmp_path, capsys, monkeypatch):
     assert main(["run", "--domain", "arithmetic", "--tasks", "4", "--model", "local:smollm2", "--out",
                  str(tmp_path / "r"), "--dry-run"]) == 0
     assert "cost          unpriced (a local model" in capsys.readouterr().out
+
+
+def test_regenerate_script_dry_run_plans_the_continuation_and_the_report():
+    """Issue 29: the whole protocol -- the runs, HotpotQA's continuation on a seeded sample of 100 prefixes, one
+    report -- with the continuation's call bound; no continuation when HotpotQA is not among the presets."""
+    env = {"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": "/tmp", "NO_PROXY": "*",
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+           **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH",)}}
+    script = str(ROOT / "scripts" / "regenerate_paper.sh")
+    proc = subprocess.run(["bash", script, "--dry-run", "paper-hotpotqa"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    budget = presets.get_preset("paper-hotpotqa").step_budget
+    assert (f"100 sampled max-step prefixes x <= 10 branches x <= {budget} extra steps = <= {1000 * budget:,} steps; "
+            f"<= {3000 * budget:,} model calls") in proc.stdout
+    assert ("then            uqh continue runs/paper-hotpotqa --sample 100 --seed 42 --branches 10 "
+            "--out runs/paper-hotpotqa-continue") in proc.stdout
+    assert ("then            uqh report runs/paper-hotpotqa --pool --out runs/report-paper --continuations "
+            "runs/paper-hotpotqa-continue") in proc.stdout
+    proc = subprocess.run(["bash", script, "--dry-run", "--sample", "20", "--branches", "4", "paper-strategyqa"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "continuation" not in proc.stdout and "uqh continue" not in proc.stdout
+    assert "then            uqh report runs/paper-strategyqa --pool --out runs/report-paper\n" in proc.stdout

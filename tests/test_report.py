@@ -39,7 +39,8 @@ def test_every_artefact_is_written(report):
     names = {p.name for p in res.out_dir.iterdir()}
     tables = ["termination_audit", "selection_diagnostic", "transparency__ws", "transparency__t2", "auq_scalar", "artificial_censoring",
               "platt_diagnostics", "calibration_invariance", "fixed_rank", "sensitivity", "censored_shift",
-              "parse_error_sensitivity", "censored_exact"]
+              "parse_error_sensitivity", "censored_exact", "sign_regime", "base_rate_margin", "prefix_qz_distribution",
+              "prefix_exact_primary", "prefix_plugin_bias", "prefix_exact_predictors", "prefix_unresolved_sensitivity"]
     figures = ["calibration_invariance__ws", "calibration_invariance__t2", "censored_shift__ws", "selection_diagnostic"]
     expected = {f"{t}.{ext}" for t in tables for ext in ("csv", "md")} | {f"{f}.{ext}" for f in figures for ext in ("png", "svg")}
     expected |= {"scores_long__ws.csv", "scores_long__t2.csv", "report.html", "report.md", "report.json"}
@@ -49,8 +50,8 @@ def test_every_artefact_is_written(report):
         assert (res.out_dir / f"{f}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "<svg" in (res.out_dir / f"{f}.svg").read_text()
     page = res.html.read_text()
-    for t in tables:  # every table is on the page, every figure inlined
-        assert f'data-table="{t}"' in page
+    for t in tables:  # every table is on the page (the prefix tables with --continuations), every figure inlined
+        assert (f'data-table="{t}"' in page) is not t.startswith("prefix_")
     for f in figures:
         assert f'data-figure="{f}"' in page
     # self-contained: nothing is fetched (namespace URIs in xmlns attributes are names, not requests)
@@ -194,6 +195,35 @@ def test_label_convention_is_shown_in_tables_markdown_and_json(report):
     assert ws.main.settings.label_convention == "complete"
 
 
+def test_sign_regime_and_base_rate_margin_equal_scoring(report):
+    """Tables 13 and 14 in the report are the scoring package's rows for the same inputs (issue 29)."""
+    from uqh.scoring.regimes import margin_over_base_rate, mean_forecasts, sign_regime
+    from uqh.scoring.streams import load_run
+    from uqh.scoring.weights import WEIGHT_SCHEMES
+
+    ws, _, res = report
+    by_weights = {s: _score(ws, censoring="simple", auq=False, weights=s) for s in WEIGHT_SCHEMES}
+    exp_regime = sign_regime(by_weights, mean_forecasts(load_run(ws), by_weights["linear-front"]))
+    regime = _csv(res.out_dir / "sign_regime.csv")
+    assert {r["Run"] for r in regime} == {"ws (webshop)"}  # t2 has no max_steps trajectory
+    assert len(regime) == len(exp_regime) > 0
+    for got, exp in zip(regime, exp_regime):
+        assert _num(got["F̄"]) == exp.mean_forecast
+        assert {s: got[s] or None for s in WEIGHT_SCHEMES} == exp.signs
+        assert (int(got["Δ > 0 cells"]), int(got["Δ < 0 cells"])) == (exp.n_positive, exp.n_negative)
+    margin = _csv(res.out_dir / "base_rate_margin.csv")
+    exp_margin = margin_over_base_rate(by_weights, "log")
+    assert len(margin) == len(exp_margin) > 0
+    for got, exp in zip(margin, exp_margin):
+        assert (got["Weight schedule"], got["Score"]) == (exp.weights, "log")
+        assert _num(got["TPS_comp − TPS_base"]) == exp.margin_complete_only
+        assert _num(got["TPS_cen-ext − TPS_base"]) == exp.margin_censored
+        assert _num(got["Shrinkage %"]) == exp.shrinkage_percent
+        assert got["Rank change?"] == ("Yes" if exp.rank_flip else "No")
+    page = res.html.read_text()
+    assert 'id="sign-regime"' in page and 'id="base-rate-margin"' in page
+
+
 def test_runs_without_censoring_or_parse_errors_say_so(tmp_path):
     d = tau2_like(tmp_path / "t2")
     res = build_report([d], tmp_path / "out", ReportOptions(n_bootstrap=20))
@@ -202,6 +232,12 @@ def test_runs_without_censoring_or_parse_errors_say_so(tmp_path):
     assert "No run has parse-error trajectories" in page
     assert not (tmp_path / "out" / "censored_shift__t2.png").exists()
     assert _csv(tmp_path / "out" / "censored_shift.csv") == []
+    assert _csv(tmp_path / "out" / "sign_regime.csv") == [] and _csv(tmp_path / "out" / "base_rate_margin.csv") == []
+    # without --continuations / --judgments / --certify their sections say how to get them (issue 29)
+    assert _csv(tmp_path / "out" / "prefix_exact_predictors.csv") == []
+    for flag in ("Give --continuations CONT_DIR", "Give --judgments DIR", "Give --certify FILE"):
+        assert flag in page
+    assert not (tmp_path / "out" / "judge_scores.csv").exists()
 
 
 def test_pool_adds_a_pooled_dataset(tmp_path):

@@ -1,6 +1,7 @@
 """`uqh continue`: Monte Carlo continuation branches from censored (max_steps) prefixes, then q_Z and the audit.
 
-    uqh continue RUN_DIR --branches M --extra-steps K [--prefixes N | --ids ID ...] [--min-valid 5]
+    uqh continue RUN_DIR --branches M --extra-steps K [--prefixes N | --sample N [--seed S] | --ids ID ...]
+                 [--min-valid 5]
                  --out CONT_DIR [--concurrency C] [--qz-method hybrid|mc|plugin] [--stop-rule fixed|ci:H]
 
 Re-running the same command resumes an interrupted continuation run (finished branches are kept); so does the
@@ -26,7 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extra-steps", "-K", type=int, help="extra step budget per branch (default: the source budget)")
     sel = p.add_mutually_exclusive_group()
     sel.add_argument("--prefixes", type=int, metavar="N", help="continue the first N max_steps episodes (canonical order)")
+    sel.add_argument("--sample", type=int, metavar="N",
+                     help="continue a seeded random sample of N max_steps episodes (the paper's H.2 protocol; all of "
+                          "them when there are fewer), recorded in the manifest")
     sel.add_argument("--ids", nargs="+", metavar="ID", help="continue exactly these max_steps episode ids")
+    p.add_argument("--seed", type=int, metavar="S", help="seed of the --sample draw (default 0)")
     p.add_argument("--min-valid", type=int, default=5,
                    help="resolved non-parse-error branches a prefix needs for an MC estimate (default 5)")
     p.add_argument("--out", required=True, metavar="CONT_DIR", help="continuation run directory (new or to resume)")
@@ -72,12 +77,16 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
     from pathlib import Path
 
     from uqh.harness.store import lock as run_lock
-    from uqh.harness.continuation import run_continuations
+    from uqh.harness.continuation import PrefixSample, run_continuations
     from uqh.rundir.errors import UserError
     from uqh.rundir.reader import RunDir, is_run_dir
 
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
+    if args.seed is not None and args.sample is None:
+        raise UserError("--seed only seeds the --sample draw; add --sample N (or drop --seed)")
+    if args.sample is not None and args.sample < 1:
+        raise UserError("--sample must be at least 1")
     if args.concurrency is not None and args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
     if args.workers is not None and args.workers < 1:
@@ -130,14 +139,16 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
             stop_rule=stop_rule,
             workers=args.workers or 1,
             backend=backend,
+            sample=PrefixSample(args.sample, args.seed or 0) if args.sample is not None else None,
         )
         if report.grown_from is not None:
             print(f"--branches {args.branches}: {args.out} had {report.grown_from} per prefix; its finished branches "
                   "are kept")
         for s in report.skipped:
             print(f"skipped {s.episode_id}: {s.reason}")
+        how = f"sampled with seed {args.seed or 0}" if args.sample is not None else "selected"
         print(
-            f"{report.n_prefixes} prefixes selected, {len(report.skipped)} skipped (not replayable), "
+            f"{report.n_prefixes} prefixes {how}, {len(report.skipped)} skipped (not replayable), "
             f"{report.n_branches_written} branches written to {args.out}"
         )
         if report.decisions:

@@ -14,6 +14,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", action="store_true", help="also score runs of the same dataset pooled (Tau2's domains)")
     p.add_argument("--q-z", dest="q_z", type=Path, action="append", default=[], metavar="FILE",
                    help="q_Z file from `uqh continue` (repeatable): adds the exact censored score")
+    p.add_argument("--continuations", type=Path, nargs="+", default=[], metavar="CONT_DIR",
+                   help="continuation runs from `uqh continue` of the runs given: adds the 'Censored prefixes: exact "
+                        "vs simple' section (Tables 7-9 over the retained prefixes)")
+    p.add_argument("--min-valid", type=int, default=5,
+                   help="resolved branches a continued prefix needs to be retained (default 5, Appendix H.2)")
+    p.add_argument("--judgments", type=Path, metavar="DIR",
+                   help="judge directory (the --out of `uqh judge`) of these runs: adds the judge analysis, and each "
+                        "trajectory's judgments in the trace explorer")
+    p.add_argument("--certify", type=Path, action="append", default=[], metavar="FILE",
+                   help="certificate JSON (`uqh certify RUN... --format json > FILE`; repeatable): adds the "
+                        "certificate tables")
     p.add_argument("--title", default="uqh report", help="page title")
 
 
@@ -25,8 +36,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--bootstrap must be at least 1")
     if args.max_traces < 0:
         raise UserError("--max-traces must be >= 0")
+    if args.min_valid < 1:
+        raise UserError("--min-valid must be at least 1")
     opts = ReportOptions(n_bootstrap=args.bootstrap, seed=args.seed, max_traces=args.max_traces, pool=args.pool,
-                         q_z_files=tuple(args.q_z), title=args.title)
+                         q_z_files=tuple(args.q_z), continuation_dirs=tuple(args.continuations),
+                         min_valid=args.min_valid, judgments_dir=args.judgments,
+                         certify_files=tuple(args.certify), title=args.title)
     res = build_report(args.run_dirs, args.out, opts)
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     print(f"open {res.html}")

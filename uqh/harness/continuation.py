@@ -57,13 +57,43 @@ def load_source(run_dir: Path) -> tuple[Manifest, list[Episode]]:
     return source.manifest, source.episodes()
 
 
+@dataclass(frozen=True)
+class PrefixSample:
+    """A seeded random sample of ``n`` censored prefixes (Appendix H.2: the paper samples its 100 prefixes)."""
+
+    n: int
+    seed: int = 0
+
+    def record(self, population: int) -> dict[str, Any]:
+        """What the continuation manifest records: the method, the size asked for, the seed, how many censored
+        prefixes it was drawn from and how many were drawn (all of them when ``n`` exceeds the population)."""
+        return {"method": "random", "n": self.n, "seed": self.seed, "population": population,
+                "drawn": min(self.n, population)}
+
+
+def sample_prefixes(censored: Sequence[Episode], sample: PrefixSample) -> list[Episode]:
+    """``sample.n`` of ``censored`` (in canonical order) drawn without replacement by ``random.Random(seed)``, kept
+    in canonical order; all of them when ``n`` is at least their number. The draw depends only on the seed and on
+    the canonical order of the censored episodes, so the same command draws the same prefixes on resume."""
+    import random
+
+    if sample.n < 1:
+        raise UserError("--sample must be at least 1")
+    if sample.n >= len(censored):
+        return list(censored)
+    chosen = sorted(random.Random(sample.seed).sample(range(len(censored)), sample.n))
+    return [censored[i] for i in chosen]
+
+
 def select_prefixes(
-    manifest: Manifest, episodes: Sequence[Episode], *, n: int | None = None, ids: Sequence[str] | None = None
+    manifest: Manifest, episodes: Sequence[Episode], *, n: int | None = None, ids: Sequence[str] | None = None,
+    sample: PrefixSample | None = None,
 ) -> list[Episode]:
     """The censored prefixes to continue, in the source run's canonical order (task order, then sample index).
 
-    ``ids``: exactly these episodes (each must exist and have stopped on ``max_steps``); else the first ``n``
-    ``max_steps`` episodes (all when ``n`` is None).
+    ``ids``: exactly these episodes (each must exist and have stopped on ``max_steps``); else ``sample``: a seeded
+    random sample of the ``max_steps`` episodes (:func:`sample_prefixes`); else the first ``n`` ``max_steps``
+    episodes (all when ``n`` is None).
     """
     by_id = {ep.episode_id: ep for ep in episodes}
     if ids:
@@ -87,7 +117,14 @@ def select_prefixes(
     )
     if not censored:
         raise UserError("the source run has no max_steps episodes; there is nothing to continue")
+    if sample is not None:
+        return sample_prefixes(censored, sample)
     return censored if n is None else censored[:n]
+
+
+def censored_population(episodes: Sequence[Episode]) -> int:
+    """The number of censored (``max_steps``) source episodes a prefix sample is drawn from."""
+    return sum(1 for ep in episodes if ep.stop_reason == StopReason.max_steps and ep.source_episode_id is None)
 
 
 def continuation_config(
@@ -99,13 +136,16 @@ def continuation_config(
     extra_steps: int,
     api_base: str | Sequence[str] | None = None,
     stop_rule: StopRule = FIXED,
+    selection: dict[str, Any] | None = None,
 ) -> RunConfig:
     """The continuation run's config: the source config (same model, prompt, decoding, domain options) with a
     step budget of ``Z + K`` and ``continuation`` recording source run, source config hash, M, K and the prefixes.
 
     ``api_base``: the endpoint (a URL) or endpoints (a list) to use instead of the source run's.
     A sequential ``stop_rule`` adds ``stop_rule`` and its ``rounds`` (so resuming with another rule is refused);
-    the fixed design adds nothing, so its config and hash are what they were before stop rules existed."""
+    the fixed design adds nothing, so its config and hash are what they were before stop rules existed.
+    ``selection`` (:meth:`PrefixSample.record`) records a random prefix sample as ``continuation["selection"]``;
+    first-N and ``--ids`` selections add nothing (their config and hash are unchanged)."""
     if branches < 1:
         raise UserError("--branches must be at least 1")
     if extra_steps < 1:
@@ -124,6 +164,8 @@ def continuation_config(
     }
     if not stop_rule.is_fixed:
         update["continuation"].update(stop_rule=stop_rule.text, rounds=stop_rule.rounds(branches))
+    if selection is not None:
+        update["continuation"]["selection"] = dict(selection)
     urls = [api_base] if isinstance(api_base, str) else list(api_base or ())
     if urls:  # the endpoint(s) replace the source run's (one: api_base only, as before; several: api_bases too)
         update["api_base"] = urls[0]
@@ -314,6 +356,7 @@ def run_continuations(
     stop_rule: str | StopRule = FIXED,
     workers: int = 1,
     backend: Any = None,
+    sample: PrefixSample | None = None,
 ) -> ContinueReport:
     """Replay-check the selected censored prefixes of ``source_dir`` and run ``branches`` continuation branches of
     each faithful one into ``out_dir`` (created, or resumed when it holds the same continuation config or the same
@@ -326,6 +369,8 @@ def run_continuations(
     the first write and held until ``lock_scope`` closes (default: until this returns), so a caller that writes
     more (the q_Z file) keeps it. ``timeout_s`` / ``max_retries``: the model client's per call (None: the batch
     runner's defaults). ``workers`` / ``backend``: where the branches run (:func:`uqh.harness.runner.run_batch`).
+    ``sample``: continue a seeded random sample of the censored prefixes instead of the first ``n_prefixes``
+    (recorded in the manifest's ``continuation["selection"]``).
     """
     from uqh.harness.store import lock as run_lock
     from uqh.harness.config.build import check_endpoint_list
@@ -338,12 +383,13 @@ def run_continuations(
     if _inside(out_dir, source_dir) or _inside(source_dir, out_dir):
         raise UserError("--out must be a directory outside the source run directory (the source is never modified)")
     rule = stop_rule if isinstance(stop_rule, StopRule) else parse_stop_rule(stop_rule)
-    prefixes = select_prefixes(manifest, episodes, n=n_prefixes, ids=ids)
+    prefixes = select_prefixes(manifest, episodes, n=n_prefixes, ids=ids, sample=sample)
+    selection = sample.record(censored_population(episodes)) if sample is not None and not ids else None
     k = manifest.config.step_budget if extra_steps is None else extra_steps
 
     def config_at(m: int) -> RunConfig:
         return continuation_config(manifest, source_dir, prefixes, branches=m, extra_steps=k, api_base=api_base,
-                                   stop_rule=rule)
+                                   stop_rule=rule, selection=selection)
 
     config = config_at(branches)
     check_out_dir(out_dir)  # also refuses, naming it, another process writing out_dir

@@ -1,13 +1,13 @@
 """The report's scoring calls: which analyses run on which run directory, with which settings.
 
-Every number comes from :mod:`scoring` (``score_run`` and the analyses of :mod:`uqh.scoring.analyses` and
-:mod:`uqh.scoring.artificial`); this module only chooses the settings and collects the typed results into
-:class:`RunReport` (dumped as ``report.json``).
+Every number comes from :mod:`scoring` (``score_run`` and the analyses of :mod:`uqh.scoring.analyses`,
+:mod:`uqh.scoring.regimes` and :mod:`uqh.scoring.artificial`); this module only chooses the settings and collects
+the typed results into :class:`RunReport` (dumped as ``report.json``).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -15,12 +15,15 @@ from pydantic import BaseModel
 from uqh.rundir.errors import UserError
 from uqh.reports.audit import Run
 from uqh.scoring.analyses import CalibratedStream
+from uqh.scoring.qz.prefixes import CensoredPrefixAudit
 from uqh.scoring.results import (
     ArtificialCensoringRow,
     CensoredShiftRow,
     ExactVsSimpleRow,
+    MarginRow,
     ParseErrorRow,
     RunScores,
+    SignRegimeRow,
 )
 from uqh.scoring.streams import RunData
 
@@ -35,6 +38,10 @@ class ReportOptions:
     max_traces: int = 300  # trajectories per run embedded in the HTML trace explorer
     pool: bool = False  # also score runs of the same dataset pooled (e.g. Tau2's three domains)
     q_z_files: tuple[Path, ...] = ()  # q_Z files from `uqh continue`: adds the exact censored score (§4.3)
+    continuation_dirs: tuple[Path, ...] = ()  # continuation runs: adds Tables 7–9 over their retained prefixes
+    min_valid: int = 5  # resolved branches a continued prefix needs to be retained (Appendix H.2)
+    judgments_dir: Path | None = None  # `uqh judge --out` directory: adds the judge analysis and trace links
+    certify_files: tuple[Path, ...] = ()  # `uqh certify --format json` output: adds the certificate
     title: str = "uqh report"
 
 
@@ -53,6 +60,9 @@ class RunReport(BaseModel):
     parse_error_scores: list[RunScores] = []  # (working sample, parse errors as censored), runs with parse errors
     parse_error_sensitivity: list[ParseErrorRow] = []
     artificial_censoring: list[ArtificialCensoringRow] = []
+    sign_regime: list[SignRegimeRow] = []  # Table 13, runs with max_steps
+    base_rate_margin: list[MarginRow] = []  # Table 14 (log score), runs with max_steps
+    censored_prefixes: list[CensoredPrefixAudit] = []  # Tables 7–9 per continuation of this run (--continuations)
 
 
 class ReportData(BaseModel):
@@ -65,6 +75,7 @@ class ScoredRun:
     data: RunData
     results: RunReport
     platt_trace: CalibratedStream | None = None  # primary predictor, for the trace explorer (non-pooled runs)
+    judgments: dict[str, list] = field(default_factory=dict)  # episode id -> judgments shown in the trace explorer
 
     @property
     def label(self) -> str:
@@ -109,10 +120,38 @@ def _with_pooled(items: list[tuple[Run, RunData]]) -> list[tuple[Run, RunData]]:
     return out
 
 
+def continuations_by_run(cont_dirs, datas: list[RunData], min_valid: int, seed: int) -> dict[int, list]:
+    """Per source run (by ``id`` of its RunData) the (continuation dir, retained prefixes, counts) of each
+    ``--continuations`` directory; UserError for a directory that is not a continuation run or whose source run is
+    not among the report's runs."""
+    from uqh.rundir.reader import RunDir, is_run_dir
+    from uqh.scoring.qz.prefixes import retained_prefixes
+
+    by_path = {Path(d.run_dir).resolve(): d for d in datas}
+    out: dict[int, list] = {}
+    for cont_dir in cont_dirs:
+        if not is_run_dir(cont_dir):
+            raise UserError(f"--continuations {cont_dir} is not a run directory; pass a directory written by "
+                            "`uqh continue`")
+        cont = RunDir.open(cont_dir)
+        if not cont.is_continuation:
+            raise UserError(f"--continuations {cont_dir} is not a continuation run; pass a directory written by "
+                            "`uqh continue`")
+        source = Path(cont.config.continuation["source_run_dir"]).resolve()
+        if source not in by_path:
+            raise UserError(f"--continuations {cont_dir} continues {source}, which is not among the report's runs; "
+                            "add that run directory")
+        prefixes, counts, _ = retained_prefixes(cont, min_valid=min_valid, seed=seed)
+        out.setdefault(id(by_path[source]), []).append((str(cont_dir), prefixes, counts))
+    return out
+
+
 def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
     from uqh.scoring.analyses import calibrated_stream, censored_shift, exact_vs_simple, missing_qz, parse_error_sensitivity
     from uqh.scoring.artificial import artificial_censoring_analysis
     from uqh.scoring.pipeline import ScoreOptions, score_run
+    from uqh.scoring.qz.prefixes import censored_prefix_audit
+    from uqh.scoring.regimes import margin_over_base_rate, mean_forecasts, sign_regime
     from uqh.scoring.streams import load_run as load_run_data
     from uqh.scoring.weights import WEIGHT_SCHEMES
 
@@ -124,6 +163,7 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
         runs_and_hashes = [(d.run_dir, d.manifest.config_hash) for _, d in items]
         per_run = qz_for_runs([Path(f) for f in opts.q_z_files], runs_and_hashes)
         q_z_of = {id(d): q for (_, d), q in zip(items, per_run)}
+    continued = continuations_by_run(opts.continuation_dirs, [d for _, d in items], opts.min_valid, opts.seed)
     if opts.pool:
         items = _with_pooled(items)
     taken: set[str] = set()
@@ -143,6 +183,9 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
         )
         if has_censored:
             res.censored_shift = censored_shift(res.by_weights[PRIMARY_WEIGHTS])
+            forecasts = mean_forecasts(data, res.by_weights[PRIMARY_WEIGHTS])
+            res.sign_regime = sign_regime(res.by_weights, forecasts)
+            res.base_rate_margin = margin_over_base_rate(res.by_weights, "log")
             q_z = q_z_of.get(id(data))
             if q_z is not None and not pooled:
                 res.exact_missing = missing_qz(data, q_z)
@@ -154,6 +197,11 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
             with_pe = score_run(data, ScoreOptions(censoring="simple", include_parse_errors=True, auq=False, **base))
             res.parse_error_scores = [working, with_pe]
             res.parse_error_sensitivity = parse_error_sensitivity(working, with_pe)
+        res.censored_prefixes = [
+            censored_prefix_audit(data, prefixes, counts, str(cont_dir), predictors=ScoreOptions().predictor_names(),
+                                  n_boot=opts.n_bootstrap, seed=opts.seed)
+            for cont_dir, prefixes, counts in continued.get(id(data), [])
+        ]
         res.artificial_censoring = artificial_censoring_analysis(data, PRIMARY_PREDICTOR, opts.seed)
         trace = None if pooled else calibrated_stream(data, PRIMARY_PREDICTOR, PRIMARY_WEIGHTS)
         scored.append(ScoredRun(run=run, data=data, results=res, platt_trace=trace))

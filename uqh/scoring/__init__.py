@@ -23,9 +23,13 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
 - results:     :class:`RunScores`, :class:`PredictorResult`, :class:`AuqResult`, :class:`Estimate`, ... (pydantic)
 - analyses:    :func:`censored_shift`, :func:`exact_vs_simple`, :func:`parse_error_sensitivity`,
                :func:`calibrated_stream`                                                          -- §4.3, §6.3, G.2
+- regimes:     :func:`sign_regime`, :func:`margin_over_base_rate`, :func:`mean_forecast`, :func:`margin_change`
+                                                                                                  -- App. I.2, Tables 13–14
 - artificial:  :func:`length_stratified_censoring`, :func:`artificial_censoring_analysis`         -- App. I.1
 - termination: :func:`termination_counts`, :func:`selection_diagnostic`                            -- App. G.1, Fig. 2B
 - q_Z:         :func:`uqh.scoring.qz.audit.estimate_qz` (continuation runs -> q_hat_Z + audit)          -- App. H
+               :func:`uqh.scoring.qz.prefixes.censored_prefix_audit` (every predictor over the retained
+               prefixes; plug-in bias)                                             -- App. H.2 Tables 7–9, C.4/C.5
 - certify:     :func:`certify_items`, :class:`CertifyItem`, :class:`CertifyOptions`, :class:`CertifyResult`;
                conformal pieces :func:`rank_scores`, :func:`cp_scores`, :func:`conformal_threshold`,
                :func:`reliability_level`, :func:`wilson_interval`                              -- Mouzouni, "Black-box reliability certification", §2, §6, §7
@@ -85,6 +89,10 @@ _EXPORTS = {
     "exact_vs_simple": "uqh.scoring.analyses",
     "parse_error_sensitivity": "uqh.scoring.analyses",
     "artificial_censoring_analysis": "uqh.scoring.artificial",
+    "margin_change": "uqh.scoring.regimes",
+    "margin_over_base_rate": "uqh.scoring.regimes",
+    "mean_forecast": "uqh.scoring.regimes",
+    "sign_regime": "uqh.scoring.regimes",
     "length_stratified_censoring": "uqh.scoring.artificial",
     "ScoreOptions": "uqh.scoring.pipeline",
     "evaluate_predictor": "uqh.scoring.pipeline",

@@ -326,3 +326,28 @@ class ArtificialCensoringRow(BaseModel):
     prefix_swap_mean: float
     tail_omission_mean: float
     max_abs_decomposition_error: float
+
+
+class SignRegimeRow(BaseModel):
+    """The sign of Δ_practice of one predictor row per weight schedule, next to its mean forecast F̄ (Table 13)."""
+
+    predictor: str
+    calibration: Calibration
+    mean_forecast: float | None = None  # F̄: mean per-step forecast over the censored-extension sample
+    signs: dict[str, str | None]  # weight schedule -> "+", "-", "mixed" over the score families (None: no value)
+    n_positive: int  # Δ_practice cells > 0 over every score family and weight schedule
+    n_negative: int
+    n_cells: int
+
+
+class MarginRow(BaseModel):
+    """A predictor row's margin over the base-rate reference, complete-only vs censored extension (Table 14)."""
+
+    predictor: str
+    calibration: Calibration
+    weights: str
+    score: str
+    margin_complete_only: float  # TPS_comp − TPS_base
+    margin_censored: float | None = None  # TPS_cen-ext − TPS_base
+    shrinkage_percent: float | None = None  # None when the rank flips (the paper prints "rank flip")
+    rank_flip: bool | None = None

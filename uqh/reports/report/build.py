@@ -15,10 +15,17 @@ Artefacts (``--out DIR``):
   with Δ and Δ/SE for AUROC, AUPRC, AURC, T-ECE, TPS_log; bootstrap whiskers);
 - ``fixed_rank`` (Appendix E);
 - ``sensitivity`` (Appendix I: score family × weight schedule; Δ_practice when censored trajectories exist);
+- ``sign_regime`` (Appendix I.2, Table 13: F̄ next to the sign of Δ_practice per weight schedule) and
+  ``base_rate_margin`` (Table 14: log-score margin over the base rate, shrinkage, rank flip) -- runs with max_steps;
 - ``artificial_censoring`` (Appendix I.1, Table 10 shape: complete trajectories censored at rates 0.25/0.5/0.75);
 - ``censored_shift`` + figure ``censored_shift__<run>`` (Fig. 2A: complete-only vs censored extension, CI);
 - ``censored_exact`` (§4.3, Tables 8–9 shape: TPS^cen,exact with q_Z files from ``uqh continue`` vs simple);
+- ``prefix_qz_distribution``, ``prefix_exact_primary``, ``prefix_plugin_bias``, ``prefix_exact_predictors``,
+  ``prefix_unresolved_sensitivity`` (Appendix H.2 Tables 7, 8, 9, Remarks C.4/C.5; with ``--continuations``:
+  over the retained prefixes of each continuation run, :mod:`uqh.reports.prefix_tables`);
 - ``parse_error_sensitivity`` (Appendix G.2);
+- with ``--judgments DIR``: the ``uqh judge --report`` tables (``judge_scores``, ...), and each trajectory's
+  judgments in the trace explorer; with ``--certify FILE``: the ``uqh certify`` tables (``certify_summary``, ...);
 - figure ``selection_diagnostic`` (Fig. 2B);
 - ``report.html`` (self-contained, from a Jinja2 template: the per-trajectory trace explorer with filters first,
   the comparison across runs, then everything above in collapsible sections), ``report.md``,
@@ -37,11 +44,19 @@ from uqh.rundir.errors import UserError
 from uqh.reports.audit import load_runs, selection_diagnostic_table, termination_audit
 from uqh.reports.censoring_tables import (
     artificial_censoring_table,
+    base_rate_margin_table,
     censored_shift_table,
     exact_censoring_table,
     parse_error_table,
     sensitivity_table,
+    sign_regime_table,
 )
+from uqh.reports.certify_tables import header_lines as certify_header
+from uqh.reports.certify_tables import tables as certify_tables
+from uqh.reports.judge_tables import header_lines as judge_header
+from uqh.reports.judge_tables import judge_tables
+from uqh.reports.judged_runs import judgments_for_report, read_certificates
+from uqh.reports.prefix_tables import EMPTY as NO_CONTINUATIONS, censored_prefix_tables
 from uqh.reports.report.figures import figure_calibration_invariance, figure_censored_shift, figure_selection
 from uqh.reports.report.html import Figure, Section, render_page
 from uqh.reports.score_tables import (
@@ -57,6 +72,8 @@ from uqh.reports.report.traces import trace_data
 
 __all__ = ["ReportOptions", "ReportResult", "build_report"]
 
+NO_JUDGES = "Give --judgments DIR (the --out of `uqh judge`) to add the judge analysis."
+NO_CERTIFICATE = "Give --certify FILE (`uqh certify RUN... --format json > FILE`) to add the certificate."
 PER_RUN_PREFIXES = ("transparency__", "scores_long__", "calibration_invariance__", "censored_shift__")
 
 
@@ -106,9 +123,16 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
     opts = opts or ReportOptions()
     check_out_writable(out_dir)
     runs = load_runs(paths)
+    certificates = [c for f in opts.certify_files for c in read_certificates(f)]
     scored = score_runs(runs, opts)  # everything that can fail on the inputs fails before anything is written
+    judges = None
+    if opts.judgments_dir is not None:
+        judges, by_run = judgments_for_report(opts.judgments_dir, [sr.run.path for sr in scored],
+                                              n_bootstrap=opts.n_bootstrap, seed=opts.seed)
+        for sr, judged in zip(scored, by_run):
+            sr.judgments = judged
     try:
-        return _write_report(runs, scored, out_dir, opts)
+        return _write_report(runs, scored, out_dir, opts, judges, certificates)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UserError(f"cannot write --out {out_dir}: {reason}; pick a writable directory with free space") from None
@@ -124,7 +148,7 @@ def comparison_table(scored):
                            "shape; diagnostics on complete trajectories, failure-oriented)", labels_caption(results))
 
 
-def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportResult:
+def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None, certificates=()) -> ReportResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_artefacts(out_dir)
     files: list[Path] = []
@@ -137,8 +161,12 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
     sens_t, shift_t, parse_t = sensitivity_table(scored), censored_shift_table(scored), parse_error_table(scored)
     art_t = artificial_censoring_table(scored)
     exact_t = exact_censoring_table(scored)
-    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, art_t, shift_t, exact_t,
-              parse_t]
+    regime_t, margin_t = sign_regime_table(scored), base_rate_margin_table(scored)
+    prefix_ts, prefix_notes = censored_prefix_tables(scored)
+    judge_ts = judge_tables(judges) if judges is not None else []
+    certify_ts = certify_tables(list(certificates)) if certificates else []
+    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, regime_t, margin_t, art_t,
+              shift_t, exact_t, *prefix_ts, parse_t, *judge_ts, *certify_ts]
     for t in tables:
         files += t.write(out_dir)
     for sr in scored:
@@ -173,9 +201,21 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions) -> ReportRes
         Section("auq", "Scalar AUQ predictors", "Appendix F.2 / Table 5.", [auq_t]),
         Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A; exact censored score §4.3.",
                 [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=[] if shift_t.rows else [no_cens]),
+        Section("censored-prefixes", "Censored prefixes: exact vs simple",
+                "Appendix H.2 / Tables 7–9, Remarks C.4/C.5: continuation branches of sampled censored prefixes.",
+                prefix_ts if prefix_notes else [], notes=prefix_notes or [NO_CONTINUATIONS]),
         Section("sensitivity", "Score family × weight schedule", "Appendix I.", [sens_t, art_t]),
+        Section("sign-regime", "Sign regime of Δ_practice", "Appendix I.2 / Table 13.",
+                [regime_t] if regime_t.rows else [], notes=[] if regime_t.rows else [no_cens]),
+        Section("base-rate-margin", "Margin over the base rate", "Appendix I.2 / Table 14.",
+                [margin_t] if margin_t.rows else [], notes=[] if margin_t.rows else [no_cens]),
         Section("parse-errors", "Parse-error sensitivity", "Appendix G.2.", [parse_t] if parse_t.rows else [],
                 notes=[] if parse_t.rows else [no_parse]),
+        Section("judges", "GPA judges", "Judge scores, stability, failure detection and localisation (docs/judges.md); "
+                "a trajectory's judgments are shown under it in the trace explorer.", judge_ts,
+                notes=judge_header(judges) if judges is not None else [NO_JUDGES]),
+        Section("certificate", "Reliability certificate", "Self-consistency + conformal certificate (docs/certify.md).",
+                certify_ts, notes=certify_header(list(certificates)) if certificates else [NO_CERTIFICATE]),
     ]
     meta = [
         f"generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · bootstrap {opts.n_bootstrap} "

@@ -78,6 +78,7 @@ def trace_data(scored: list[ScoredRun], max_traces: int) -> dict[str, Any]:
                 "values": values,
                 "failed": [{"attempt": at.attempt, "error": at.error, "raw": at.raw_text[:600]}
                            for at in (ep.failed_step or [])],
+                "judgments": sr.judgments.get(ep.episode_id, []),
             })
         runs_out.append({"label": sr.label, "domain": sr.run.domain, "predictors": predictors, "missing": missing,
                          "episodes": out_eps, "truncated": len(episodes) > max_traces})

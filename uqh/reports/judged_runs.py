@@ -1,0 +1,66 @@
+"""The judge analysis and the certificate of the report's runs (`uqh report --judgments DIR --certify FILE`).
+
+- :func:`judgments_for_report` -- :func:`uqh.scoring.judges.analysis.analyse_judgments` of a judge directory, and
+  per report run its judgments by episode, for the trace explorer's link from a trajectory to its judgments;
+- :func:`read_certificates` -- the typed :class:`CertifyResult` list from the JSON ``uqh certify --format json``
+  wrote (one result or a list).
+
+Both fail with one-line :class:`UserError` before the report writes anything. Computes nothing of its own.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from uqh.rundir.errors import UserError
+from uqh.rundir.judgments import JudgeDir, Judgment, JudgeMetric
+from uqh.scoring.certify.results import CertifyResult
+from uqh.scoring.judges.results import JudgeAnalysis
+
+#: characters of a judge's rationale embedded in the page per judgment
+RATIONALE_CHARS = 600
+
+
+def judgment_view(j: Judgment) -> dict[str, Any]:
+    """What the trace explorer shows of one judgment: judge, repeat, score (or why missing), cited steps."""
+    return {"metric": j.metric.value, "label": JudgeMetric(j.metric).label, "repeat": j.repeat, "score": j.score,
+            "missing": j.missing_reason, "cited": list(j.cited_steps),
+            "rationale": (j.rationale or "")[:RATIONALE_CHARS]}
+
+
+def judgments_for_report(judge_dir: Path, run_paths: list[Path], *, n_bootstrap: int,
+                         seed: int) -> tuple[JudgeAnalysis, list[dict[str, list[dict[str, Any]]]]]:
+    """The analysis of ``judge_dir`` and, for each of ``run_paths`` (the report's runs, in order), its judgments
+    by episode id (empty for a run the directory did not judge). UserError when ``judge_dir`` is not a judge
+    directory or judges none of the report's runs."""
+    from uqh.scoring.judges.analysis import analyse_judgments
+
+    jd = JudgeDir.open(judge_dir)  # UserError (one line) when it is not a judge directory
+    judged = [Path(r.path).resolve() for r in jd.config.runs]
+    wanted = [Path(p).resolve() for p in run_paths]
+    if not set(judged) & set(wanted):
+        raise UserError(f"--judgments {judge_dir} judges {', '.join(map(str, judged))}, none of the report's runs; "
+                        "add those run directories")
+    analysis = analyse_judgments(judge_dir, n_bootstrap=n_bootstrap, seed=seed)
+    by_run: list[dict[str, list[dict[str, Any]]]] = [{} for _ in wanted]
+    slot = {i: wanted.index(p) for i, p in enumerate(judged) if p in wanted}
+    for j in sorted(jd.judgments(), key=lambda j: (j.run, j.episode_id, j.metric.value, j.repeat)):
+        if j.run in slot:
+            by_run[slot[j.run]].setdefault(j.episode_id, []).append(judgment_view(j))
+    return analysis, by_run
+
+
+def read_certificates(path: Path) -> list[CertifyResult]:
+    """The certificate(s) in ``path``, the JSON of ``uqh certify RUN... --format json``."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read --certify {path}: {exc.strerror or exc}") from None
+    try:
+        data = TypeAdapter(list[CertifyResult] | CertifyResult).validate_json(text)
+    except ValidationError:
+        raise UserError(f"--certify {path} is not a certificate; write it with `uqh certify RUN... --format json "
+                        "> FILE`") from None
+    return data if isinstance(data, list) else [data]
