@@ -30,12 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from uqh.domains.base import ReplayMismatch, Runtime
+from uqh.harness.config.build import build_domain, check_endpoint_list
+from uqh.harness.episode.loop import Branch, EpisodeSpec, branch_episode_id, derive_seed, open_episode
+from uqh.harness.model.local import resolve_model
+from uqh.harness.runner import run_batch
 from uqh.harness.sampling.branch_rules import FIXED, StopRule, decide, parse_stop_rule, resolved_outcome
-from uqh.rundir.atomic import atomic_write_text
-from uqh.rundir.errors import RunDirWriteError, UserError
-from uqh.rundir.reader import RunDir
+from uqh.harness.store import lock as run_lock
+from uqh.harness.store.writer import RunStore, check_out_dir, check_resumable, write_records_file
+from uqh.rundir.errors import UserError
+from uqh.rundir.reader import RunDir, is_run_dir
 from uqh.rundir.schema import (
-    MANIFEST_FILE,
     SKIPPED_FILE,
     STOP_FILE,
     Episode,
@@ -175,16 +180,12 @@ def continuation_config(
 
 def branch_seed(run_seed: int, source_episode_id: str, branch_index: int) -> int:
     """Decoding seed of branch k of a prefix: ``derive_seed(run_seed, "<source_id>@b<k>")``."""
-    from uqh.harness.episode.loop import branch_episode_id, derive_seed
-
     return derive_seed(run_seed, branch_episode_id(source_episode_id, branch_index))
 
 
 def branch_spec(config: RunConfig, prefix: Episode, k: int):
     """The :class:`uqh.harness.episode.loop.EpisodeSpec` of branch ``k`` of ``prefix``: a :class:`uqh.harness.episode.loop.Branch` of the
     source episode (its steps copied), step budget ``Z + K``. The same episode whichever stop rule runs it."""
-    from uqh.harness.episode.loop import Branch, EpisodeSpec, branch_episode_id
-
     return EpisodeSpec(
         episode_id=branch_episode_id(prefix.episode_id, k),
         task_id=prefix.task_id,
@@ -209,8 +210,6 @@ def make_domain(config: RunConfig, *, system_prompt: str | None = None):
     split, domain_options and observation_chars). With ``system_prompt`` (the source manifest's), a domain whose
     prompt text differs (prompt file, data or options changed since) is a UserError: branches must continue the
     conversation the prefixes were recorded in."""
-    from uqh.harness.config.build import build_domain
-
     domain = build_domain(config)
     if system_prompt is not None and domain.system_prompt() != system_prompt:
         split = f" split {config.split}" if config.split is not None else ""
@@ -223,8 +222,6 @@ def make_domain(config: RunConfig, *, system_prompt: str | None = None):
 
 def env_seed_for(config: RunConfig, episode: Episode) -> int:
     """The environment seed the source run used for ``episode`` (its own derived seed)."""
-    from uqh.harness.episode.loop import derive_seed
-
     return derive_seed(config.decoding.seed, episode.episode_id)
 
 
@@ -234,9 +231,6 @@ async def check_replay(domain, config: RunConfig, episode: Episode) -> str | Non
     The environment is opened as a branch's is (:func:`uqh.harness.episode.loop.open_episode`, with the source episode's
     own seed); this only turns its outcome into a reason.
     """
-    from uqh.domains.base import ReplayMismatch
-    from uqh.harness.episode.loop import Branch, EpisodeSpec, open_episode
-
     if not type(domain).supports_replay:
         return f"domain {config.domain} does not support replay"
     if len(episode.steps) != config.step_budget:
@@ -273,10 +267,6 @@ async def check_replays(domain, config: RunConfig, prefixes: Sequence[Episode]) 
     return skipped
 
 
-def _write_skipped(cont_dir: Path, skipped: Sequence[SkippedPrefix]) -> None:
-    atomic_write_text(Path(cont_dir) / SKIPPED_FILE, "".join(s.model_dump_json() + "\n" for s in skipped))
-
-
 # ------------------------------------------------------------------------------------------ running branches
 
 
@@ -310,8 +300,6 @@ def check_resume(out_dir: Path, config_at: Callable[[int], RunConfig], branches:
     branches are branches 0 .. M-1 of the larger run (a sequential rule's rounds below the recorded M are the same
     at every larger M: :meth:`uqh.harness.sampling.branch_rules.StopRule.rounds`). A smaller M is refused: the directory holds
     branches beyond it, which q_Z would average."""
-    from uqh.harness.store.writer import check_resumable
-
     recorded = (RunDir.open(out_dir).config.continuation or {}).get("branches")
     if not isinstance(recorded, int) or recorded == branches:
         check_resumable(out_dir, config_at(branches))
@@ -372,11 +360,58 @@ def run_continuations(
     ``sample``: continue a seeded random sample of the censored prefixes instead of the first ``n_prefixes``
     (recorded in the manifest's ``continuation["selection"]``).
     """
-    from uqh.harness.store import lock as run_lock
-    from uqh.harness.config.build import check_endpoint_list
-    from uqh.harness.runner import run_batch
-    from uqh.harness.store.writer import RunStore, check_out_dir
+    plan = plan_continuations(source_dir, out_dir, branches=branches, extra_steps=extra_steps,
+                              n_prefixes=n_prefixes, ids=ids, api_base=api_base, stop_rule=stop_rule, sample=sample)
+    if backend is not None:
+        backend.check(plan.config)
+    domain = make_domain(plan.manifest.config, system_prompt=plan.manifest.system_prompt)  # as the source built it
+    skipped = _replay_check(domain, plan)
+    skipped_ids = {s.episode_id for s in skipped}
+    keep = [ep for ep in plan.prefixes if ep.episode_id not in skipped_ids]
+    with contextlib.ExitStack() as own_scope:
+        grown_from = _open_out_dir(plan, domain, skipped, lock_scope if lock_scope is not None else own_scope)
+        options = {k: v for k, v in (("timeout_s", timeout_s), ("max_retries", max_retries)) if v is not None}
+        options.update(workers=workers, backend=backend, concurrency=concurrency, progress=progress,
+                       client_factory=client_factory)
+        if backend is not None:  # one connection (or local Ray instance) for every round
+            own_scope.enter_context(backend)
+        if not plan.rule.is_fixed:
+            report = run_rounds(plan.config, plan.out_dir, keep, plan.rule, n_prefixes=len(plan.prefixes),
+                                skipped=skipped, **options)
+            report.grown_from = grown_from
+            return report
+        specs = branch_specs(plan.config, keep, branches)
+        summary = None
+        if specs:
+            summary = run_batch(plan.config, plan.out_dir, specs=specs, progress_label="uqh continue", **options)
+        planned = {s.episode_id for s in specs}
+        written = sum(1 for ep in RunDir.open(plan.out_dir).episodes() if ep.episode_id in planned)
+        return ContinueReport(out_dir=plan.out_dir, n_prefixes=len(plan.prefixes), skipped=skipped,
+                              n_branches_planned=len(specs), n_branches_written=written, summary=summary,
+                              n_branches_max=len(specs), grown_from=grown_from)
 
+
+@dataclass
+class ContinuationPlan:
+    """What a continuation will run, checked before anything is written: the source, the selected prefixes, the
+    config (at the requested M, and at any M for resume checks), the branch rule."""
+
+    source_dir: Path
+    out_dir: Path
+    manifest: Manifest
+    prefixes: list[Episode]
+    rule: StopRule
+    config_at: Callable[[int], RunConfig]
+    config: RunConfig
+    #: The M the out directory records (the requested M for a new one; a smaller one when it grows).
+    recorded: int
+
+
+def plan_continuations(source_dir: Path, out_dir: Path, *, branches: int, extra_steps: int | None,
+                       n_prefixes: int | None, ids: Sequence[str] | None, api_base: str | Sequence[str] | None,
+                       stop_rule: str | StopRule, sample: PrefixSample | None) -> ContinuationPlan:
+    """Select the prefixes and build the continuation config; refuse (UserError) a bad source, an ``--out``
+    inside it, an out directory another process writes, or one holding a different continuation."""
     source_dir, out_dir = Path(source_dir), Path(out_dir)
     check_endpoint_list([api_base] if isinstance(api_base, str) else list(api_base or ()))
     manifest, episodes = load_source(source_dir)
@@ -394,67 +429,39 @@ def run_continuations(
     config = config_at(branches)
     check_out_dir(out_dir)  # also refuses, naming it, another process writing out_dir
     recorded = branches
-    if (out_dir / MANIFEST_FILE).exists():  # resume refuses a different config: check now, before any replay work
+    if is_run_dir(out_dir):  # resume refuses a different config: check now, before any replay work
         recorded = check_resume(out_dir, config_at, branches)
+    return ContinuationPlan(source_dir, out_dir, manifest, list(prefixes), rule, config_at, config, recorded)
 
-    if backend is not None and hasattr(backend, "check"):
-        backend.check(config)
-    domain = make_domain(manifest.config, system_prompt=manifest.system_prompt)  # as the source run built it
+
+def _replay_check(domain, plan: ContinuationPlan) -> list[SkippedPrefix]:
+    """The prefixes that do not replay faithfully (with the user simulator resolved where the domain needs it)."""
     with contextlib.ExitStack() as stack:
-        runtime: dict[str, Any] = {"run_dir": out_dir}
+        runtime: Runtime = {"run_dir": plan.out_dir}
+        config = plan.config
         if config.user_model:  # e.g. Tau2: make_env/reset need the user simulator
-            from uqh.harness.model.local import resolve_model
-
             user_model, user_base = stack.enter_context(resolve_model(config.user_model, config.user_api_base))
             runtime.update(user_model=user_model, user_api_base=user_base, user_decoding=config.user_decoding)
         domain.prepare_runtime(runtime)
-        skipped = asyncio.run(check_replays(domain, manifest.config, prefixes))
-    skipped_ids = {s.episode_id for s in skipped}
-    keep = [ep for ep in prefixes if ep.episode_id not in skipped_ids]
-    with contextlib.ExitStack() as own_scope:
-        scope = lock_scope if lock_scope is not None else own_scope
-        # Create the run directory first so that the skipped prefixes are recorded even if the run is interrupted;
-        # its lock passes from the store to the scope without a gap.
-        system_prompt = domain.system_prompt()
-        grown_from = recorded if recorded < branches else None
-        store = RunStore.open_or_create(out_dir, config_at(recorded), system_prompt=system_prompt,
-                                        info=domain.manifest_info())
-        try:
-            scope.enter_context(run_lock.hold(out_dir))
-            if grown_from is not None:  # before any branch of the larger M runs
-                _record_more_branches(store, config)
-        finally:
-            store.close()
-        try:
-            _write_skipped(out_dir, skipped)
-        except OSError as exc:
-            raise RunDirWriteError(out_dir, exc) from None
-        options = {k: v for k, v in (("timeout_s", timeout_s), ("max_retries", max_retries)) if v is not None}
-        options.update(workers=workers, backend=backend)
-        if hasattr(backend, "__enter__"):  # one connection (or local Ray instance) for every round
-            own_scope.enter_context(backend)
-        if not rule.is_fixed:
-            report = run_rounds(config, out_dir, keep, rule, n_prefixes=len(prefixes), skipped=skipped,
-                                concurrency=concurrency, progress=progress, client_factory=client_factory, **options)
-            report.grown_from = grown_from
-            return report
-        specs = branch_specs(config, keep, branches)
-        summary = None
-        if specs:
-            summary = run_batch(config, out_dir, specs=specs, concurrency=concurrency, progress=progress,
-                                client_factory=client_factory, progress_label="uqh continue", **options)
-        planned = {s.episode_id for s in specs}
-        written = sum(1 for ep in RunDir.open(out_dir).episodes() if ep.episode_id in planned)
-        return ContinueReport(
-            out_dir=out_dir,
-            n_prefixes=len(prefixes),
-            skipped=skipped,
-            n_branches_planned=len(specs),
-            n_branches_written=written,
-            summary=summary,
-            n_branches_max=len(specs),
-            grown_from=grown_from,
-        )
+        return asyncio.run(check_replays(domain, plan.manifest.config, plan.prefixes))
+
+
+def _open_out_dir(plan: ContinuationPlan, domain, skipped: list[SkippedPrefix], scope: contextlib.ExitStack
+                  ) -> int | None:
+    """Create (or reopen) the continuation run directory and record the skipped prefixes, so they are recorded
+    even if the run is interrupted; its writer lock passes from the store to ``scope`` without a gap. Returns the
+    M the directory grew from (None: it did not grow)."""
+    grown_from = plan.recorded if plan.recorded < plan.config.continuation["branches"] else None
+    store = RunStore.open_or_create(plan.out_dir, plan.config_at(plan.recorded), system_prompt=domain.system_prompt(),
+                                    info=domain.manifest_info())
+    try:
+        scope.enter_context(run_lock.hold(plan.out_dir))
+        if grown_from is not None:  # before any branch of the larger M runs
+            _record_more_branches(store, plan.config)
+    finally:
+        store.close()
+    write_records_file(plan.out_dir, SKIPPED_FILE, skipped)
+    return grown_from
 
 
 # ------------------------------------------------------------------------------------------ sequential design
@@ -462,10 +469,6 @@ def run_continuations(
 
 def _finished_branches(out_dir: Path) -> dict[str, Episode]:
     return {ep.episode_id: ep for ep in RunDir.open(out_dir).episodes() if ep.source_episode_id is not None}
-
-
-def _write_decisions(out_dir: Path, decisions: Sequence[StopDecision]) -> None:
-    atomic_write_text(Path(out_dir) / STOP_FILE, "".join(d.model_dump_json() + "\n" for d in decisions))
 
 
 def run_rounds(
@@ -493,7 +496,6 @@ def run_rounds(
     it takes the decisions of a fresh run with that M: the rounds below the old M are the same, so a prefix that
     stopped below it stays stopped, and one that reached it is decided again by the new rounds.
     """
-    from uqh.harness.episode.loop import branch_episode_id
     from uqh.harness.runner import run_batch
 
     max_branches = config.continuation["branches"]
@@ -526,7 +528,7 @@ def run_rounds(
             decisions[ep.episode_id] = d
             if d.stopped_by is None and len(outcomes) == target:
                 still_open.append(ep)
-        _write_decisions(out_dir, [decisions[ep.episode_id] for ep in prefixes if ep.episode_id in decisions])
+        write_records_file(out_dir, STOP_FILE, [decisions[ep.episode_id] for ep in prefixes if ep.episode_id in decisions])
         open_prefixes, planned = still_open, target
         if not open_prefixes:
             break

@@ -10,7 +10,7 @@ from typing import Any
 
 from uqh.harness.config.build import RunOverrides, build_domain, draft
 from uqh.harness.episode.loop import MAX_REPAIRS
-from uqh.harness.config.presets import PRESET_GROUPS, PRESETS, Preset, expand, get_preset, preset_names
+from uqh.harness.config.presets import expand, get_preset, preset_names
 from uqh.harness.model.pricing import cost_usd
 from uqh.prompts import PROMPTS_DIR
 from uqh.rundir.errors import UserError

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from uqh.rundir.errors import UserError
-from uqh.rundir.schema import DecodingConfig, RunConfig
+from uqh.rundir.schema import DecodingConfig
 
 PAPER_MODEL = "openrouter/google/gemma-4-31b-it"
 PAPER_USER_MODEL = "openrouter/qwen/qwen-2.5-7b-instruct"

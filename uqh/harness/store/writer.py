@@ -447,3 +447,13 @@ def write_continuation_audit(cont_dir: Path, records: Sequence[Any], audit_json:
         atomic_write_text(cont_dir / AUDIT_MD, audit_md + "\n")
     except OSError as exc:
         raise RunDirWriteError(cont_dir, exc) from None
+
+
+def write_records_file(run_dir: Path, name: str, records: Sequence[Any]) -> None:
+    """Replace the JSONL file ``name`` of a run directory with ``records`` (pydantic models), atomically: the
+    prefixes a continuation skipped, a sequential continuation's stop decisions. A failure raises
+    :class:`RunDirWriteError`."""
+    try:
+        atomic_write_text(Path(run_dir) / name, "".join(r.model_dump_json() + "\n" for r in records))
+    except OSError as exc:
+        raise RunDirWriteError(run_dir, exc) from None
