@@ -137,6 +137,15 @@ def run(args: argparse.Namespace) -> int:
         per_run = qz_for_runs([args.q_z], [(r.run_dir, r.manifest.config_hash) for r in runs])
         opts_of = [dataclasses.replace(opts, q_z=q) for q in per_run]
     notes = []
+    if opts.predictors is None:  # the default leaves greedy-only predictors out of sampled runs: say so
+        from uqh.scoring.registry import PREDICTORS
+        from uqh.scoring.streams import greedy_refusal
+
+        for r in runs:
+            left_out = [p for p in PREDICTORS if greedy_refusal(r, p)]
+            if left_out:
+                notes.append(f"{r.run_dir}: greedy-only predictors not scored (temperature "
+                             f"{r.manifest.config.decoding.temperature:g} > 0): {', '.join(left_out)}")
     for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
         missing = RunDir.open(d).episodes_missing_sidecar_rows()
         if missing:

@@ -50,7 +50,7 @@ from uqh.scoring.results import (
     ScoreSettings,
 )
 from uqh.scoring.rules import DEFAULT_SCORES, ScoreRule, parse_score
-from uqh.scoring.streams import RunData, Sample, build_sample
+from uqh.scoring.streams import RunData, Sample, build_sample, greedy_refusal
 from uqh.scoring.tps import posterior_weight, tps
 from uqh.scoring.weights import DEFAULT_WEIGHTS, trajectory_weights
 
@@ -288,7 +288,10 @@ def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
     diagnostics, Appendix E rows (``opts.fixed_rank``) and sample counts."""
     rows, auq, calib, fixed = [], [], [], []
     counts = SampleCounts()
-    for k, predictor in enumerate(opts.predictor_names()):
+    names = opts.predictor_names()
+    if opts.predictors is None:  # by default a greedy-only predictor is left out of a sampled run (explicit: refused)
+        names = [p for p in names if greedy_refusal(run, p) is None]
+    for k, predictor in enumerate(names):
         sample = build_sample(run, predictor, censoring=opts.censoring, q_z=opts.q_z,
                               include_parse_errors=opts.include_parse_errors, missing_qz=opts.missing_qz,
                               labels=opts.labels)

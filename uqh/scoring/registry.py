@@ -24,10 +24,11 @@ import numpy as np
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
-from uqh.scoring import self_consistency, signals
+from uqh.scoring import failure_association as fa, self_consistency, signals, token_signals as ts
 
 MetricKind = Literal["diagnostic", "tps", "censored_tps"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
+StepTerms = Callable[[Step, "LogprobRow | None"], "tuple[float, float]"]
 TrajectoryValue = Callable[[Sequence[Episode]], np.ndarray]
 
 
@@ -55,6 +56,16 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class RunningValue:
+    """A per-step value that depends on the trajectory so far: two per-step terms (e.g. sum NLL, token count),
+    summed along the trajectory up to each step, then mapped to a confidence (a missing term makes that step and
+    every later one missing)."""
+
+    terms: StepTerms
+    confidence: Callable[[np.ndarray, np.ndarray], np.ndarray]  # (cumulative term 1, cumulative term 2) -> values
+
+
+@dataclass(frozen=True)
 class Predictor:
     """One predictor: a per-step function, a per-trajectory function of the run's episodes, or a per-sample
     constant (exactly one of the three)."""
@@ -66,10 +77,16 @@ class Predictor:
     calibratable: bool = True
     #: the run's episodes -> one value per episode (NaN: missing), repeated along the trajectory's steps
     trajectory_value: TrajectoryValue | None = None
+    #: a running per-step value (cumulative along the trajectory), e.g. the trajectory NLL to date
+    running: RunningValue | None = None
+    #: only meaningful under greedy decoding (G-NLL): refused on a sampled run (temperature > 0)
+    greedy_only: bool = False
 
     def __post_init__(self) -> None:
-        if sum(f is not None for f in (self.step_value, self.constant, self.trajectory_value)) != 1:
-            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value and constant")
+        kinds = (self.step_value, self.constant, self.trajectory_value, self.running)
+        if sum(f is not None for f in kinds) != 1:
+            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, running "
+                             "and constant")
 
     @property
     def is_constant(self) -> bool:
@@ -101,6 +118,33 @@ def _base_rate(labels: np.ndarray) -> float:
     return float(np.mean(labels)) if labels.size else float("nan")
 
 
+SPAN_LABELS = {"token": "Completion", "action": "Action-span"}
+
+
+def token_signal_predictors() -> list[Predictor]:
+    """The white-box token signals of :mod:`uqh.scoring.token_signals`, each for the completion (``token_*``) and the
+    action span (``action_*``)."""
+    out = []
+    for span in ts.SPANS:
+        lab = SPAN_LABELS[span]
+        out += [
+            Predictor(f"{span}_gmean_prob", f"{lab} geometric-mean token probability",
+                      ts.span_value(ts.geometric_mean_probability, span)),
+            Predictor(f"{span}_min_prob", f"{lab} minimum token probability",
+                      ts.span_value(ts.minimum_probability, span)),
+            Predictor(f"{span}_topk_mass", f"{lab} top-k mass", ts.span_value(ts.topk_mass, span)),
+            Predictor(f"{span}_entropy_max", f"{lab} max top-k entropy confidence",
+                      ts.span_value(ts.max_entropy_confidence, span)),
+            Predictor(f"{span}_traj_prob", f"{lab} trajectory probability to date",
+                      running=RunningValue(ts.span_nll_terms(span), ts.trajectory_probability)),
+            Predictor(f"{span}_traj_gmean_prob", f"{lab} trajectory geometric-mean probability to date",
+                      running=RunningValue(ts.span_nll_terms(span), ts.trajectory_geometric_mean)),
+            Predictor(f"{span}_gnll", f"{lab} G-NLL probability (greedy only)",
+                      ts.span_value(ts.sequence_probability, span), greedy_only=True),
+        ]
+    return out
+
+
 TPS, TPS_COMPLETE_ONLY, DELTA_PRACTICE = "tps", "tps_complete_only", "delta_practice"
 BASE_RATE = "base_rate"
 
@@ -112,6 +156,13 @@ METRICS: dict[str, Metric] = {
         Metric("aurc", "area under the risk-coverage curve", "AURC", False, "diagnostic"),
         Metric("t_ece", "trajectory ECE (10 tie-aware quantile bins)", "T-ECE", False, "diagnostic"),
         Metric("t_brier", "scalarized trajectory Brier", "T-Brier", False, "diagnostic"),
+        Metric("auarc", "area under agentuq's accuracy-rejection curve", "AUARC", True, "diagnostic", fa.auarc),
+        Metric("pearson_failure", "Pearson correlation of 1 - C with 1 - Y (agentuq)", "Pearson", True, "diagnostic",
+               fa.pearson),
+        Metric("spearman_failure", "Spearman correlation of 1 - C with 1 - Y (agentuq)", "Spearman", True,
+               "diagnostic", fa.spearman),
+        Metric("kendall_failure", "Kendall tau-b of 1 - C with 1 - Y (agentuq)", "Kendall τ-b", True, "diagnostic",
+               fa.kendall_tau_b),
         Metric(TPS, "Trajectory Proper Score", "TPS_{score}", True, "tps"),
         Metric(TPS_COMPLETE_ONLY, "TPS on the complete trajectories only", "TPS_{score} complete-only", True,
                "censored_tps"),
@@ -128,6 +179,7 @@ PREDICTORS: dict[str, Predictor] = {
         Predictor("token_entropy", "Completion entropy confidence", signals.token_entropy_value),
         Predictor("action_prob", "Action-span token probability", signals.action_prob_value),
         Predictor("action_entropy", "Action-span entropy confidence", signals.action_entropy_value),
+        *token_signal_predictors(),
         Predictor("sc_mode_freq", "Self-consistency mode frequency", trajectory_value=self_consistency.mode_frequency),
         Predictor("sc_agreement", "Self-consistency agreement", trajectory_value=self_consistency.agreement),
         Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),
