@@ -137,3 +137,29 @@ def test_gnll_scored_on_a_greedy_run(tmp_path):
     sample = build_sample(run, "token_gnll")
     np.testing.assert_allclose(sample.values, [0.9, 0.4])
     assert "token_gnll" in {r.predictor for r in score_run(run, ScoreOptions(n_bootstrap=0)).rows}
+
+
+def test_capability_tiers_per_step_counted_by_uqh_score(tmp_path, capsys):
+    import json
+
+    from uqh.cli import main
+
+    eps = [make_episode("a#0", "clean", [0.9, 0.8, 0.7, 0.6], outcome=1), make_episode("b#0", "clean", [0.2], outcome=0)]
+    rows = [make_row("a#0", 1, make_tokens([(0.9, [0.9, 0.1])])),  # full
+            make_row("a#0", 2, make_tokens([(0.9, [0.9, 0.1]), (0.8, [])])),  # selected-token logprobs only
+            make_row("a#0", 3, None),  # the provider returned none
+            # a#0 step 4 has no row at all: none
+            make_row("b#0", 1, make_tokens([(0.5, [])]))]
+    path = write_run_dir(tmp_path / "r", eps, rows)
+    run = load_run(path)
+    assert list(run.step_tier) == ["full", "selected_only", "none", "none", "selected_only"]
+    assert run.tier_counts() == {"full": 1, "selected_only": 2, "none": 2}
+    # a signal that needs top-k is missing below the full tier; one that needs the chosen token only is not
+    assert np.isfinite(run.streams["token_topk_mass"][0]) and np.isnan(run.streams["token_topk_mass"][1])
+    assert np.isfinite(run.streams["token_gmean_prob"][1]) and np.isnan(run.streams["token_gmean_prob"][2])
+    args = ["score", str(path), "--bootstrap", "0", "--predictor", "verbal", "--calibration", "none"]
+    assert main(args) == 0
+    assert "steps by logprob tier: full=1 selected-only=2 none=2" in capsys.readouterr().out
+    assert main(args + ["--format", "json"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert (counts["steps_full_logprobs"], counts["steps_selected_logprobs_only"], counts["steps_no_logprobs"]) == (1, 2, 2)

@@ -303,6 +303,10 @@ def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
         if res.calibration is not None:
             calib.append(res.calibration)
         fixed += res.fixed_rank
+    tiers = run.tier_counts()
+    counts = counts.model_copy(update={"steps_full_logprobs": tiers["full"],
+                                       "steps_selected_logprobs_only": tiers["selected_only"],
+                                       "steps_no_logprobs": tiers["none"]})
     return RunScores(
         run_dir=run.label,
         domain=run.manifest.config.domain,
@@ -334,4 +338,5 @@ def pool_runs(runs: list[RunData]) -> RunData:
         offsets=np.array(offs, dtype=np.int64),
         streams={k: np.concatenate([r.streams[k] for r in runs]) for k in runs[0].streams},
         task_ids=np.concatenate([np.array([f"{k}:{t}" for t in r.tasks], dtype=object) for k, r in enumerate(runs)]),
+        step_tier=None if any(r.step_tier is None for r in runs) else np.concatenate([r.step_tier for r in runs]),
     )

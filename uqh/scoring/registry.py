@@ -24,7 +24,7 @@ import numpy as np
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
-from uqh.scoring import failure_association as fa, self_consistency, signals, token_signals as ts
+from uqh.scoring import self_consistency, signals, token_signals as ts
 
 MetricKind = Literal["diagnostic", "tps", "censored_tps"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
@@ -41,9 +41,12 @@ class Metric:
     short: str  # column header without the direction arrow
     higher_is_better: bool | None  # None: a difference, no direction
     kind: MetricKind
-    #: for registered diagnostics: (c, y, weights (B, n)) -> (B,) on complete trajectories; the built-in five are
-    #: computed together by :class:`uqh.scoring.diagnostics.ScalarDiagnostics` (None)
+    #: for registered diagnostics: (c, y, weights (B, n)) -> (B,) on complete trajectories; the built-in ones (the
+    #: paper's five, agentuq's four) are computed together by :class:`uqh.scoring.diagnostics.ScalarDiagnostics` (None)
     compute: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
+    #: shown as a column of the Table-2-shaped tables (False: the AUQ table, JSON, CSV and export only, which keeps
+    #: the main table within the terminal width)
+    main_table: bool = True
 
     @property
     def per_score(self) -> bool:
@@ -156,13 +159,14 @@ METRICS: dict[str, Metric] = {
         Metric("aurc", "area under the risk-coverage curve", "AURC", False, "diagnostic"),
         Metric("t_ece", "trajectory ECE (10 tie-aware quantile bins)", "T-ECE", False, "diagnostic"),
         Metric("t_brier", "scalarized trajectory Brier", "T-Brier", False, "diagnostic"),
-        Metric("auarc", "area under agentuq's accuracy-rejection curve", "AUARC", True, "diagnostic", fa.auarc),
+        Metric("auarc", "area under agentuq's accuracy-rejection curve", "AUARC", True, "diagnostic",
+               main_table=False),
         Metric("pearson_failure", "Pearson correlation of 1 - C with 1 - Y (agentuq)", "Pearson", True, "diagnostic",
-               fa.pearson),
+               main_table=False),
         Metric("spearman_failure", "Spearman correlation of 1 - C with 1 - Y (agentuq)", "Spearman", True,
-               "diagnostic", fa.spearman),
+               "diagnostic", main_table=False),
         Metric("kendall_failure", "Kendall tau-b of 1 - C with 1 - Y (agentuq)", "Kendall τ-b", True, "diagnostic",
-               fa.kendall_tau_b),
+               main_table=False),
         Metric(TPS, "Trajectory Proper Score", "TPS_{score}", True, "tps"),
         Metric(TPS_COMPLETE_ONLY, "TPS on the complete trajectories only", "TPS_{score} complete-only", True,
                "censored_tps"),

@@ -18,7 +18,7 @@ import numpy as np
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.reader import RunDir
-from uqh.rundir.schema import Episode, LogprobRow, Manifest
+from uqh.rundir.schema import CAPABILITY_TIERS, NO_LOGPROBS, Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
 from uqh.scoring.registry import PREDICTORS, get_predictor
 
@@ -47,6 +47,13 @@ class RunData:
     offsets: np.ndarray  # int, len n+1 over the flat step arrays
     streams: dict[str, np.ndarray] = field(default_factory=dict)  # per-step predictor -> flat float (NaN = missing)
     task_ids: np.ndarray | None = None  # object array of str per episode (None: read from the episode ids)
+    #: per parsed step, its logprob capability tier (uqh.rundir.schema.CAPABILITY_TIERS; None: not read)
+    step_tier: np.ndarray | None = None
+
+    def tier_counts(self) -> dict[str, int]:
+        """Parsed steps per logprob capability tier (full / selected_only / none)."""
+        tiers = self.step_tier if self.step_tier is not None else np.zeros(0, dtype=object)
+        return {t: int((tiers == t).sum()) for t in CAPABILITY_TIERS}
 
     @property
     def label(self) -> str:
@@ -70,6 +77,7 @@ class RunData:
             step_budget=self.step_budget[mask],
             offsets=np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64),
             streams={k: v[step_mask] for k, v in self.streams.items()}, task_ids=self.tasks[mask],
+            step_tier=None if self.step_tier is None else self.step_tier[step_mask],
         )
 
     def count(self, stop_reason: str) -> int:
@@ -106,9 +114,11 @@ def run_data_from_records(
     running = [p for p in PREDICTORS.values() if p.running is not None]
     terms = {p.name: np.full((int(offsets[-1]), 2), np.nan) for p in running}
     has_row = np.zeros(len(steps), dtype=bool)
+    step_tier = np.full(len(steps), NO_LOGPROBS, dtype=object)
     for row in accepted_rows:
         k = where.get((row.episode_id, row.t))
         if k is not None:  # a later accepted row of the same step overwrites
+            step_tier[k] = row.capability_tier
             for p in predictors:
                 streams[p.name][k] = p.step_value(steps[k], row)
             for p in running:
@@ -138,6 +148,7 @@ def run_data_from_records(
         offsets=offsets,
         streams=streams,
         task_ids=np.array([ep.task_id for ep in episodes], dtype=object),
+        step_tier=step_tier,
     )
 
 
