@@ -1,12 +1,12 @@
 """The white-box token signals (uqh.scoring.token_signals) on hand-made token rows, in closed form: a uniform top-k,
 a one-hot token, missing top-k, an empty action span, the running trajectory NLL and the greedy-only refusal."""
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from uqh.rundir.errors import UserError
-from uqh.rundir.schema import TokenLogprob
 from uqh.scoring import token_signals as ts
 from uqh.scoring.pipeline import ScoreOptions, score_run
 from uqh.scoring.registry import PREDICTORS
@@ -14,7 +14,8 @@ from uqh.scoring.streams import build_sample, cumulative_within, load_run, run_d
 from scoring_fixtures import make_episode, make_row, make_tokens, write_run_dir
 
 NEW = [f"{span}_{s}" for span in ("token", "action")
-       for s in ("gmean_prob", "min_prob", "topk_mass", "entropy_max", "traj_prob", "traj_gmean_prob", "gnll")]
+       for s in ("gmean_prob", "min_prob", "topk_mass", "entropy_max", "traj_prob", "traj_gmean_prob", "traj_entropy",
+                 "gnll")]
 UNIFORM4 = [(0.25, [0.25] * 4)] * 3  # three tokens, each a uniform top-4
 ONE_HOT = [(1.0, [1.0, 1e-30])] * 2  # the chosen token has all the mass
 
@@ -23,7 +24,7 @@ def value(name, step_tokens, action_range=None, manifest=None):
     """The per-step value of predictor ``name`` on a one-step episode whose accepted row holds ``step_tokens``."""
     ep = make_episode("a#0", "clean", [0.5], outcome=1)
     row = make_row("a#0", 1, step_tokens, action_range=action_range)
-    run = run_data_from_records(__import__("pathlib").Path("."), manifest, [ep], [row])
+    run = run_data_from_records(Path("."), manifest, [ep], [row])
     return float(run.streams[name][0])
 
 
@@ -56,6 +57,13 @@ def test_mixed_tokens_min_and_max_pick_the_worst_token():
     assert ts.geometric_mean_probability(toks) == pytest.approx(math.sqrt(0.45))
     assert ts.topk_mass(toks) == pytest.approx((1.0 + 0.95) / 2)
     assert ts.max_entropy_confidence(toks) == pytest.approx(0.0, abs=1e-12)  # the 50/50 token: H = ln 2 = ln K
+
+
+def test_normalised_entropy_terms_closed_form():
+    h, n = ts.normalised_entropy_terms(make_tokens([(0.5, [0.5, 0.5]), (1.0, [1.0, 1e-30]), (0.25, [0.25] * 4)]))
+    # K = 4 (the span's widest top-k): ln 2 / ln 4 + 0 + ln 4 / ln 4
+    assert (h, n) == (pytest.approx(1.5), 3.0)
+    assert all(math.isnan(x) for x in ts.normalised_entropy_terms(make_tokens([(0.5, [0.5, 0.5]), (0.8, [])])))
 
 
 def test_missing_top_k_is_missing_not_imputed():
@@ -107,6 +115,9 @@ def test_running_trajectory_nll_along_a_trajectory(tmp_path):
     np.testing.assert_allclose(run.streams["token_traj_prob"][:2], [0.25, 0.0625])
     np.testing.assert_allclose(run.streams["token_traj_gmean_prob"][:2], [0.5, 0.0625 ** (1 / 3)])
     np.testing.assert_allclose(run.streams["action_traj_prob"][:2], [0.5, 0.125])
+    # step 1: two 50/50 tokens (H/ln 2 = 1); step 2: one uniform top-4 (H/ln 4 = 1): no confidence at all
+    np.testing.assert_allclose(run.streams["token_traj_entropy"][:2], [0.0, 0.0], atol=1e-12)
+    assert np.isnan(run.streams["token_traj_entropy"][2])
     assert np.isnan(run.streams["token_traj_prob"][2])
     sample = build_sample(run, "token_traj_prob")
     assert sample.counts["skipped_missing"] == 1 and sample.n == 0
@@ -116,18 +127,26 @@ def _two_episode_run(tmp_path, temperature):
     eps = [make_episode("a#0", "clean", [0.9], outcome=1), make_episode("b#0", "clean", [0.2], outcome=0)]
     rows = [make_row("a#0", 1, make_tokens([(0.9, [0.9, 0.1])])), make_row("b#0", 1, make_tokens([(0.4, [0.4, 0.6])]))]
     path = write_run_dir(tmp_path / f"t{temperature}", eps, rows)
-    import json
     m = json.loads((path / "manifest.json").read_text())
     m["config"].setdefault("decoding", {})["temperature"] = temperature
     (path / "manifest.json").write_text(json.dumps(m))
     return load_run(path)
 
 
-def test_gnll_refused_on_a_sampled_run_and_left_out_by_default(tmp_path):
+def test_gnll_refused_on_a_sampled_run_and_left_out_by_default(tmp_path, capsys):
+    from uqh.cli import main
+
     run = _two_episode_run(tmp_path, 0.7)
-    with pytest.raises(UserError, match="greedy-only.*temperature 0.7"):
-        build_sample(run, "token_gnll")
-    scores = score_run(run, ScoreOptions(n_bootstrap=0))
+    assert np.isnan(run.streams["token_gnll"]).all()  # missing, never a sampled-token value
+    assert main(["score", str(run.run_dir), "--predictor", "token_gnll", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "greedy-only" in err and "temperature 0.7" in err and len(err.strip().splitlines()) == 1
+    assert main(["score", str(run.run_dir), "--bootstrap", "0", "--calibration", "none"]) == 0
+    assert "token_gmean_prob" not in capsys.readouterr().out  # the token signals are scored when asked for
+    assert main(["score", str(run.run_dir), "--predictor", "all", "--bootstrap", "0", "--calibration", "none"]) == 0
+    out = " ".join(capsys.readouterr().err.split())  # notes go to stderr
+    assert "greedy-only predictors not scored (temperature 0.7 > 0): token_gnll, action_gnll" in out
+    scores = score_run(run, ScoreOptions(n_bootstrap=0, every_predictor=True))
     scored = {r.predictor for r in scores.rows}
     assert "token_gnll" not in scored and "action_gnll" not in scored and "token_gmean_prob" in scored
 
@@ -136,12 +155,10 @@ def test_gnll_scored_on_a_greedy_run(tmp_path):
     run = _two_episode_run(tmp_path, 0.0)
     sample = build_sample(run, "token_gnll")
     np.testing.assert_allclose(sample.values, [0.9, 0.4])
-    assert "token_gnll" in {r.predictor for r in score_run(run, ScoreOptions(n_bootstrap=0)).rows}
+    assert "token_gnll" in {r.predictor for r in score_run(run, ScoreOptions(n_bootstrap=0, every_predictor=True)).rows}
 
 
 def test_capability_tiers_per_step_counted_by_uqh_score(tmp_path, capsys):
-    import json
-
     from uqh.cli import main
 
     eps = [make_episode("a#0", "clean", [0.9, 0.8, 0.7, 0.6], outcome=1), make_episode("b#0", "clean", [0.2], outcome=0)]

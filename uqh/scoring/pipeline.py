@@ -33,6 +33,7 @@ from uqh.scoring.registry import (
     TPS,
     TPS_COMPLETE_ONLY,
     MetricKey,
+    default_predictors,
     diagnostic_metrics,
     get_predictor,
     predictor_label,
@@ -60,7 +61,7 @@ StatKey = tuple[str, "str | None", MetricKey]
 
 @dataclass
 class ScoreOptions:
-    predictors: tuple[str, ...] | None = None  # None: every registered predictor
+    predictors: tuple[str, ...] | None = None  # None: the default ones (all registered with every_predictor)
     calibrations: tuple[str, ...] = ("none", "platt")
     scores: tuple[ScoreRule, ...] = field(default_factory=lambda: tuple(parse_score(s) for s in DEFAULT_SCORES))
     weights: str = DEFAULT_WEIGHTS
@@ -74,16 +75,20 @@ class ScoreOptions:
     auq: bool = True
     fixed_rank: bool = False
     level: float = 0.95
+    every_predictor: bool = False  # with predictors=None: every registered predictor (`--predictor all`)
 
     def predictor_names(self) -> list[str]:
         """The predictors to score: per-step ones first, constants (the base rate) last."""
-        names = list(self.predictors) if self.predictors is not None else list(PREDICTORS)
+        if self.predictors is not None:
+            names = list(self.predictors)
+        else:
+            names = list(PREDICTORS) if self.every_predictor else default_predictors()
         specs = [get_predictor(n) for n in names]
         return [p.name for p in specs if not p.is_constant] + [p.name for p in specs if p.is_constant]
 
     def settings(self) -> ScoreSettings:
         return ScoreSettings(
-            predictors=list(self.predictors) if self.predictors is not None else list(PREDICTORS),
+            predictors=self.predictor_names(),
             calibrations=list(self.calibrations),
             scores=[r.name for r in self.scores],
             weights=self.weights,

@@ -84,6 +84,9 @@ class Predictor:
     running: RunningValue | None = None
     #: only meaningful under greedy decoding (G-NLL): refused on a sampled run (temperature > 0)
     greedy_only: bool = False
+    #: scored by default; False: only when asked for (``--predictor NAME`` or ``--predictor all``), which keeps the
+    #: default tables and their cost as they were (the white-box token signals)
+    default: bool = True
 
     def __post_init__(self) -> None:
         kinds = (self.step_value, self.constant, self.trajectory_value, self.running)
@@ -132,18 +135,21 @@ def token_signal_predictors() -> list[Predictor]:
         lab = SPAN_LABELS[span]
         out += [
             Predictor(f"{span}_gmean_prob", f"{lab} geometric-mean token probability",
-                      ts.span_value(ts.geometric_mean_probability, span)),
+                      ts.span_value(ts.geometric_mean_probability, span), default=False),
             Predictor(f"{span}_min_prob", f"{lab} minimum token probability",
-                      ts.span_value(ts.minimum_probability, span)),
-            Predictor(f"{span}_topk_mass", f"{lab} top-k mass", ts.span_value(ts.topk_mass, span)),
+                      ts.span_value(ts.minimum_probability, span), default=False),
+            Predictor(f"{span}_topk_mass", f"{lab} top-k mass", ts.span_value(ts.topk_mass, span), default=False),
             Predictor(f"{span}_entropy_max", f"{lab} max top-k entropy confidence",
-                      ts.span_value(ts.max_entropy_confidence, span)),
+                      ts.span_value(ts.max_entropy_confidence, span), default=False),
             Predictor(f"{span}_traj_prob", f"{lab} trajectory probability to date",
-                      running=RunningValue(ts.span_nll_terms(span), ts.trajectory_probability)),
+                      running=RunningValue(ts.span_nll_terms(span), ts.trajectory_probability), default=False),
             Predictor(f"{span}_traj_gmean_prob", f"{lab} trajectory geometric-mean probability to date",
-                      running=RunningValue(ts.span_nll_terms(span), ts.trajectory_geometric_mean)),
+                      running=RunningValue(ts.span_nll_terms(span), ts.trajectory_geometric_mean), default=False),
+            Predictor(f"{span}_traj_entropy", f"{lab} mean top-k entropy confidence to date",
+                      running=RunningValue(ts.span_entropy_terms(span), ts.trajectory_entropy_confidence),
+                      default=False),
             Predictor(f"{span}_gnll", f"{lab} G-NLL probability (greedy only)",
-                      ts.span_value(ts.sequence_probability, span), greedy_only=True),
+                      ts.span_value(ts.sequence_probability, span), greedy_only=True, default=False),
         ]
     return out
 
@@ -206,6 +212,11 @@ def get_metric(name: str) -> Metric:
     if name not in METRICS:
         raise KeyError(f"unknown metric {name!r}; registered: {', '.join(METRICS)}")
     return METRICS[name]
+
+
+def default_predictors() -> list[str]:
+    """Names of the predictors scored when none are named (registry order)."""
+    return [p.name for p in PREDICTORS.values() if p.default]
 
 
 def step_predictors() -> list[str]:

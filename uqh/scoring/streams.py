@@ -132,6 +132,10 @@ def run_data_from_records(
     for p in running:
         cum = cumulative_within(terms[p.name], offsets)
         streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
+    if manifest is not None and manifest.config.decoding.temperature > 0:
+        for p in PREDICTORS.values():  # greedy-only values of sampled tokens are not what they claim: missing
+            if p.greedy_only:
+                streams[p.name][:] = np.nan
     for p in PREDICTORS.values():
         if p.is_trajectory:  # one value per episode, constant along its steps
             streams[p.name] = np.repeat(np.asarray(p.trajectory_value(episodes), dtype=float), lengths)
@@ -212,7 +216,8 @@ class Sample:
 
 def greedy_refusal(run: RunData, predictor: str) -> str | None:
     """Why a greedy-only predictor (G-NLL) cannot be scored on ``run`` (sampled: temperature > 0), else None.
-    AgentUQ computes G-NLL only under greedy decoding: on sampled tokens it is not the greedy sequence's NLL."""
+    AgentUQ computes G-NLL only under greedy decoding: on sampled tokens it is not the greedy sequence's NLL, so its
+    stream on a sampled run is missing (:func:`run_data_from_records`) and `uqh score --predictor` refuses it."""
     temperature = run.manifest.config.decoding.temperature
     if get_predictor(predictor).greedy_only and temperature > 0:
         return (f"predictor {predictor} is greedy-only (G-NLL) but {run.run_dir} sampled at temperature "
@@ -276,9 +281,6 @@ def build_sample(
     the base rate is the mean of (over the whole working sample, before per-predictor skipping) and Platt is fitted on.
     """
     spec = get_predictor(predictor)
-    refusal = greedy_refusal(run, predictor)
-    if refusal:
-        raise UserError(refusal)
     convention = label_convention(censoring, labels)
     if missing_qz not in ("error", "exclude"):
         raise UserError(f"unknown missing-q_Z policy {missing_qz!r}; use error or exclude")

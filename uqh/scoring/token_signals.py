@@ -17,7 +17,8 @@ Mappings to a confidence (documented in docs/scoring.md, "Token signals"):
 - G-NLL: exp(-sum_t -logprob_t), the probability of the greedy completion;
 - running terms (sum NLL, token count) of a step, combined along the trajectory by :mod:`uqh.scoring.streams` into
   exp(-cumulative NLL) (agentuq ``trajectory_nll`` to date) and exp(-cumulative NLL / cumulative tokens) (agentuq
-  ``avg_token_nll`` to date).
+  ``avg_token_nll`` to date); likewise (sum H_t / ln K, token count) into 1 - the mean normalised top-k entropy of
+  every token so far (agentuq ``mean_topk_entropy`` to date, on the 0..1 scale).
 
 A signal that needs top-k (mass, entropy) is missing when any token of the span has no alternatives: agentuq adds
 nothing to its entropy sum for such a token but still counts it in the mean (an imputed 0); uqh does not.
@@ -75,6 +76,17 @@ def top_logprob_matrix(tokens: list[TokenLogprob] | None) -> np.ndarray | None:
     for i, tok in enumerate(tokens):
         lp[i, : len(tok.top_logprobs)] = [a.logprob for a in tok.top_logprobs]
     return lp
+
+
+def normalised_entropy_terms(tokens: list[TokenLogprob] | None) -> tuple[float, float]:
+    """(sum over tokens of H_t / ln K, number of tokens): the running terms of the mean top-k entropy to date
+    (agentuq ``mean_topk_entropy``, each token's entropy on the 0..1 scale of the span's top-k width K); NaN, NaN
+    when a token has no alternatives or K < 2."""
+    ent = topk_entropies(tokens)
+    if ent is None or ent[1] < 2:
+        return NAN, NAN
+    h, k = ent
+    return float(h.sum() / math.log(k)), float(h.size)
 
 
 def topk_mass(tokens: list[TokenLogprob] | None) -> float:
@@ -142,6 +154,22 @@ def span_nll_terms(span: str):
 
     terms.__name__ = f"{span}_nll_terms"
     return terms
+
+
+def span_entropy_terms(span: str):
+    """The registry's per-step running terms (step, row) -> (sum H/ln K, tokens) on ``span``."""
+
+    def terms(step: Step, row: LogprobRow | None) -> tuple[float, float]:
+        return normalised_entropy_terms(span_tokens(row, span))
+
+    terms.__name__ = f"{span}_entropy_terms"
+    return terms
+
+
+def trajectory_entropy_confidence(cum_entropy: np.ndarray, cum_tokens: np.ndarray) -> np.ndarray:
+    """1 − (mean normalised top-k entropy of every token so far) (agentuq ``mean_topk_entropy`` to date)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.clip(1.0 - cum_entropy / cum_tokens, 0.0, 1.0)
 
 
 def trajectory_probability(cum_nll: np.ndarray, cum_tokens: np.ndarray) -> np.ndarray:
