@@ -2,10 +2,10 @@
 arXiv:2602.05073): its per-role aggregation (``src/tau2/utils/uq_logprobs.py``: ``build_token_logprob_rows``,
 ``_update_accumulator``, ``get_trajectory_uq_summary``) and its evaluation (``src/tau2/scripts/
 evaluate_uq_estimates.py``: AUROC, AUARC, Pearson, Spearman, Kendall tau-b) were run on the token records of
-``tests/data/agentuq_parity.json`` (a hand-made set, and the accepted sidecar rows of a local SmolLM2 arithmetic run:
-its episodes had not finished, so the real tokens come from its checkpoints and carry no reward -- the evaluation
-metrics are checked on the hand-made set); the file holds those inputs and agentuq's outputs as numbers (token texts
-shortened: no formula reads them). uqh must reproduce them to 1e-9.
+``tests/data/agentuq_parity.json`` (a hand-made set, and the accepted sidecar rows of a finished local SmolLM2
+arithmetic run -- two of its three episodes hit the step budget and have no reward, so the evaluation metrics are
+checked on the hand-made set); the file holds those inputs and agentuq's outputs as numbers (token texts shortened:
+no formula reads them). uqh must reproduce them to 1e-9.
 
 Deliberate differences, each tested here:
 - agentuq's failure label is reward < threshold with a command-line default of 0.0 (no 0/1 reward is a failure);
@@ -50,7 +50,7 @@ def test_the_data_covers_both_sets_and_the_cases():
     assert DATA["agentuq_commit"].startswith("364d9a0") and DATA["failure_threshold"] == fa.FAILURE_THRESHOLD
     assert SETS == ["hand", "local_run"]
     local = DATA["local_run"]["trajectories"]
-    assert len(local) >= 2 and sum(len(t) for traj in local for t in traj["assistant"]) > 1000  # real tokens
+    assert len(local) == 3 and sum(len(t) for traj in local for t in traj["assistant"]) > 1000  # real tokens
     assert not has_all_topk(DATA["hand"]["trajectories"][2], ["assistant"])  # the missing-top-k case is there
 
 
@@ -74,7 +74,7 @@ def test_per_role_summaries_equal_agentuq(which):
             else:  # deliberate: missing, where agentuq counts the token with entropy 0
                 assert math.isnan(ours.mean_topk_entropy) and ref["mean_topk_entropy"] is not None
             checked += 1
-    assert checked >= 2
+    assert checked >= 3
 
 
 @pytest.mark.parametrize("which", [k for k in SETS if "metrics_uncertainty_one_minus_c" in DATA[k]])
@@ -166,3 +166,26 @@ def test_uqh_score_and_export_show_the_agentuq_metrics(tmp_path, capsys):
         r["metric"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
     assert main(["export", str(run), "--to", str(tmp_path / "exp"), "--format", "csv", "--bootstrap", "0"]) == 0
     assert "kendall_failure" in (tmp_path / "exp" / "scores.csv").read_text()
+
+
+@pytest.mark.parametrize("which", SETS)
+def test_running_predictors_end_at_agentuqs_trajectory_summary(which):
+    """Φ_last of the running predictors over a trajectory's steps (one accepted call per step) is agentuq's
+    trajectory-level summary of the assistant role, mapped to a confidence."""
+    from scoring_fixtures import make_episode, make_row
+    from uqh.scoring.diagnostics import phi_last
+    from uqh.scoring.streams import run_data_from_records
+
+    eps, rows = [], []
+    for traj in DATA[which]["trajectories"]:
+        steps = calls(traj, "assistant")
+        eps.append(make_episode(traj["id"], "clean", [0.5] * len(steps), outcome=1))
+        rows += [make_row(traj["id"], t + 1, toks) for t, toks in enumerate(steps)]
+    run = run_data_from_records(Path("."), None, eps, rows)
+    by_id = {e: i for i, e in enumerate(run.episode_ids)}
+    for traj in DATA[which]["trajectories"]:
+        ref = DATA[which]["summaries"][traj["id"]]["assistant"]
+        i = by_id[traj["id"]]
+        last = {name: phi_last(run.streams[name], run.offsets)[i] for name in ("token_traj_prob", "token_traj_gmean_prob")}
+        assert last["token_traj_gmean_prob"] == pytest.approx(math.exp(-ref["avg_token_nll"]), rel=1e-9)
+        assert last["token_traj_prob"] == pytest.approx(math.exp(-ref["trajectory_nll"]), rel=1e-9, abs=1e-300)
