@@ -141,6 +141,8 @@ def test_gnll_refused_on_a_sampled_run_and_left_out_by_default(tmp_path, capsys)
     assert main(["score", str(run.run_dir), "--predictor", "token_gnll", "--bootstrap", "0"]) == 2
     err = capsys.readouterr().err
     assert "greedy-only" in err and "temperature 0.7" in err and len(err.strip().splitlines()) == 1
+    assert main(["score", str(run.run_dir), "--predictor", "all,verbal", "--bootstrap", "0"]) == 2
+    assert "--predictor all" in capsys.readouterr().err
     assert main(["score", str(run.run_dir), "--bootstrap", "0", "--calibration", "none"]) == 0
     assert "token_gmean_prob" not in capsys.readouterr().out  # the token signals are scored when asked for
     assert main(["score", str(run.run_dir), "--predictor", "all", "--bootstrap", "0", "--calibration", "none"]) == 0
