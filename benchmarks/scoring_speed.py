@@ -27,7 +27,8 @@ from scipy.special import betainc
 
 from uqh.scoring.bootstrap import paired_bootstrap
 from uqh.scoring.calibration import cross_fit_platt, sigmoid
-from uqh.scoring.diagnostics import DIAGNOSTICS, ScalarDiagnostics, trajectory_scalar
+from uqh.scoring.diagnostics import ALL_DIAGNOSTICS, DIAGNOSTICS, ScalarDiagnostics, trajectory_scalar
+from uqh.scoring.registry import step_predictors
 from uqh.scoring.rules import parse_score
 from uqh.scoring.tps import tps
 from uqh.scoring.weights import trajectory_weights
@@ -48,7 +49,9 @@ def make_data(n: int, steps: int, seed: int = 0):
 # ------------------------------------------------------------------------------------------ vectorised
 
 
-def vectorised(values, offsets, y, ids, n_boot, seed=0, workers=1):
+def vectorised(values, offsets, y, ids, n_boot, seed=0, workers=1, which=DIAGNOSTICS):
+    """``which``: the diagnostics bootstrapped (``ALL_DIAGNOSTICS`` adds agentuq's AUARC and correlations, as
+    `uqh score` computes them for every predictor)."""
     n = offsets.size - 1
     rules = [parse_score(s) for s in RULES]
     w = trajectory_weights(offsets, "linear-front")
@@ -64,7 +67,7 @@ def vectorised(values, offsets, y, ids, n_boot, seed=0, workers=1):
     for k, col in zip(keys, tps_matrix.T):
         point[k] = float(col.mean())
     for name, d in diags.items():
-        for m, v in d.compute().items():
+        for m, v in d.compute(which=which).items():
             point[f"{name}:{m}"] = float(v[0])
 
     def stat(counts):
@@ -73,7 +76,7 @@ def vectorised(values, offsets, y, ids, n_boot, seed=0, workers=1):
         for j, k in enumerate(keys):
             out[k] = means[:, j]
         for name, d in diags.items():
-            for m, v in d.compute(counts, integer_weights=True).items():
+            for m, v in d.compute(counts, which, integer_weights=True).items():
                 out[f"{name}:{m}"] = v
         return out
 
@@ -298,6 +301,17 @@ def main() -> None:
         point, boot, _ = vectorised(values, offsets, y, ids, args.boot)
         t_vec = min(t_vec, time.perf_counter() - t0)
     print(f"vectorised: {args.n} x {args.steps}, {args.boot} resamples: {t_vec:.2f} s")
+    # the same workload with agentuq's four diagnostics added (AUARC, Pearson, Spearman, Kendall tau-b), as `uqh
+    # score` bootstraps them for every predictor; the ratio is their per-predictor cost
+    t_all = float("inf")
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        point_all, boot_all, _ = vectorised(values, offsets, y, ids, args.boot, which=ALL_DIAGNOSTICS)
+        t_all = min(t_all, time.perf_counter() - t0)
+    assert all(np.array_equal(boot[k], boot_all[k]) for k in boot)  # the five are unchanged
+    n_stream = len(step_predictors())
+    print(f"vectorised with agentuq's four diagnostics: {t_all:.2f} s ({t_all / t_vec:.2f}x); {n_stream} stream "
+          f"predictors -> about {n_stream * t_all:.0f} s for all of them")
     t0 = time.perf_counter()
     point2, boot2, _ = vectorised(values, offsets, y, ids, args.boot, workers=2)
     t_vec2 = time.perf_counter() - t0
@@ -338,6 +352,10 @@ def main() -> None:
         f"| vectorised total, bootstrap chunks on 2 threads (same numbers) | {t_vec2:.2f} s ({t_loop / t_vec2:,.0f}x) |",
         f"| agreement on the subsample (max abs diff): point / bootstrap / Platt (a, b, mu, sd) | "
         f"{max_point:.1e} / {max_boot:.1e} / {max_map:.1e} |",
+        f"| vectorised total per predictor with agentuq's AUARC, Pearson, Spearman, Kendall tau-b added (best of "
+        f"{args.repeat}) | {t_all:.2f} s ({t_all / t_vec:.2f}x the five alone) |",
+        f"| all {n_stream} registered stream predictors (per-predictor time x {n_stream}; extrapolated) | "
+        f"{n_stream * t_all:.0f} s |",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average at the end "
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (shared with other jobs), numpy {np.__version__}.",
@@ -347,11 +365,11 @@ def main() -> None:
         "| metric | raw | Platt |",
         "|---|---|---|",
     ]
-    for m in ("tps_log", "tps_brier", "tps_beta(2,4)", *DIAGNOSTICS):
-        lo_r, hi_r = np.quantile(boot[f"raw:{m}"], [0.025, 0.975])
-        lo_p, hi_p = np.quantile(boot[f"platt:{m}"], [0.025, 0.975])
-        lines.append(f"| {m} | {point[f'raw:{m}']:.5f} [{lo_r:.5f}, {hi_r:.5f}] | "
-                     f"{point[f'platt:{m}']:.5f} [{lo_p:.5f}, {hi_p:.5f}] |")
+    for m in ("tps_log", "tps_brier", "tps_beta(2,4)", *ALL_DIAGNOSTICS):
+        lo_r, hi_r = np.quantile(boot_all[f"raw:{m}"], [0.025, 0.975])
+        lo_p, hi_p = np.quantile(boot_all[f"platt:{m}"], [0.025, 0.975])
+        lines.append(f"| {m} | {point_all[f'raw:{m}']:.5f} [{lo_r:.5f}, {hi_r:.5f}] | "
+                     f"{point_all[f'platt:{m}']:.5f} [{lo_p:.5f}, {hi_p:.5f}] |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")

@@ -151,7 +151,8 @@ def test_csv_output(run_dir, capsys):
     assert code == 0
     recs = list(csv.DictReader(io.StringIO(out)))
     assert [(r["metric"], r["score"]) for r in recs] == [
-        ("auroc", ""), ("auprc", ""), ("aurc", ""), ("t_ece", ""), ("t_brier", ""), ("tps", "log")]
+        ("auroc", ""), ("auprc", ""), ("aurc", ""), ("t_ece", ""), ("t_brier", ""), ("auarc", ""),
+        ("pearson_failure", ""), ("spearman_failure", ""), ("kendall_failure", ""), ("tps", "log")]
     assert all(r["calibration"] == "raw" and r["predictor"] == "verbal" and r["ci_low"] == "" for r in recs)
 
 

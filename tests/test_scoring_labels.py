@@ -188,7 +188,7 @@ def test_exact_with_zero_q_z_equals_simple(syn):
     assert a.keys() == b.keys()
     differing = {k for k in a if a[k] != b[k]}
     assert differing == {".settings.censoring", ".settings.label_convention"}
-    assert sum(isinstance(v, float) for v in a.values()) > 500 and len(exact.calibration) == 5
+    assert sum(isinstance(v, float) for v in a.values()) > 500 and len(exact.calibration) == len(simple.calibration) >= 5
     # and soft labels are not ΔY once q_hat_z > 0
     half = score_run(syn, ScoreOptions(censoring="exact", q_z={e: 0.5 for e in cens}, **common))
     assert half.row("base_rate", "raw").value("tps", "log") != simple.row("base_rate", "raw").value("tps", "log")

@@ -15,7 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
     p.add_argument("--predictor", action="append", metavar="NAME",
                    help="predictor(s) of the registry (uqh.scoring.registry.PREDICTORS), repeatable or comma-separated, "
-                        "e.g. verbal,token_prob,base_rate (default: all registered)")
+                        "e.g. verbal,token_prob,base_rate; 'all': every registered one, the white-box token signals "
+                        "included (default: the default ones)")
     p.add_argument("--calibration", choices=("none", "platt", "both"), default="both",
                    help="raw rows (none), cross-fitted Platt rows (platt) or both (default)")
     p.add_argument("--score", action="append", metavar="RULE",
@@ -56,10 +57,15 @@ def options_from_args(args: argparse.Namespace):
     from uqh.scoring.weights import check_scheme
 
     preds: list[str] = []
+    every = False
     for item in args.predictor or []:
         for name in item.split(","):
-            if name.strip() and check_predictor(name.strip()) not in preds:
+            if name.strip() == "all":
+                every = True
+            elif name.strip() and check_predictor(name.strip()) not in preds:
                 preds.append(name.strip())
+    if every and preds:
+        raise UserError("--predictor all already names every predictor; give it alone")
     rules = [parse_score(s) for s in (args.score or DEFAULT_SCORES)]
     if len({r.name for r in rules}) != len(rules):
         raise UserError("the same --score was given twice")
@@ -77,6 +83,7 @@ def options_from_args(args: argparse.Namespace):
     cal = {"none": ("none",), "platt": ("platt",), "both": ("none", "platt")}[args.calibration]
     return ScoreOptions(
         predictors=tuple(preds) if preds else None,
+        every_predictor=every,
         calibrations=cal,
         scores=tuple(rules),
         weights=args.weights,
@@ -136,7 +143,22 @@ def run(args: argparse.Namespace) -> int:
 
         per_run = qz_for_runs([args.q_z], [(r.run_dir, r.manifest.config_hash) for r in runs])
         opts_of = [dataclasses.replace(opts, q_z=q) for q in per_run]
+    from uqh.scoring.streams import greedy_refusal
+
+    for r in runs:  # a greedy-only predictor asked for by name on a sampled run: one line, nothing scored
+        for name in opts.predictors or ():
+            refusal = greedy_refusal(r, name)
+            if refusal:
+                raise UserError(refusal)
     notes = []
+    if opts.every_predictor:  # `--predictor all` leaves greedy-only predictors out of sampled runs: say so
+        from uqh.scoring.registry import PREDICTORS
+
+        for r in runs:
+            left_out = [p for p in PREDICTORS if greedy_refusal(r, p)]
+            if left_out:
+                notes.append(f"{r.run_dir}: greedy-only predictors not scored (temperature "
+                             f"{r.manifest.config.decoding.temperature:g} > 0): {', '.join(left_out)}")
     for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
         missing = RunDir.open(d).episodes_missing_sidecar_rows()
         if missing:

@@ -109,7 +109,8 @@ def predictor_table(results: list[RunScores], keys: list[MetricKey], name: str, 
 
 
 def main_keys(res: RunScores) -> list[MetricKey]:
-    return [MetricKey(m.name) for m in diagnostic_metrics()] + [MetricKey(TPS, s) for s in res.settings.scores]
+    diagnostics = [MetricKey(m.name) for m in diagnostic_metrics() if m.main_table]
+    return diagnostics + [MetricKey(TPS, s) for s in res.settings.scores]
 
 
 def platt_delta_table(results: list[RunScores], keys: list[MetricKey], caption: str) -> Table | None:
@@ -220,6 +221,8 @@ def header_lines(results: list[RunScores]) -> list[str]:
         lines.append(f"{res.run_dir}  {res.domain} · {res.model}")
         lines.append(f"  episodes={c.episodes} complete={c.complete} censored={c.censored}"
                      + (f"; excluded: {excl}" if excl else "") + extra + rate)
+        lines.append(f"  steps by logprob tier: full={c.steps_full_logprobs} "
+                     f"selected-only={c.steps_selected_logprobs_only} none={c.steps_no_logprobs}")
     return lines
 
 

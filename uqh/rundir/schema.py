@@ -68,6 +68,11 @@ class _Record(BaseModel):
 # --------------------------------------------------------------------------------------- logprobs
 
 
+#: the logprob capability tiers of a step (AgentUQ's tiers): a signal that needs top-k is missing below ``full``
+FULL_LOGPROBS, SELECTED_ONLY, NO_LOGPROBS = "full", "selected_only", "none"
+CAPABILITY_TIERS = (FULL_LOGPROBS, SELECTED_ONLY, NO_LOGPROBS)
+
+
 class TopLogprob(_Record):
     token: Annotated[str, Field(description="Alternative token text.")]
     logprob: Annotated[float, Field(description="Natural-log probability of the alternative.")]
@@ -98,6 +103,14 @@ class LogprobRow(_Record):
         tuple[int, int] | None,
         Field(description="Half-open token index range [start, end) covering the <action> content; null if unknown."),
     ] = None
+
+    @property
+    def capability_tier(self) -> str:
+        """What this call's logprobs allow (:data:`CAPABILITY_TIERS`): ``full`` (every token has its top-k
+        alternatives), ``selected_only`` (chosen-token logprobs, top-k missing at some token) or ``none``."""
+        if not self.tokens:
+            return NO_LOGPROBS
+        return FULL_LOGPROBS if all(t.top_logprobs for t in self.tokens) else SELECTED_ONLY
 
 
 # --------------------------------------------------------------------------------------- steps

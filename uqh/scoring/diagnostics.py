@@ -18,10 +18,14 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import digamma
 
+from uqh.scoring import failure_association as fa
+
 
 N_BINS = 10
 TIE_DECIMALS = 12
 DIAGNOSTICS = ("auroc", "auprc", "aurc", "t_ece", "t_brier")
+#: every quantity :meth:`ScalarDiagnostics.compute` knows: the paper's five and agentuq's four (failure_association)
+ALL_DIAGNOSTICS = DIAGNOSTICS + fa.AGENTUQ_METRICS
 
 
 # ------------------------------------------------------------------------------------------ scalar summaries
@@ -81,6 +85,7 @@ class ScalarDiagnostics:
         self.n_bins = n_bins
         self.order = np.argsort(c, kind="stable")  # ascending C
         cs = c[self.order]
+        self.c_sorted = cs
         self.ys = y[self.order]
         self.fail_sorted = 1.0 - self.ys
         new = np.ones(cs.size, dtype=bool)
@@ -141,20 +146,27 @@ class ScalarDiagnostics:
             return np.einsum("ij,ij->i", a, b)
 
         with np.errstate(invalid="ignore", divide="ignore"):
-            if "auroc" in which:
+            if "auroc" in which or "kendall_failure" in which:
                 # P(C_fail < C_succ) + 1/2 P(tie) = sum_g f_g (S - cs_g + s_g/2) / (F S), cs = pp - tp (cum. successes)
                 # = [F S - sum f pp + sum f tp + (sum f t - sum f f)/2] / (F S)
                 num = F * S - rowdot(fail, pp) + rowdot(fail, tp)
                 if self.has_ties:
                     num += 0.5 * (rowdot(fail, tot) - rowdot(fail, fail))
-                out["auroc"] = np.where((F > 0) & (S > 0), num / (F * S), np.nan)
+                if "auroc" in which:
+                    out["auroc"] = np.where((F > 0) & (S > 0), num / (F * S), np.nan)
+                if "kendall_failure" in which:
+                    out["kendall_failure"] = fa.kendall_tau_b(num, tot, N, F)
+            if "pearson_failure" in which:
+                out["pearson_failure"] = fa.pearson(ws, self.c_sorted, self.ys)
+            if "spearman_failure" in which:
+                out["spearman_failure"] = fa.spearman(tot, fail, pp)
             if "auprc" in which:
                 # average precision: thresholds at distinct values from the riskiest (lowest C) down
                 # (where pp = 0 also tp = 0 and f = 0, so the floor only avoids 0/0)
                 np.maximum(pp, 1e-300, out=buf)
                 np.divide(tp, buf, out=buf)
                 out["auprc"] = np.where(F > 0, rowdot(fail, buf) / F, np.nan)
-            if "aurc" in which:
+            if "aurc" in which or "auarc" in which:
                 # accept the most confident first. Group g (descending C) has n_b = N - pp_g accepted before it,
                 # f_b = F - tp_g failures before it; under random tie-breaking its positions contribute
                 # sum_{j=1}^{t_g} (f_b + j f_g/t_g)/(n_b + j) = f_b D_g + f_g - (f_g/t_g) n_b D_g,
@@ -167,7 +179,11 @@ class ScalarDiagnostics:
                 # sum_g e_g (psi_{g-1} - psi_g), psi_{-1} = psi(N + 1)
                 first = e[:, 0] * self._psi1(N, integer_weights, N.max())
                 acc = first + rowdot(e[:, 1:], psi[:, :-1]) - rowdot(e, psi)
-                out["aurc"] = np.where(N > 0, (acc + F) / N, np.nan)
+                aurc = np.where(N > 0, (acc + F) / N, np.nan)
+                if "aurc" in which:
+                    out["aurc"] = aurc
+                if "auarc" in which:
+                    out["auarc"] = fa.auarc_from_aurc(aurc, N, F)
                 del e, psi
             if "t_ece" in which:
                 # tie-aware quantile bins: group g (a block of ties) is in bin floor(K * pp_{g-1} / N); per-bin sums
@@ -221,6 +237,26 @@ def t_ece(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None, n_bin
 def t_brier(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
     """Scalarized trajectory Brier mean (C - Y)^2 (Eq. 12 with L = Brier; lower is better)."""
     return _one("t_brier", c, y, weights)
+
+
+def auarc(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
+    """agentuq's area under the accuracy–rejection curve, expected over random tie-breaking (higher is better)."""
+    return _one("auarc", c, y, weights)
+
+
+def pearson_failure(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
+    """Pearson correlation of 1 − C with 1 − Y (agentuq's Pearson of uncertainty with −reward)."""
+    return _one("pearson_failure", c, y, weights)
+
+
+def spearman_failure(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
+    """Spearman correlation (average ranks) of 1 − C with 1 − Y (agentuq's Spearman)."""
+    return _one("spearman_failure", c, y, weights)
+
+
+def kendall_failure(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
+    """Kendall τ-b of 1 − C with 1 − Y (agentuq's Kendall tau-b)."""
+    return _one("kendall_failure", c, y, weights)
 
 
 def scalarized_loss(c: np.ndarray, y: np.ndarray, loss: str = "brier") -> float:

@@ -33,6 +33,7 @@ from uqh.scoring.registry import (
     TPS,
     TPS_COMPLETE_ONLY,
     MetricKey,
+    default_predictors,
     diagnostic_metrics,
     get_predictor,
     predictor_label,
@@ -51,7 +52,7 @@ from uqh.scoring.results import (
     ScoreSettings,
 )
 from uqh.scoring.rules import DEFAULT_SCORES, ScoreRule, parse_score
-from uqh.scoring.streams import RunData, Sample, build_sample
+from uqh.scoring.streams import RunData, Sample, build_sample, greedy_refusal
 from uqh.scoring.tps import posterior_weight, tps
 from uqh.scoring.weights import DEFAULT_WEIGHTS, trajectory_weights
 
@@ -61,7 +62,7 @@ StatKey = tuple[str, "str | None", MetricKey]
 
 @dataclass
 class ScoreOptions:
-    predictors: tuple[str, ...] | None = None  # None: every registered predictor
+    predictors: tuple[str, ...] | None = None  # None: the default ones (all registered with every_predictor)
     calibrations: tuple[str, ...] = ("none", "platt")
     scores: tuple[ScoreRule, ...] = field(default_factory=lambda: tuple(parse_score(s) for s in DEFAULT_SCORES))
     weights: str = DEFAULT_WEIGHTS
@@ -75,16 +76,20 @@ class ScoreOptions:
     auq: bool = True
     fixed_rank: bool = False
     level: float = 0.95
+    every_predictor: bool = False  # with predictors=None: every registered predictor (`--predictor all`)
 
     def predictor_names(self) -> list[str]:
         """The predictors to score: per-step ones first, constants (the base rate) last."""
-        names = list(self.predictors) if self.predictors is not None else list(PREDICTORS)
+        if self.predictors is not None:
+            names = list(self.predictors)
+        else:
+            names = list(PREDICTORS) if self.every_predictor else default_predictors()
         specs = [get_predictor(n) for n in names]
         return [p.name for p in specs if not p.is_constant] + [p.name for p in specs if p.is_constant]
 
     def settings(self) -> ScoreSettings:
         return ScoreSettings(
-            predictors=list(self.predictors) if self.predictors is not None else list(PREDICTORS),
+            predictors=self.predictor_names(),
             calibrations=list(self.calibrations),
             scores=[r.name for r in self.scores],
             weights=self.weights,
@@ -286,7 +291,10 @@ def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
     diagnostics, Appendix E rows (``opts.fixed_rank``) and sample counts."""
     rows, auq, calib, fixed = [], [], [], []
     counts = SampleCounts()
-    for k, predictor in enumerate(opts.predictor_names()):
+    names = opts.predictor_names()
+    if opts.predictors is None:  # by default a greedy-only predictor is left out of a sampled run (explicit: refused)
+        names = [p for p in names if greedy_refusal(run, p) is None]
+    for k, predictor in enumerate(names):
         sample = build_sample(run, predictor, censoring=opts.censoring, q_z=opts.q_z,
                               include_parse_errors=opts.include_parse_errors, missing_qz=opts.missing_qz,
                               labels=opts.labels)
@@ -298,6 +306,10 @@ def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
         if res.calibration is not None:
             calib.append(res.calibration)
         fixed += res.fixed_rank
+    tiers = run.tier_counts()
+    counts = counts.model_copy(update={"steps_full_logprobs": tiers["full"],
+                                       "steps_selected_logprobs_only": tiers["selected_only"],
+                                       "steps_no_logprobs": tiers["none"]})
     return RunScores(
         run_dir=run.label,
         domain=run.manifest.config.domain,
@@ -329,4 +341,5 @@ def pool_runs(runs: list[RunData]) -> RunData:
         offsets=np.array(offs, dtype=np.int64),
         streams={k: np.concatenate([r.streams[k] for r in runs]) for k in runs[0].streams},
         task_ids=np.concatenate([np.array([f"{k}:{t}" for t in r.tasks], dtype=object) for k, r in enumerate(runs)]),
+        step_tier=None if any(r.step_tier is None for r in runs) else np.concatenate([r.step_tier for r in runs]),
     )

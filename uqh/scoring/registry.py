@@ -24,10 +24,11 @@ import numpy as np
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
-from uqh.scoring import self_consistency, signals
+from uqh.scoring import self_consistency, signals, token_signals as ts
 
 MetricKind = Literal["diagnostic", "tps", "censored_tps"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
+StepTerms = Callable[[Step, "LogprobRow | None"], "tuple[float, float]"]
 TrajectoryValue = Callable[[Sequence[Episode]], np.ndarray]
 
 
@@ -40,9 +41,12 @@ class Metric:
     short: str  # column header without the direction arrow
     higher_is_better: bool | None  # None: a difference, no direction
     kind: MetricKind
-    #: for registered diagnostics: (c, y, weights (B, n)) -> (B,) on complete trajectories; the built-in five are
-    #: computed together by :class:`uqh.scoring.diagnostics.ScalarDiagnostics` (None)
+    #: for registered diagnostics: (c, y, weights (B, n)) -> (B,) on complete trajectories; the built-in ones (the
+    #: paper's five, agentuq's four) are computed together by :class:`uqh.scoring.diagnostics.ScalarDiagnostics` (None)
     compute: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
+    #: shown as a column of the Table-2-shaped tables (False: the AUQ table, JSON, CSV and export only, which keeps
+    #: the main table within the terminal width)
+    main_table: bool = True
 
     @property
     def per_score(self) -> bool:
@@ -52,6 +56,16 @@ class Metric:
         arrow = "" if self.higher_is_better is None else ("↑" if self.higher_is_better else "↓")
         text = self.short.format(score=score_label(score)) if self.per_score else self.short
         return text + arrow
+
+
+@dataclass(frozen=True)
+class RunningValue:
+    """A per-step value that depends on the trajectory so far: two per-step terms (e.g. sum NLL, token count),
+    summed along the trajectory up to each step, then mapped to a confidence (a missing term makes that step and
+    every later one missing)."""
+
+    terms: StepTerms
+    confidence: Callable[[np.ndarray, np.ndarray], np.ndarray]  # (cumulative term 1, cumulative term 2) -> values
 
 
 @dataclass(frozen=True)
@@ -66,10 +80,19 @@ class Predictor:
     calibratable: bool = True
     #: the run's episodes -> one value per episode (NaN: missing), repeated along the trajectory's steps
     trajectory_value: TrajectoryValue | None = None
+    #: a running per-step value (cumulative along the trajectory), e.g. the trajectory NLL to date
+    running: RunningValue | None = None
+    #: only meaningful under greedy decoding (G-NLL): refused on a sampled run (temperature > 0)
+    greedy_only: bool = False
+    #: scored by default; False: only when asked for (``--predictor NAME`` or ``--predictor all``), which keeps the
+    #: default tables and their cost as they were (the white-box token signals)
+    default: bool = True
 
     def __post_init__(self) -> None:
-        if sum(f is not None for f in (self.step_value, self.constant, self.trajectory_value)) != 1:
-            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value and constant")
+        kinds = (self.step_value, self.constant, self.trajectory_value, self.running)
+        if sum(f is not None for f in kinds) != 1:
+            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, running "
+                             "and constant")
 
     @property
     def is_constant(self) -> bool:
@@ -101,6 +124,36 @@ def _base_rate(labels: np.ndarray) -> float:
     return float(np.mean(labels)) if labels.size else float("nan")
 
 
+SPAN_LABELS = {"token": "Completion", "action": "Action-span"}
+
+
+def token_signal_predictors() -> list[Predictor]:
+    """The white-box token signals of :mod:`uqh.scoring.token_signals`, each for the completion (``token_*``) and the
+    action span (``action_*``)."""
+    out = []
+    for span in ts.SPANS:
+        lab = SPAN_LABELS[span]
+        out += [
+            Predictor(f"{span}_gmean_prob", f"{lab} geometric-mean token probability",
+                      ts.span_value(ts.geometric_mean_probability, span), default=False),
+            Predictor(f"{span}_min_prob", f"{lab} minimum token probability",
+                      ts.span_value(ts.minimum_probability, span), default=False),
+            Predictor(f"{span}_topk_mass", f"{lab} top-k mass", ts.span_value(ts.topk_mass, span), default=False),
+            Predictor(f"{span}_entropy_max", f"{lab} max top-k entropy confidence",
+                      ts.span_value(ts.max_entropy_confidence, span), default=False),
+            Predictor(f"{span}_traj_prob", f"{lab} trajectory probability to date",
+                      running=RunningValue(ts.span_nll_terms(span), ts.trajectory_probability), default=False),
+            Predictor(f"{span}_traj_gmean_prob", f"{lab} trajectory geometric-mean probability to date",
+                      running=RunningValue(ts.span_nll_terms(span), ts.trajectory_geometric_mean), default=False),
+            Predictor(f"{span}_traj_entropy", f"{lab} mean top-k entropy confidence to date",
+                      running=RunningValue(ts.span_entropy_terms(span), ts.trajectory_entropy_confidence),
+                      default=False),
+            Predictor(f"{span}_gnll", f"{lab} G-NLL probability (greedy only)",
+                      ts.span_value(ts.sequence_probability, span), greedy_only=True, default=False),
+        ]
+    return out
+
+
 TPS, TPS_COMPLETE_ONLY, DELTA_PRACTICE = "tps", "tps_complete_only", "delta_practice"
 BASE_RATE = "base_rate"
 
@@ -112,6 +165,14 @@ METRICS: dict[str, Metric] = {
         Metric("aurc", "area under the risk-coverage curve", "AURC", False, "diagnostic"),
         Metric("t_ece", "trajectory ECE (10 tie-aware quantile bins)", "T-ECE", False, "diagnostic"),
         Metric("t_brier", "scalarized trajectory Brier", "T-Brier", False, "diagnostic"),
+        Metric("auarc", "area under agentuq's accuracy-rejection curve", "AUARC", True, "diagnostic",
+               main_table=False),
+        Metric("pearson_failure", "Pearson correlation of 1 - C with 1 - Y (agentuq)", "Pearson", True, "diagnostic",
+               main_table=False),
+        Metric("spearman_failure", "Spearman correlation of 1 - C with 1 - Y (agentuq)", "Spearman", True,
+               "diagnostic", main_table=False),
+        Metric("kendall_failure", "Kendall tau-b of 1 - C with 1 - Y (agentuq)", "Kendall τ-b", True, "diagnostic",
+               main_table=False),
         Metric(TPS, "Trajectory Proper Score", "TPS_{score}", True, "tps"),
         Metric(TPS_COMPLETE_ONLY, "TPS on the complete trajectories only", "TPS_{score} complete-only", True,
                "censored_tps"),
@@ -128,6 +189,7 @@ PREDICTORS: dict[str, Predictor] = {
         Predictor("token_entropy", "Completion entropy confidence", signals.token_entropy_value),
         Predictor("action_prob", "Action-span token probability", signals.action_prob_value),
         Predictor("action_entropy", "Action-span entropy confidence", signals.action_entropy_value),
+        *token_signal_predictors(),
         Predictor("sc_mode_freq", "Self-consistency mode frequency", trajectory_value=self_consistency.mode_frequency),
         Predictor("sc_agreement", "Self-consistency agreement", trajectory_value=self_consistency.agreement),
         Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),
@@ -150,6 +212,11 @@ def get_metric(name: str) -> Metric:
     if name not in METRICS:
         raise KeyError(f"unknown metric {name!r}; registered: {', '.join(METRICS)}")
     return METRICS[name]
+
+
+def default_predictors() -> list[str]:
+    """Names of the predictors scored when none are named (registry order)."""
+    return [p.name for p in PREDICTORS.values() if p.default]
 
 
 def step_predictors() -> list[str]:

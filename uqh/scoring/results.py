@@ -147,6 +147,11 @@ class SampleCounts(BaseModel):
     excluded_no_steps: int = 0
     excluded_no_qz: int = 0
     parse_errors_included_as_censored: int = 0
+    #: parsed steps of the run per logprob capability tier (uqh.rundir.schema.CAPABILITY_TIERS); a signal that
+    #: needs top-k is missing on a step below ``full``
+    steps_full_logprobs: int = 0
+    steps_selected_logprobs_only: int = 0
+    steps_no_logprobs: int = 0
 
     def exclusions(self) -> dict[str, int]:
         """Excluded episodes by reason (reasons with none left out)."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.reader import RunDir
-from uqh.rundir.schema import Episode, LogprobRow, Manifest
+from uqh.rundir.schema import CAPABILITY_TIERS, NO_LOGPROBS, Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
 from uqh.scoring.registry import PREDICTORS, get_predictor
 
@@ -47,6 +47,13 @@ class RunData:
     offsets: np.ndarray  # int, len n+1 over the flat step arrays
     streams: dict[str, np.ndarray] = field(default_factory=dict)  # per-step predictor -> flat float (NaN = missing)
     task_ids: np.ndarray | None = None  # object array of str per episode (None: read from the episode ids)
+    #: per parsed step, its logprob capability tier (uqh.rundir.schema.CAPABILITY_TIERS; None: not read)
+    step_tier: np.ndarray | None = None
+
+    def tier_counts(self) -> dict[str, int]:
+        """Parsed steps per logprob capability tier (full / selected_only / none)."""
+        tiers = self.step_tier if self.step_tier is not None else np.zeros(0, dtype=object)
+        return {t: int((tiers == t).sum()) for t in CAPABILITY_TIERS}
 
     @property
     def label(self) -> str:
@@ -70,6 +77,7 @@ class RunData:
             step_budget=self.step_budget[mask],
             offsets=np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64),
             streams={k: v[step_mask] for k, v in self.streams.items()}, task_ids=self.tasks[mask],
+            step_tier=None if self.step_tier is None else self.step_tier[step_mask],
         )
 
     def count(self, stop_reason: str) -> int:
@@ -103,16 +111,31 @@ def run_data_from_records(
     pairs = [(ep.episode_id, step) for ep in episodes for step in ep.steps]  # flat step order
     steps = [step for _, step in pairs]
     where = {(eid, step.t): k for k, (eid, step) in enumerate(pairs)}  # (episode_id, t) -> flat index
+    running = [p for p in PREDICTORS.values() if p.running is not None]
+    terms = {p.name: np.full((int(offsets[-1]), 2), np.nan) for p in running}
     has_row = np.zeros(len(steps), dtype=bool)
+    step_tier = np.full(len(steps), NO_LOGPROBS, dtype=object)
     for row in accepted_rows:
         k = where.get((row.episode_id, row.t))
         if k is not None:  # a later accepted row of the same step overwrites
+            step_tier[k] = row.capability_tier
             for p in predictors:
                 streams[p.name][k] = p.step_value(steps[k], row)
+            for p in running:
+                terms[p.name][k] = p.running.terms(steps[k], row)
             has_row[k] = True
     for k in np.flatnonzero(~has_row):
         for p in predictors:
             streams[p.name][k] = p.step_value(steps[k], None)
+        for p in running:
+            terms[p.name][k] = p.running.terms(steps[k], None)
+    for p in running:
+        cum = cumulative_within(terms[p.name], offsets)
+        streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
+    if manifest is not None and manifest.config.decoding.temperature > 0:
+        for p in PREDICTORS.values():  # greedy-only values of sampled tokens are not what they claim: missing
+            if p.greedy_only:
+                streams[p.name][:] = np.nan
     for p in PREDICTORS.values():
         if p.is_trajectory:  # one value per episode, constant along its steps
             streams[p.name] = np.repeat(np.asarray(p.trajectory_value(episodes), dtype=float), lengths)
@@ -129,7 +152,26 @@ def run_data_from_records(
         offsets=offsets,
         streams=streams,
         task_ids=np.array([ep.task_id for ep in episodes], dtype=object),
+        step_tier=step_tier,
     )
+
+
+def cumulative_within(terms: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Running sums of per-step ``terms`` (rows) restarting at every trajectory; a NaN stays NaN to the end of its
+    trajectory (a step without tokens makes every later running value missing, never imputed)."""
+    terms = np.asarray(terms, dtype=float)
+    if terms.shape[0] == 0:
+        return terms.copy()
+    lengths = np.diff(offsets)
+    finite = np.isfinite(terms)
+    sums = np.cumsum(np.where(finite, terms, 0.0), axis=0)
+    n_missing = np.cumsum(~finite, axis=0)
+    start = offsets[:-1]  # the running totals just before each trajectory's first step
+    sums_before = np.vstack([np.zeros((1, terms.shape[1])), sums])[start]
+    missing_before = np.vstack([np.zeros((1, terms.shape[1]), dtype=np.int64), n_missing])[start]
+    out = sums - np.repeat(sums_before, lengths, axis=0)
+    out[(n_missing - np.repeat(missing_before, lengths, axis=0)) > 0] = np.nan
+    return out
 
 
 # ------------------------------------------------------------------------------------------ samples
@@ -170,6 +212,17 @@ class Sample:
         """Mean training label of the sample's training trajectories (the base rate under its convention)."""
         lab = self.labels[np.isfinite(self.labels)] if self.labels is not None else np.zeros(0)
         return float(lab.mean()) if lab.size else float("nan")
+
+
+def greedy_refusal(run: RunData, predictor: str) -> str | None:
+    """Why a greedy-only predictor (G-NLL) cannot be scored on ``run`` (sampled: temperature > 0), else None.
+    AgentUQ computes G-NLL only under greedy decoding: on sampled tokens it is not the greedy sequence's NLL, so its
+    stream on a sampled run is missing (:func:`run_data_from_records`) and `uqh score --predictor` refuses it."""
+    temperature = run.manifest.config.decoding.temperature
+    if get_predictor(predictor).greedy_only and temperature > 0:
+        return (f"predictor {predictor} is greedy-only (G-NLL) but {run.run_dir} sampled at temperature "
+                f"{temperature:g}; score it on a run with --temperature 0")
+    return None
 
 
 def working_mask(run: RunData, censoring: str, include_parse_errors: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
