@@ -21,6 +21,7 @@ from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
 from uqh.scoring.registry import PREDICTORS, get_predictor
+from uqh.scoring.truth import TRUTH
 
 CENSORING_MODES = ("exclude", "simple", "exact")
 
@@ -151,6 +152,8 @@ class Sample:
     counts: dict[str, int]
     label_convention: str = "complete"  # uqh.scoring.labels: what the base rate and Platt are trained on
     labels: np.ndarray | None = None  # per trajectory, the training label of that convention (NaN: not trained on)
+    #: q_t of every scored step where the run records it on all of them (oracle domains), else None
+    truth: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -163,7 +166,8 @@ class Sample:
         new_off = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
         return Sample(self.predictor, self.episode_ids[mask], self.values[step_mask], new_off, self.y[mask],
                       self.delta[mask], self.q_z[mask], self.horizon[mask], self.ybar, dict(self.counts),
-                      self.label_convention, None if self.labels is None else self.labels[mask])
+                      self.label_convention, None if self.labels is None else self.labels[mask],
+                      None if self.truth is None else self.truth[step_mask])
 
     @property
     def label_mean(self) -> float:
@@ -274,6 +278,8 @@ def build_sample(
     counts["used_complete"] = int((use & ~censored).sum())
     counts["used_censored"] = int((use & censored).sum())
     step_use = np.repeat(use, lengths)
+    truth = run.streams.get(TRUTH)
+    truth = truth[step_use] if truth is not None else None
     return Sample(
         predictor=predictor,
         episode_ids=run.episode_ids[use],
@@ -287,4 +293,5 @@ def build_sample(
         counts=counts,
         label_convention=convention,
         labels=target[use],
+        truth=truth if truth is not None and truth.size and np.isfinite(truth).all() else None,
     )
