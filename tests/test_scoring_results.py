@@ -223,7 +223,7 @@ def test_registration_rejects_bad_entries():
     with pytest.raises(ValueError, match="already registered"):
         register_metric(Metric("auroc", "x", "x", True, "diagnostic", compute=mean_scalar))
     assert set(PREDICTORS) == {"verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "sc_mode_freq",
-                               "sc_agreement", "truth", "base_rate"}
+                               "sc_agreement", "p_true", "truth", "base_rate"}
 
 
 def test_lazy_public_api_resolves():

@@ -68,10 +68,14 @@ class Predictor:
     calibratable: bool = True
     #: the run's episodes -> one value per episode (NaN: missing), repeated along the trajectory's steps
     trajectory_value: TrajectoryValue | None = None
+    #: the probe (``uqh probe --probe NAME``) whose per-step values, read from a probe directory given to
+    #: ``uqh score --probes DIR``, are this predictor's stream (missing without one)
+    probe: str | None = None
 
     def __post_init__(self) -> None:
-        if sum(f is not None for f in (self.step_value, self.constant, self.trajectory_value)) != 1:
-            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value and constant")
+        if sum(f is not None for f in (self.step_value, self.constant, self.trajectory_value, self.probe)) != 1:
+            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, constant "
+                             "and probe")
 
     @property
     def is_constant(self) -> bool:
@@ -137,6 +141,7 @@ PREDICTORS: dict[str, Predictor] = {
         Predictor("sc_mode_freq", "Self-consistency mode frequency", trajectory_value=self_consistency.mode_frequency),
         Predictor("sc_agreement", "Self-consistency agreement", trajectory_value=self_consistency.agreement),
         Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),
+        Predictor("p_true", "Reflexive P(True) (probe)", probe="p_true"),
         Predictor(truth.TRUTH, "True q_t (oracle domains)", truth.truth_value, calibratable=False),
     )
 }

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from uqh.rundir.errors import UserError
+from uqh.rundir.probes import ProbeDir
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
@@ -82,13 +83,35 @@ class RunData:
         return bool(np.isfinite(self.streams[predictor]).any())
 
 
-def load_run(run_dir: "str | Path | RunDir") -> RunData:
-    """Read a run directory (through :class:`rundir.RunDir`) into :class:`RunData`; UserError for bad input."""
+def load_run(run_dir: "str | Path | RunDir", probes: Sequence[ProbeDir] = ()) -> RunData:
+    """Read a run directory (through :class:`rundir.RunDir`) into :class:`RunData`; UserError for bad input.
+    ``probes``: probe directories (``uqh probe``) whose values for this run fill the probe predictors' streams."""
     reader = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
     if not reader.has_episodes_file:
         raise UserError(f"{reader.path} has no episodes yet (no finished episode); run `uqh run` first")
     episodes = reader.episodes()
-    return run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted))
+    data = run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted))
+    fill_probe_streams(data, probes)
+    return data
+
+
+def fill_probe_streams(data: RunData, probes: Sequence[ProbeDir]) -> None:
+    """Set each probe predictor's stream from the probe directories' values for this run (matched by config hash
+    and ``(episode_id, t)``); steps without a value -- or with a recorded missing value -- stay NaN."""
+    flat_index = {(str(eid), t): int(data.offsets[i]) + t - 1
+                  for i, eid in enumerate(data.episode_ids) for t in range(1, int(data.n_steps[i]) + 1)}
+    for p in PREDICTORS.values():
+        if p.probe is None:
+            continue
+        stream = np.full(int(data.offsets[-1]), np.nan)
+        for probe_dir in probes:
+            if probe_dir.config.probe.value != p.probe:
+                continue
+            for (eid, t), v in probe_dir.values_for_run(data.manifest.config_hash).items():
+                k = flat_index.get((eid, t))
+                if k is not None and v.value is not None:
+                    stream[k] = v.value
+        data.streams[p.name] = stream
 
 
 def run_data_from_records(
@@ -115,6 +138,8 @@ def run_data_from_records(
         for p in predictors:
             streams[p.name][k] = p.step_value(steps[k], None)
     for p in PREDICTORS.values():
+        if p.probe is not None:  # filled from probe directories by fill_probe_streams; missing without one
+            streams[p.name] = np.full(int(offsets[-1]), np.nan)
         if p.is_trajectory:  # one value per episode, constant along its steps
             streams[p.name] = np.repeat(np.asarray(p.trajectory_value(episodes), dtype=float), lengths)
     return RunData(
