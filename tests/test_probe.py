@@ -166,3 +166,20 @@ def test_kill_9_and_resume_leave_no_duplicate_and_the_run_untouched(urn_run, tmp
     assert len(keys) == len(set(keys)) == n_planned
     assert f"{n_planned - partial} this run, {partial} before" in done.stdout
     assert digest(urn_run) == before
+
+
+def test_export_with_probes_fills_the_p_true_column(urn_run, tmp_path):
+    import pandas as pd
+    from fake_openai_server import FakeOpenAIServer
+
+    out = tmp_path / "pt"
+    with FakeOpenAIServer("Yes", scripted_logprobs=SCRIPT) as srv:
+        assert main(["probe", str(urn_run), "--probe", "p_true", "--model", "openai/fake", "--api-base",
+                     srv.base_url, "--out", str(out), "--limit", "2", "--no-progress"]) == 0
+    assert main(["export", str(urn_run), "--to", str(tmp_path / "x"), "--format", "csv", "--bootstrap", "0",
+                 "--probes", str(out)]) == 0
+    steps = pd.read_csv(tmp_path / "x" / "steps.csv")
+    probed = steps["p_true"].notna()
+    assert probed.sum() == len(probe_lines(out)) and 0 < probed.sum() < len(steps)  # --limit 2: the rest missing
+    assert (steps.loc[probed, "p_true"] - EXPECTED).abs().max() < 1e-12
+    assert steps["truth"].notna().all()  # the urn records q_t on every step
