@@ -183,3 +183,17 @@ def test_export_with_probes_fills_the_p_true_column(urn_run, tmp_path):
     assert probed.sum() == len(probe_lines(out)) and 0 < probed.sum() < len(steps)  # --limit 2: the rest missing
     assert (steps.loc[probed, "p_true"] - EXPECTED).abs().max() < 1e-12
     assert steps["truth"].notna().all()  # the urn records q_t on every step
+
+
+def test_report_with_probes_has_a_p_true_row(urn_run, tmp_path):
+    import csv
+    from fake_openai_server import FakeOpenAIServer
+
+    out = tmp_path / "pt"
+    with FakeOpenAIServer("Yes", scripted_logprobs=SCRIPT) as srv:
+        assert main(["probe", str(urn_run), "--probe", "p_true", "--model", "openai/fake", "--api-base",
+                     srv.base_url, "--out", str(out), "--no-progress"]) == 0
+    rep = tmp_path / "rep"
+    assert main(["report", str(urn_run), "--out", str(rep), "--bootstrap", "5", "--probes", str(out)]) == 0
+    rows = {r["Predictor"]: r for r in csv.DictReader(open(next(rep.rglob("transparency__*.csv"))))}
+    assert int(rows["Reflexive P(True) (probe) (raw)"]["n"]) == len(read_episodes(urn_run))

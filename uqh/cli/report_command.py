@@ -14,6 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", action="store_true", help="also score runs of the same dataset pooled (Tau2's domains)")
     p.add_argument("--q-z", dest="q_z", type=Path, action="append", default=[], metavar="FILE",
                    help="q_Z file from `uqh continue` (repeatable): adds the exact censored score")
+    p.add_argument("--probes", type=Path, action="append", default=[], metavar="DIR",
+                   help="probe directory from `uqh probe` (repeatable): adds its values as the p_true predictor")
     p.add_argument("--title", default="uqh report", help="page title")
 
 
@@ -26,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_traces < 0:
         raise UserError("--max-traces must be >= 0")
     opts = ReportOptions(n_bootstrap=args.bootstrap, seed=args.seed, max_traces=args.max_traces, pool=args.pool,
-                         q_z_files=tuple(args.q_z), title=args.title)
+                         q_z_files=tuple(args.q_z), probe_dirs=tuple(args.probes), title=args.title)
     res = build_report(args.run_dirs, args.out, opts)
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     print(f"open {res.html}")

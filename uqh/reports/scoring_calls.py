@@ -35,6 +35,7 @@ class ReportOptions:
     max_traces: int = 300  # trajectories per run embedded in the HTML trace explorer
     pool: bool = False  # also score runs of the same dataset pooled (e.g. Tau2's three domains)
     q_z_files: tuple[Path, ...] = ()  # q_Z files from `uqh continue`: adds the exact censored score (§4.3)
+    probe_dirs: tuple[Path, ...] = ()  # probe directories from `uqh probe`: their values become the p_true predictor
     title: str = "uqh report"
 
 
@@ -116,7 +117,10 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
     from uqh.scoring.streams import load_run as load_run_data
     from uqh.scoring.weights import WEIGHT_SCHEMES
 
-    items = [(r, load_run_data(r.path)) for r in runs]
+    from uqh.rundir.probes import ProbeDir
+
+    probes = [ProbeDir.open(p) for p in opts.probe_dirs]
+    items = [(r, load_run_data(r.path, probes)) for r in runs]
     q_z_of: dict[int, dict[str, float]] = {}  # by id(RunData): each run's own q_Z (episode ids repeat across runs)
     if opts.q_z_files:
         from uqh.rundir.qz_file import qz_for_runs
