@@ -43,6 +43,10 @@ cached; ``usage`` reports ``cache_read_input_tokens`` (the longest marked prefix
 ``cache_creation_input_tokens`` (up to the last mark, when not cached yet) and ``input_tokens`` (the rest). The
 responder sees the request converted to the chat shape (system + messages, text only).
 
+With ``scripted_logprobs={token: [(alt, logprob), ...]}`` every generated token equal to a key gets exactly those
+alternatives (its own logprob is its entry in the list, else the first), so a test can serve, e.g., an answer
+token whose top alternatives include both ``Yes`` and ``No`` with chosen probabilities.
+
 With ``quirky_top_logprobs=True`` every position lists 6 alternatives including a duplicate string and
 ``bytes: null`` -- the shape llama-cpp-python returns -- so clients' normalisation can be tested end to end.
 """
@@ -165,8 +169,15 @@ def _completion_parts(text: str, max_tokens: int | None) -> tuple[str, tuple[str
     return "".join(tokens), tuple(tokens), finish
 
 
+def _scripted_entry(token: str, alternatives: tuple[tuple[str, float], ...]) -> dict:
+    own = next((lp for t, lp in alternatives if t == token), alternatives[0][1])
+    return {"token": token, "logprob": own, "bytes": _bytes(token),
+            "top_logprobs": [{"token": t, "logprob": lp, "bytes": _bytes(t)} for t, lp in alternatives]}
+
+
 @lru_cache(maxsize=1024)
-def _choice_json(text: str, max_tokens: int | None, logprobs: bool, top_logprobs: int, quirky: bool) -> tuple[str, int]:
+def _choice_json(text: str, max_tokens: int | None, logprobs: bool, top_logprobs: int, quirky: bool,
+                 scripted: tuple = ()) -> tuple[str, int]:
     content, tokens, finish = _completion_parts(text, max_tokens)
     choice: dict[str, Any] = {
         "index": 0,
@@ -175,7 +186,11 @@ def _choice_json(text: str, max_tokens: int | None, logprobs: bool, top_logprobs
     }
     if logprobs:
         entries = []
+        script = dict(scripted)
         for tok in tokens:
+            if tok in script:
+                entries.append(_scripted_entry(tok, script[tok]))
+                continue
             e = _logprob_entry(tok, quirky)
             if not quirky:
                 e = dict(e, top_logprobs=e["top_logprobs"][: max(0, top_logprobs)])
@@ -197,9 +212,10 @@ def build_response_body(
     prompt_tokens: int,
     usage_cost: float | None = None,
     cached_tokens: int | None = None,
+    scripted: tuple = (),
 ) -> bytes:
     """The exact JSON bytes the server sends for one completion (the expensive part is cached per text)."""
-    choice, n_tokens = _choice_json(text, max_tokens, logprobs, top_logprobs, quirky)
+    choice, n_tokens = _choice_json(text, max_tokens, logprobs, top_logprobs, quirky, scripted)
     head = json.dumps(
         {
             "id": "chatcmpl-fake-%08x" % (hash((text, max_tokens)) & 0xFFFFFFFF),
@@ -250,6 +266,7 @@ class FakeOpenAIServer:
         record_requests: bool = True,
         usage_cost: float | None = None,
         prompt_cache: bool = False,
+        scripted_logprobs: dict[str, list[tuple[str, float]]] | None = None,
     ) -> None:
         for f in faults or ():
             if f not in FAULTS:
@@ -263,6 +280,7 @@ class FakeOpenAIServer:
         self.record_requests = record_requests
         self.usage_cost = usage_cost  # when set, every answer reports usage.cost (as OpenRouter does)
         self.prompt_cache = prompt_cache  # when set, answers report prompt_tokens_details.cached_tokens
+        self.scripted_logprobs = tuple((tok, tuple(alts)) for tok, alts in (scripted_logprobs or {}).items())
         self._cached_prefixes: set[str] = set()  # keys of the message prefixes seen (chat) or marked (messages)
         self.requests: list[dict] = []
         self.faults_served: list[str] = []
@@ -473,6 +491,7 @@ class FakeOpenAIServer:
             prompt_tokens=count_prompt_tokens(messages),
             usage_cost=self.usage_cost,
             cached_tokens=cached,
+            scripted=self.scripted_logprobs,
         )
         if fault == "malformed":
             payload = payload[: max(1, len(payload) // 2)]

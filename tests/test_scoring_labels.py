@@ -312,7 +312,9 @@ def test_the_convention_is_printed_with_every_table_and_stored(webshop):
     assert "labels=delta_y" in text.splitlines()[0]
     flat = " ".join(text.split())  # captions wrap at 120 columns
     caption = "Base rate and Platt trained on labels=delta_y: " + LABEL_CONVENTIONS["delta_y"].description
-    assert flat.count(caption) == 5  # Table 2, censored extension, raw -> Platt, AUQ, fixed rank
+    # Table 2, censored extension, distance from the truth (the fixture fills every per-step stream, truth
+    # included), raw -> Platt, AUQ, fixed rank
+    assert flat.count(caption) == 6
     assert f"base rate {N_SUCCESS / N:.4f}" in flat and "delta_y" in flat.split("Platt maps")[1]
     dump = json.loads(res.model_dump_json())
     assert dump["settings"]["labels"] == "working" and dump["settings"]["label_convention"] == "delta_y"

@@ -225,7 +225,7 @@ def test_registration_rejects_bad_entries():
         register_metric(Metric("auroc", "x", "x", True, "diagnostic", compute=mean_scalar))
     assert set(PREDICTORS) == before  # nothing half-registered
     assert {"verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "sc_mode_freq", "sc_agreement",
-            "base_rate"} <= before
+            "p_true", "truth", "base_rate"} <= before
 
 
 def test_lazy_public_api_resolves():

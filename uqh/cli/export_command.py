@@ -18,6 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                    help="bootstrap resamples of the scores' CIs (default 1000; 0: none)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--probes", action="append", metavar="DIR",
+                   help="probe directory written by `uqh probe` (repeatable): its values fill the p_true column")
     p.add_argument("--censoring", choices=("exclude", "simple"), default="exclude",
                    help="max_steps trajectories in the scores: exclude (default) or simple (q_Z ≈ 0)")
 
@@ -47,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
     for d in args.run_dirs:
         if Path(d).resolve() == to.resolve():
             raise UserError(f"--to {to} is one of the run directories; export into a directory of its own")
-    frames = export_frames(args.run_dirs, tokens=args.tokens,
+    from uqh.rundir.probes import ProbeDir
+
+    probes = [ProbeDir.open(d) for d in args.probes or []]
+    frames = export_frames(args.run_dirs, tokens=args.tokens, probes=probes,
                            options=ScoreOptions(n_bootstrap=args.bootstrap, seed=args.seed, censoring=args.censoring))
     try:
         to.mkdir(parents=True, exist_ok=True)

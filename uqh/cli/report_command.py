@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--certify", type=Path, action="append", default=[], metavar="FILE",
                    help="certificate JSON (`uqh certify RUN... --format json > FILE`; repeatable): adds the "
                         "certificate tables")
+    p.add_argument("--probes", type=Path, action="append", default=[], metavar="DIR",
+                   help="probe directory from `uqh probe` (repeatable): adds its values as the p_true predictor")
     p.add_argument("--title", default="uqh report", help="page title")
 
 
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     opts = ReportOptions(n_bootstrap=args.bootstrap, seed=args.seed, max_traces=args.max_traces, pool=args.pool,
                          q_z_files=tuple(args.q_z), continuation_dirs=tuple(args.continuations),
                          min_valid=args.min_valid, judgments_dir=args.judgments,
-                         certify_files=tuple(args.certify), title=args.title)
+                         certify_files=tuple(args.certify), probe_dirs=tuple(args.probes), title=args.title)
     res = build_report(args.run_dirs, args.out, opts)
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     print(f"open {res.html}")

@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="what the base rate and Platt are trained on under --censoring simple|exact: working (default, "
                         "the paper's: ΔY over the working sample -- Y if complete, 0 if censored; under exact Y or "
                         "q_hat_Z) or complete (Y of the complete trajectories only)")
+    p.add_argument("--probes", action="append", metavar="DIR",
+                   help="probe directory written by `uqh probe` (repeatable): its values become the probe's predictor "
+                        "(p_true) for the runs it probed; its calls and tokens are noted")
     p.add_argument("--q-z", dest="q_z", metavar="FILE", help="q_Z file (JSONL from `uqh continue`) for --censoring exact")
     p.add_argument("--missing-qz", choices=("error", "exclude"), default="error",
                    help="censored episodes without a q_hat_z under --censoring exact: error (default) or exclude "
@@ -122,6 +125,18 @@ def pooling_warning(runs) -> str | None:
             "different settings")
 
 
+def probe_cost_note(probe_dir) -> str:
+    """What a probe directory's values cost: calls, tokens, USD (when priced) and how many are missing."""
+    values = probe_dir.values()
+    prompt = sum(v.call.usage.prompt_tokens or 0 for v in values)
+    completion = sum(v.call.usage.completion_tokens or 0 for v in values)
+    priced = [v.call.cost_usd for v in values if v.call.cost_usd is not None]
+    cost = f"${sum(priced):.4f}" if priced and len(priced) == len(values) else "cost n/a (unpriced model)"
+    missing = sum(v.value is None for v in values)
+    return (f"{probe_dir.path}: probe {probe_dir.config.probe.value} by {probe_dir.config.model}: {len(values)} calls, "
+            f"tokens {prompt:,} prompt + {completion:,} completion, {cost}; {missing} values missing")
+
+
 def run(args: argparse.Namespace) -> int:
     import dataclasses
     import sys
@@ -136,7 +151,10 @@ def run(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     if args.paired and len(args.run_dirs) < 2:
         raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")
-    runs = [load_run(d) for d in args.run_dirs]  # every input is validated before anything is printed
+    from uqh.rundir.probes import ProbeDir
+
+    probes = [ProbeDir.open(d) for d in args.probes or []]
+    runs = [load_run(d, probes) for d in args.run_dirs]  # every input is validated before anything is printed
     opts_of = [opts] * len(runs)
     if opts.censoring == "exact":  # each run gets the q_Z of its own continuation (episode ids repeat across runs)
         from uqh.rundir.qz_file import qz_for_runs
@@ -150,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             refusal = greedy_refusal(r, name)
             if refusal:
                 raise UserError(refusal)
-    notes = []
+    notes = [probe_cost_note(p) for p in probes]
     if opts.every_predictor:  # `--predictor all` leaves greedy-only predictors out of sampled runs: say so
         from uqh.scoring.registry import PREDICTORS
 

@@ -12,6 +12,7 @@ from uqh.domains.base import Domain
 #: The modules that register domains (imported on the first lookup).
 DOMAIN_MODULES = (
     "uqh.domains.arithmetic",
+    "uqh.domains.urn",
     "uqh.domains.qa.strategyqa",
     "uqh.domains.qa.hotpotqa",
     "uqh.domains.tau2.domain",

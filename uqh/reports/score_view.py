@@ -21,6 +21,8 @@ from uqh.scoring.registry import (
     DELTA_PRACTICE,
     TPS,
     TPS_COMPLETE_ONLY,
+    TPS_GAP,
+    TRUTH_MAE,
     MetricKey,
     aggregator_label,
     diagnostic_metrics,
@@ -111,6 +113,18 @@ def predictor_table(results: list[RunScores], keys: list[MetricKey], name: str, 
 def main_keys(res: RunScores) -> list[MetricKey]:
     diagnostics = [MetricKey(m.name) for m in diagnostic_metrics() if m.main_table]
     return diagnostics + [MetricKey(TPS, s) for s in res.settings.scores]
+
+
+def truth_table(results: list[RunScores], caption: str) -> Table | None:
+    """Distance of every stream from the truthful q_t (oracle domains only): mean |F−q| and the TPS gap."""
+    keys = [MetricKey(TRUTH_MAE)] + [MetricKey(TPS_GAP, s) for s in results[0].settings.scores]
+    if not any(r.get(TRUTH_MAE) is not None for res in results for r in res.rows):
+        return None
+    table = predictor_table(results, keys, "truth", "Distance from the truthful q_t (oracle domain): mean |F_t − q_t| "
+                            "and TPS gap = TPS(q) − TPS(F) on the same trajectories (Theorem 4.1: ≥ 0 in expectation)",
+                            caption + " The truth row itself has distance 0.")
+    table.rows = [row for row in table.rows if any(row[header_of(k)] != "—" for k in keys)]
+    return table
 
 
 def platt_delta_table(results: list[RunScores], keys: list[MetricKey], caption: str) -> Table | None:
@@ -239,7 +253,8 @@ def score_output(results: list[RunScores], comparisons: list[PairedComparison] |
         cen = [MetricKey(m, s) for s in results[0].settings.scores for m in (TPS_COMPLETE_ONLY, DELTA_PRACTICE)]
         tables.append(predictor_table(results, cen, "censored", "Censored extension (§6.3): complete-only TPS and "
                                       "Δ_practice = TPS_cen-ext − TPS_complete-only", caption))
-    tables += [t for t in (platt_delta_table(results, keys, caption), auq_table(results, caption),
+    tables += [t for t in (truth_table(results, caption), platt_delta_table(results, keys, caption),
+                           auq_table(results, caption),
                            platt_map_table(results)) if t is not None]
     tables += fixed_rank_tables(results, caption)
     if comparisons:

@@ -42,6 +42,7 @@ class ReportOptions:
     min_valid: int = 5  # resolved branches a continued prefix needs to be retained (Appendix H.2)
     judgments_dir: Path | None = None  # `uqh judge --out` directory: adds the judge analysis and trace links
     certify_files: tuple[Path, ...] = ()  # `uqh certify --format json` output: adds the certificate
+    probe_dirs: tuple[Path, ...] = ()  # probe directories from `uqh probe`: their values become the p_true predictor
     title: str = "uqh report"
 
 
@@ -155,7 +156,10 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
     from uqh.scoring.streams import load_run as load_run_data
     from uqh.scoring.weights import WEIGHT_SCHEMES
 
-    items = [(r, load_run_data(r.path)) for r in runs]
+    from uqh.rundir.probes import ProbeDir
+
+    probes = [ProbeDir.open(p) for p in opts.probe_dirs]
+    items = [(r, load_run_data(r.path, probes)) for r in runs]
     q_z_of: dict[int, dict[str, float]] = {}  # by id(RunData): each run's own q_Z (episode ids repeat across runs)
     if opts.q_z_files:
         from uqh.rundir.qz_file import qz_for_runs

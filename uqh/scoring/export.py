@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from uqh.rundir.probes import ProbeDir
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import Episode
 from uqh.scoring.registry import PREDICTORS, step_predictors
-from uqh.scoring.streams import RunData, run_data_from_records
+from uqh.scoring.streams import RunData, fill_probe_streams, run_data_from_records
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,8 +66,9 @@ class LoadedRun:
     data: RunData
 
 
-def load(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> list[LoadedRun]:
-    """Open every run directory (UserError for bad input, before anything else is done)."""
+def load(runs: "Sequence[str | Path | RunDir | LoadedRun]", probes: "Sequence[ProbeDir]" = ()) -> list[LoadedRun]:
+    """Open every run directory (UserError for bad input, before anything else is done); ``probes`` fill the probe
+    predictors' streams (:func:`uqh.scoring.streams.fill_probe_streams`)."""
     out = []
     for r in runs:
         if isinstance(r, LoadedRun):
@@ -76,6 +78,7 @@ def load(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> list[LoadedRun]:
         episodes = sorted(reader.episodes() if reader.has_episodes_file else [], key=lambda e: e.episode_id)
         data = run_data_from_records(reader.path, reader.manifest, episodes,
                                      (row for row in reader.sidecar() if row.accepted))
+        fill_probe_streams(data, probes)
         label = str(r) if not isinstance(r, RunDir) else str(reader.path)
         out.append(LoadedRun(label, reader, episodes, data))
     return out
@@ -188,9 +191,9 @@ def scores_df(runs: "Sequence[str | Path | RunDir | LoadedRun]", options: "Score
 
 
 def export_frames(runs: Iterable["str | Path | RunDir"], *, tokens: bool = False,
-                  options: "ScoreOptions | None" = None) -> dict[str, "pd.DataFrame"]:
+                  options: "ScoreOptions | None" = None, probes: "Sequence[ProbeDir]" = ()) -> dict[str, "pd.DataFrame"]:
     """Every frame of ``uqh export`` (``tokens`` only when asked: it is the large one), runs read once."""
-    loaded = load(list(runs))
+    loaded = load(list(runs), probes)
     frames = {"episodes": episodes_df(loaded), "steps": steps_df(loaded)}
     if tokens:
         frames["tokens"] = tokens_df(loaded)

@@ -32,6 +32,8 @@ from uqh.scoring.registry import (
     PREDICTORS,
     TPS,
     TPS_COMPLETE_ONLY,
+    TPS_GAP,
+    TRUTH_MAE,
     MetricKey,
     default_predictors,
     diagnostic_metrics,
@@ -54,6 +56,7 @@ from uqh.scoring.results import (
 from uqh.scoring.rules import DEFAULT_SCORES, ScoreRule, parse_score
 from uqh.scoring.streams import RunData, Sample, build_sample, greedy_refusal
 from uqh.scoring.tps import posterior_weight, tps
+from uqh.scoring.truth import mean_abs_error, tps_gap
 from uqh.scoring.weights import DEFAULT_WEIGHTS, trajectory_weights
 
 #: (calibration, aggregator or None for the row itself, metric)
@@ -137,6 +140,11 @@ def _stream_statistic(values, sample: Sample, w, rules, eta, complete, row_diag,
     """A closure computing every bootstrapped quantity of one stream for a (b, n) count matrix."""
     per_traj = {r.name: tps(values, sample.offsets, eta, r, w) for r in rules}
     any_censored = not complete.all()
+    per_traj_vs_truth: dict[MetricKey, np.ndarray] = {}
+    if sample.truth is not None:  # an oracle domain: distance of the stream from q_t on the same trajectories
+        for r in rules:
+            per_traj_vs_truth[MetricKey(TPS_GAP, r.name)] = tps_gap(values, sample.truth, sample.offsets, eta, r, w)
+        per_traj_vs_truth[MetricKey(TRUTH_MAE)] = mean_abs_error(values, sample.truth, sample.offsets)
 
     def stat(counts: np.ndarray) -> dict[tuple[str | None, MetricKey], np.ndarray]:
         out = {}
@@ -151,6 +159,8 @@ def _stream_statistic(values, sample: Sample, w, rules, eta, complete, row_diag,
                     comp = np.einsum("ij,j->i", cc, v[complete]) / tot_c
                 out[(None, MetricKey(TPS_COMPLETE_ONLY, score))] = comp
                 out[(None, MetricKey(DELTA_PRACTICE, score))] = mean - comp
+        for key, v in per_traj_vs_truth.items():
+            out[(None, key)] = np.einsum("ij,j->i", counts, v) / tot
         if row_diag is not None:
             for name, v in row_diag(cc).items():
                 out[(None, MetricKey(name))] = v

@@ -13,7 +13,9 @@ labels, headers and directions from here. Adding a predictor or a scalar diagnos
   predictors get Platt rows.
 - A **metric** is either a ``diagnostic`` of the trajectory scalar on complete trajectories (AUROC, ..., or a
   registered one with its own ``compute``), a ``tps`` metric (one value per score family), or a
-  ``censored_tps`` metric (per score family, only when the sample has censored trajectories, §6.3).
+  ``censored_tps`` metric (per score family, only when the sample has censored trajectories, §6.3), or, only when
+  the run records the truthful q_t (the ``truth`` predictor, :mod:`uqh.scoring.truth`), a ``truth_gap`` (per score
+  family) or ``truth_distance`` metric of each stream against it.
 """
 from __future__ import annotations
 
@@ -24,9 +26,9 @@ import numpy as np
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
-from uqh.scoring import self_consistency, signals, token_signals as ts
+from uqh.scoring import self_consistency, signals, token_signals as ts, truth
 
-MetricKind = Literal["diagnostic", "tps", "censored_tps"]
+MetricKind = Literal["diagnostic", "tps", "censored_tps", "truth_gap", "truth_distance"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
 StepTerms = Callable[[Step, "LogprobRow | None"], "tuple[float, float]"]
 TrajectoryValue = Callable[[Sequence[Episode]], np.ndarray]
@@ -50,7 +52,7 @@ class Metric:
 
     @property
     def per_score(self) -> bool:
-        return self.kind != "diagnostic"
+        return self.kind not in ("diagnostic", "truth_distance")
 
     def header(self, score: str | None = None) -> str:
         arrow = "" if self.higher_is_better is None else ("↑" if self.higher_is_better else "↓")
@@ -87,12 +89,15 @@ class Predictor:
     #: scored by default; False: only when asked for (``--predictor NAME`` or ``--predictor all``), which keeps the
     #: default tables and their cost as they were (the white-box token signals)
     default: bool = True
+    #: the probe (``uqh probe --probe NAME``) whose per-step values, read from a probe directory given to
+    #: ``uqh score --probes DIR``, are this predictor's stream (missing without one)
+    probe: str | None = None
 
     def __post_init__(self) -> None:
-        kinds = (self.step_value, self.constant, self.trajectory_value, self.running)
+        kinds = (self.step_value, self.constant, self.trajectory_value, self.running, self.probe)
         if sum(f is not None for f in kinds) != 1:
-            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, running "
-                             "and constant")
+            raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, running, "
+                             "constant and probe")
 
     @property
     def is_constant(self) -> bool:
@@ -156,6 +161,7 @@ def token_signal_predictors() -> list[Predictor]:
 
 TPS, TPS_COMPLETE_ONLY, DELTA_PRACTICE = "tps", "tps_complete_only", "delta_practice"
 BASE_RATE = "base_rate"
+TPS_GAP, TRUTH_MAE = "tps_gap", "truth_mae"
 
 METRICS: dict[str, Metric] = {
     m.name: m
@@ -178,6 +184,9 @@ METRICS: dict[str, Metric] = {
                "censored_tps"),
         Metric(DELTA_PRACTICE, "Δ_practice = TPS_cen-ext − TPS_complete-only", "Δ_practice {score}", None,
                "censored_tps"),
+        Metric(TPS_GAP, "TPS gap to the truth: TPS(q) − TPS(F) on the same trajectories", "TPS gap {score}", False,
+               "truth_gap"),
+        Metric(TRUTH_MAE, "mean |F_t − q_t| over a trajectory's steps", "mean |F−q|", False, "truth_distance"),
     )
 }
 
@@ -193,6 +202,8 @@ PREDICTORS: dict[str, Predictor] = {
         Predictor("sc_mode_freq", "Self-consistency mode frequency", trajectory_value=self_consistency.mode_frequency),
         Predictor("sc_agreement", "Self-consistency agreement", trajectory_value=self_consistency.agreement),
         Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),
+        Predictor("p_true", "Reflexive P(True) (probe)", probe="p_true"),
+        Predictor(truth.TRUTH, "True q_t (oracle domains)", truth.truth_value, calibratable=False),
     )
 }
 

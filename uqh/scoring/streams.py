@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from uqh.rundir.errors import UserError
+from uqh.rundir.probes import ProbeDir
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import CAPABILITY_TIERS, NO_LOGPROBS, Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
 from uqh.scoring.registry import PREDICTORS, get_predictor
+from uqh.scoring.truth import TRUTH
 
 CENSORING_MODES = ("exclude", "simple", "exact")
 
@@ -89,13 +91,35 @@ class RunData:
         return bool(np.isfinite(self.streams[predictor]).any())
 
 
-def load_run(run_dir: "str | Path | RunDir") -> RunData:
-    """Read a run directory (through :class:`rundir.RunDir`) into :class:`RunData`; UserError for bad input."""
+def load_run(run_dir: "str | Path | RunDir", probes: Sequence[ProbeDir] = ()) -> RunData:
+    """Read a run directory (through :class:`rundir.RunDir`) into :class:`RunData`; UserError for bad input.
+    ``probes``: probe directories (``uqh probe``) whose values for this run fill the probe predictors' streams."""
     reader = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
     if not reader.has_episodes_file:
         raise UserError(f"{reader.path} has no episodes yet (no finished episode); run `uqh run` first")
     episodes = reader.episodes()
-    return run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted))
+    data = run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted))
+    fill_probe_streams(data, probes)
+    return data
+
+
+def fill_probe_streams(data: RunData, probes: Sequence[ProbeDir]) -> None:
+    """Set each probe predictor's stream from the probe directories' values for this run (matched by config hash
+    and ``(episode_id, t)``); steps without a value -- or with a recorded missing value -- stay NaN."""
+    flat_index = {(str(eid), t): int(data.offsets[i]) + t - 1
+                  for i, eid in enumerate(data.episode_ids) for t in range(1, int(data.n_steps[i]) + 1)}
+    for p in PREDICTORS.values():
+        if p.probe is None:
+            continue
+        stream = np.full(int(data.offsets[-1]), np.nan)
+        for probe_dir in probes:
+            if probe_dir.config.probe.value != p.probe:
+                continue
+            for (eid, t), v in probe_dir.values_for_run(data.manifest.config_hash).items():
+                k = flat_index.get((eid, t))
+                if k is not None and v.value is not None:
+                    stream[k] = v.value
+        data.streams[p.name] = stream
 
 
 def run_data_from_records(
@@ -137,6 +161,8 @@ def run_data_from_records(
             if p.greedy_only:
                 streams[p.name][:] = np.nan
     for p in PREDICTORS.values():
+        if p.probe is not None:  # filled from probe directories by fill_probe_streams; missing without one
+            streams[p.name] = np.full(int(offsets[-1]), np.nan)
         if p.is_trajectory:  # one value per episode, constant along its steps
             streams[p.name] = np.repeat(np.asarray(p.trajectory_value(episodes), dtype=float), lengths)
     return RunData(
@@ -193,6 +219,8 @@ class Sample:
     counts: dict[str, int]
     label_convention: str = "complete"  # uqh.scoring.labels: what the base rate and Platt are trained on
     labels: np.ndarray | None = None  # per trajectory, the training label of that convention (NaN: not trained on)
+    #: q_t of every scored step where the run records it on all of them (oracle domains), else None
+    truth: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -205,7 +233,8 @@ class Sample:
         new_off = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
         return Sample(self.predictor, self.episode_ids[mask], self.values[step_mask], new_off, self.y[mask],
                       self.delta[mask], self.q_z[mask], self.horizon[mask], self.ybar, dict(self.counts),
-                      self.label_convention, None if self.labels is None else self.labels[mask])
+                      self.label_convention, None if self.labels is None else self.labels[mask],
+                      None if self.truth is None else self.truth[step_mask])
 
     @property
     def label_mean(self) -> float:
@@ -327,6 +356,8 @@ def build_sample(
     counts["used_complete"] = int((use & ~censored).sum())
     counts["used_censored"] = int((use & censored).sum())
     step_use = np.repeat(use, lengths)
+    truth = run.streams.get(TRUTH)
+    truth = truth[step_use] if truth is not None else None
     return Sample(
         predictor=predictor,
         episode_ids=run.episode_ids[use],
@@ -340,6 +371,7 @@ def build_sample(
         counts=counts,
         label_convention=convention,
         labels=target[use],
+        truth=truth if truth is not None and truth.size and np.isfinite(truth).all() else None,
     )
 
 

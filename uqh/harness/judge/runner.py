@@ -95,38 +95,65 @@ def build_judge_config(
                        prompts_sha256=prompts_sha256(), trace_format=TRACE_FORMAT, package_version=__version__)
 
 
-def check_judge_out(out: Path, run_paths: list[Path]) -> None:
-    """UserError unless ``out`` can hold a judge directory (new, empty or an existing one) outside every judged
-    run. Writes nothing."""
+@dataclass(frozen=True)
+class SidecarLayout:
+    """What a directory of calls over recorded runs is called and holds: ``uqh judge``'s judge directory or
+    ``uqh probe``'s probe directory. Both are written by :class:`SidecarStore` and run by :func:`run_sidecar`."""
+
+    label: str  # "judge directory"
+    noun: str  # what its lines are: "judgments"
+    role: str  # what the recorded runs are to it: "judged"
+    manifest_file: str
+    records_file: str
+    open_reader: Callable[[Path], Any]  # the rundir reader: .manifest, .complete_length()
+    done_keys: Callable[[Any], set]  # reader -> the keys of the records it holds
+    make_manifest: Callable[[Any], Any]  # config -> the manifest written on creation
+    differences: Callable[[Any, Any], list[str]]  # (old config, new config) -> the hashed fields that differ
+
+
+def _judge_manifest(config: JudgeConfig) -> JudgeManifest:
+    return JudgeManifest(config=config, config_hash=config.config_hash(), created_at=_now())
+
+
+JUDGE_LAYOUT = SidecarLayout("judge directory", "judgments", "judged", JUDGE_MANIFEST_FILE, JUDGMENTS_FILE,
+                             JudgeDir.open, lambda reader: {j.key for j in reader.judgments()}, _judge_manifest,
+                             judge_config_differences)
+
+
+def check_judge_out(out: Path, run_paths: list[Path], layout: SidecarLayout = JUDGE_LAYOUT) -> None:
+    """UserError unless ``out`` can hold a judge (probe) directory (new, empty or an existing one) outside every
+    judged run. Writes nothing."""
     out = Path(out)
     target = out.resolve()
     for run in run_paths:
         run = Path(run).resolve()
         if target == run or run in target.parents:
-            raise UserError(f"--out {out} is inside the judged run {run}; judgments go into a directory of their "
-                            "own (the judged run is never modified)")
+            raise UserError(f"--out {out} is inside the {layout.role} run {run}; {layout.noun} go into a directory "
+                            f"of their own (the {layout.role} run is never modified)")
     if out.exists():
         if not out.is_dir():
             raise UserError(f"--out {out} exists and is not a directory; choose a new directory")
         if not os.access(out, os.R_OK | os.W_OK | os.X_OK):
             raise UserError(f"--out {out} is not readable and writable; choose another directory")
         if (out / MANIFEST_FILE).exists():
-            raise UserError(f"--out {out} is a run directory; judgments go into a directory of their own")
-        if not (out / JUDGE_MANIFEST_FILE).exists() and any(p.name != run_lock.LOCK_FILE for p in out.iterdir()):
-            raise UserError(f"--out {out} is a non-empty directory that is not a judge directory; choose a new one")
+            raise UserError(f"--out {out} is a run directory; {layout.noun} go into a directory of their own")
+        if not (out / layout.manifest_file).exists() and any(p.name != run_lock.LOCK_FILE for p in out.iterdir()):
+            raise UserError(f"--out {out} is a non-empty directory that is not a {layout.label}; choose a new one")
         return
     check_creatable(out)
 
 
-def check_judge_resumable(out: Path, config: JudgeConfig) -> None:
-    """UserError (writing nothing) unless an existing judge directory in ``out`` has exactly this config."""
-    if not (Path(out) / JUDGE_MANIFEST_FILE).exists():
+def check_judge_resumable(out: Path, config, layout: SidecarLayout = JUDGE_LAYOUT) -> None:
+    """UserError (writing nothing) unless an existing judge (probe) directory in ``out`` has exactly this config."""
+    if not (Path(out) / layout.manifest_file).exists():
         return
-    manifest = JudgeDir.open(out).manifest
+    manifest = layout.open_reader(Path(out)).manifest
     if manifest.config_hash != config.config_hash():
-        diffs = judge_config_differences(manifest.config, config) or ["(hash only)"]
-        raise UserError(f"{out} holds judgments made with a different judge config (differs in: {', '.join(diffs)}); "
-                        "re-run with the original settings to resume, or use a new --out directory")
+        diffs = layout.differences(manifest.config, config) or ["(hash only)"]
+        config_name = layout.label.replace(" directory", " config")
+        raise UserError(f"{out} holds {layout.noun} made with a different {config_name} (differs in: "
+                        f"{', '.join(diffs)}); re-run with the original settings to resume, or use a new --out "
+                        "directory")
 
 
 def judgment_seed(base_seed: int, run: JudgedRun, episode_id: str, metric: JudgeMetric, repeat: int) -> int:
@@ -161,49 +188,49 @@ def plan_tasks(
 # --------------------------------------------------------------------------------------- the store
 
 
-class JudgmentStore:
-    """A judge directory opened for appending (single writer)."""
+class SidecarStore:
+    """A judge or probe directory opened for appending (single writer)."""
 
-    def __init__(self, path: Path, manifest: JudgeManifest, done: set[Key], notes: list[str], lock):
+    def __init__(self, path: Path, manifest, done: set, notes: list[str], lock, layout: SidecarLayout = JUDGE_LAYOUT):
         self.path = Path(path)
         self.manifest = manifest
         self.done = done
         self.notes = notes
+        self.layout = layout
         self._lock = lock  # the writer lock (uqh.harness.store.lock), held until close
-        self._fd: int | None = os.open(self.path / JUDGMENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                                       0o644)
+        self._fd: int | None = os.open(self.path / layout.records_file,
+                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     @classmethod
-    def open_or_create(cls, out: Path, config: JudgeConfig) -> "JudgmentStore":
+    def open_or_create(cls, out: Path, config, layout: SidecarLayout = JUDGE_LAYOUT) -> "SidecarStore":
         out = Path(out)
-        check_judge_out(out, [Path(r.path) for r in config.runs])
-        check_judge_resumable(out, config)
+        check_judge_out(out, [Path(r.path) for r in config.runs], layout)
+        check_judge_resumable(out, config, layout)
         notes: list[str] = []
         out.mkdir(parents=True, exist_ok=True)
-        lock = run_lock.hold(out)  # one writer per judge directory, as for run directories
+        lock = run_lock.hold(out)  # one writer per directory, as for run directories
         lock.__enter__()
         try:
-            if not (out / JUDGE_MANIFEST_FILE).exists():
-                manifest = JudgeManifest(config=config, config_hash=config.config_hash(),
-                                         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-                atomic_write_text(out / JUDGE_MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
-                return cls(out, manifest, set(), notes, lock)
-            reader = JudgeDir.open(out)
-            cut = truncate_to(out / JUDGMENTS_FILE, reader.complete_length())
+            if not (out / layout.manifest_file).exists():
+                manifest = layout.make_manifest(config)
+                atomic_write_text(out / layout.manifest_file, manifest.model_dump_json(indent=2) + "\n")
+                return cls(out, manifest, set(), notes, lock, layout)
+            reader = layout.open_reader(out)
+            cut = truncate_to(out / layout.records_file, reader.complete_length())
             if cut:
-                notes.append(f"{JUDGMENTS_FILE}: removed a torn last line ({cut} bytes) left by an interrupted write")
+                notes.append(f"{layout.records_file}: removed a torn last line ({cut} bytes) left by an interrupted "
+                             "write")
                 log.warning("%s: %s", out, notes[-1])
-            done = {j.key for j in reader.judgments()}
-            return cls(out, reader.manifest, done, notes, lock)
+            return cls(out, reader.manifest, layout.done_keys(reader), notes, lock, layout)
         except BaseException:
             lock.__exit__(None, None, None)
             raise
 
-    def append(self, judgment: Judgment) -> None:
-        if judgment.key in self.done:
-            raise ValueError(f"judgment {judgment.key} is already in {JUDGMENTS_FILE}")
-        append_fsync(self._fd, judgment.model_dump_json().encode() + b"\n")
-        self.done.add(judgment.key)
+    def append(self, record) -> None:
+        if record.key in self.done:
+            raise ValueError(f"{record.key} is already in {self.layout.records_file}")
+        append_fsync(self._fd, record.model_dump_json().encode() + b"\n")
+        self.done.add(record.key)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -211,11 +238,15 @@ class JudgmentStore:
             self._fd = None
             self._lock.__exit__(None, None, None)
 
-    def __enter__(self) -> "JudgmentStore":
+    def __enter__(self) -> "SidecarStore":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+#: The judge directory's store (the name the judge's callers know).
+JudgmentStore = SidecarStore
 
 
 # --------------------------------------------------------------------------------------- judging
@@ -261,17 +292,19 @@ def judgment_summary(j: Judgment) -> EpisodeSummary:
     return out
 
 
-async def judge_tasks(
-    tasks: list[JudgeTask],
+async def run_calls(
+    tasks: list,
+    work: Callable[[Any, Any], Any],
     client,
-    store: JudgmentStore,
+    store: SidecarStore,
     *,
     concurrency: int,
-    on_done: Callable[[Judgment], None],
-    on_error: Callable[[JudgeTask, str], None],
+    on_done: Callable[[Any], None],
+    on_error: Callable[[Any, str], None],
 ) -> None:
-    """Judge ``tasks`` with at most ``concurrency`` calls in flight; each finished judgment is appended (fsynced)
-    by one I/O thread, so the event loop never blocks on the disk."""
+    """Run ``await work(client, task)`` for every task with at most ``concurrency`` in flight; each finished
+    record (a judgment, a probe value) is appended (fsynced) by one I/O thread, so the event loop never blocks on
+    the disk. A failed call (``ModelCallFailed``) or a crash is reported, not written: a re-run retries it."""
     from uqh.harness.model.errors import ModelCallFailed
 
     loop = asyncio.get_running_loop()
@@ -281,16 +314,16 @@ async def judge_tasks(
     async def one(task: JudgeTask) -> None:
         async with sem:
             try:
-                judgment = await judge_one(client, task)
+                record = await work(client, task)
             except ModelCallFailed as exc:
-                on_error(task, f"judge call failed: {first_line(exc, 300)}")
+                on_error(task, f"{store.layout.label.split()[0]} call failed: {first_line(exc, 300)}")
                 return
             except Exception as exc:  # noqa: BLE001 - any other crash: reported, not written, re-queued on re-run
-                log.debug("judgment %s crashed", task.key, exc_info=True)
+                log.debug("task %s crashed", task.key, exc_info=True)
                 on_error(task, f"{type(exc).__name__}: {first_line(exc, 300)}")
                 return
-        await loop.run_in_executor(io, store.append, judgment)
-        on_done(judgment)
+        await loop.run_in_executor(io, store.append, record)
+        on_done(record)
 
     try:
         await asyncio.gather(*(one(t) for t in tasks))
@@ -332,9 +365,30 @@ def run_judges(
 
     ``client_factory(litellm_model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests).
     """
-    out = Path(out)
     tasks = plan_tasks(config, readers, metrics, repeats, limit=limit)
-    with JudgmentStore.open_or_create(out, config) as store:
+    return run_sidecar(config, JUDGE_LAYOUT, tasks, Path(out), judge_one, judgment_summary, model=config.judge_model,
+                       concurrency=concurrency, progress=progress, label="uqh judge", client_factory=client_factory)
+
+
+def run_sidecar(
+    config,
+    layout: SidecarLayout,
+    tasks: list,
+    out: Path,
+    work: Callable[[Any, Any], Any],
+    summary_of: Callable[[Any], EpisodeSummary],
+    *,
+    model: str,
+    concurrency: int,
+    progress: bool,
+    label: str,
+    client_factory: Callable[[str, str | None], Any] | None = None,
+) -> JudgeSummary:
+    """The runner shared by ``uqh judge`` and ``uqh probe``: open (or resume) the directory, skip the tasks whose
+    key it holds, start the model (a ``local:`` model is served for the duration), run the rest through
+    :func:`run_calls` with progress and accounting, and return the summary. ``config`` has ``runs``, ``api_base``
+    and ``decoding``; every task a ``key``."""
+    with SidecarStore.open_or_create(out, config, layout) as store:
         todo = [t for t in tasks if t.key not in store.done]
         stats = BatchStats(total=len(tasks), already_done=len(tasks) - len(todo))
         summary = JudgeSummary(out, len(tasks), len(tasks) - len(todo), stats, notes=list(store.notes))
@@ -343,26 +397,26 @@ def run_judges(
         with contextlib.ExitStack() as stack:
             from uqh.harness.model.local import resolve_model
 
-            model, api_base = stack.enter_context(resolve_model(config.judge_model, config.api_base))
-            bar = stack.enter_context(Progress(stats, enabled=progress, label="uqh judge"))
+            litellm_model, api_base = stack.enter_context(resolve_model(model, config.api_base))
+            bar = stack.enter_context(Progress(stats, enabled=progress, label=label))
 
-            def done(j: Judgment) -> None:
-                stats.add(judgment_summary(j))
+            def done(record) -> None:
+                stats.add(summary_of(record))
                 bar.update()
 
-            def error(task: JudgeTask, message: str) -> None:
+            def error(task, message: str) -> None:
                 stats.add_error(message)
                 bar.update()
 
             async def main() -> None:
                 if client_factory is not None:
-                    client = client_factory(model, api_base)
+                    client = client_factory(litellm_model, api_base)
                 else:
                     from uqh.harness.model.client import make_model_client
 
-                    client = make_model_client(model, api_base=api_base, decoding=config.decoding)
+                    client = make_model_client(litellm_model, api_base=api_base, decoding=config.decoding)
                 try:
-                    await judge_tasks(todo, client, store, concurrency=concurrency, on_done=done, on_error=error)
+                    await run_calls(todo, work, client, store, concurrency=concurrency, on_done=done, on_error=error)
                 finally:
                     with contextlib.suppress(Exception):
                         await client.aclose()

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from uqh.reports.scoring_calls import PRIMARY_PREDICTOR, ScoredRun
-from uqh.scoring.registry import BASE_RATE, predictor_label, step_predictors
+from uqh.scoring.registry import BASE_RATE, PREDICTORS, predictor_label, step_predictors
 
 
 def _clean(v: float | None) -> float | None:
@@ -45,7 +45,8 @@ def trace_data(scored: list[ScoredRun], max_traces: int) -> dict[str, Any]:
             platt = {eid: [_clean(v) for v in vals] for eid, vals in sr.platt_trace.by_episode().items()}
         base_row = sr.results.main.row(BASE_RATE, "raw")
         ybar = base_row.ybar if base_row is not None else None
-        every = [p for p in step_predictors() if p in data.streams]
+        # the predictors scored by default (the opt-in token signals stay out of the chart: uqh view shows them)
+        every = [p for p in step_predictors() if p in data.streams and PREDICTORS[p].default]
         style = {p: style_of(i) for i, p in enumerate(every)}
         names = [p for p in every if data.has_values(p)]
         missing = [predictor_label(p) for p in every if p not in names]

@@ -42,8 +42,9 @@ def clean(v: float | None) -> float | None:
 
 
 def step_predictor_names() -> list[str]:
-    """The registered per-step predictors (trajectory predictors need the whole run: `uqh report` draws them)."""
-    return [p.name for p in PREDICTORS.values() if p.step_value is not None]
+    """The per-step predictors scored by default (trajectory predictors need the whole run: `uqh report` draws
+    them; the opt-in token signals stay out of the chart, as in the report)."""
+    return [p.name for p in PREDICTORS.values() if p.step_value is not None and p.default]
 
 
 @dataclass

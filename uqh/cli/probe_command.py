@@ -1,0 +1,85 @@
+"""`uqh probe`: per-step probes (reflexive P(True)) over recorded traces, into a probe directory (resumable).
+
+    uqh probe RUN_DIR... --probe p_true --model MODEL [--api-base URL] --out PROBE_DIR [--limit N]
+              [--top-logprobs K] [--concurrency C] [--dry-run]
+
+The probed runs are only read. Re-running the same command resumes (finished values are kept); a changed
+config is refused with the fields that differ. ``uqh score RUN --probes PROBE_DIR`` scores the values as the
+``p_true`` predictor. Every user mistake is one line on stderr, exit 2, nothing written.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to probe (read only)")
+    p.add_argument("--out", required=True, metavar="PROBE_DIR",
+                   help="probe directory (created, or resumed if it holds these values); never inside a run")
+    p.add_argument("--probe", required=True, choices=("p_true",),
+                   help="p_true: ask the model whether the task will succeed; P(yes) from the answer's logprobs")
+    p.add_argument("--model", required=True, metavar="MODEL",
+                   help="model that answers the probe (usually the agent's own: openai/NAME with --api-base, or "
+                        "local:smollm2)")
+    p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible endpoint for --model")
+    p.add_argument("--limit", type=int, metavar="N", help="probe only the first N episodes of each run")
+    p.add_argument("--top-logprobs", type=int, default=10, metavar="K",
+                   help="alternatives asked for at the answer token (default 10)")
+    p.add_argument("--concurrency", type=int, metavar="C", help="calls in flight (default 8; 2 for local:)")
+    p.add_argument("--seed", type=int, default=42, metavar="N", help="probe seed; each call's seed derives from it")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from uqh.harness.config.build import validate_model_string
+    from uqh.harness.judge.probe import PROBE_LAYOUT, build_probe_config, plan_probes, probe_decoding, run_probes
+    from uqh.harness.judge.runner import check_judge_out, check_judge_resumable, open_runs
+    from uqh.harness.model.local import check_credentials
+    from uqh.harness.runner import default_concurrency
+    from uqh.rundir.errors import UserError
+    from uqh.rundir.probes import ProbeDir, ProbeKind
+
+    for name in ("limit", "concurrency", "top_logprobs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    validate_model_string(args.model, args.api_base)
+    check_credentials(args.model, args.api_base)
+    readers = open_runs(args.run_dirs)
+    config = build_probe_config(readers, ProbeKind(args.probe), args.model, args.api_base,
+                                probe_decoding(args.top_logprobs, args.seed))
+    out = Path(args.out)
+    check_judge_out(out, [r.path for r in readers], PROBE_LAYOUT)
+    check_judge_resumable(out, config, PROBE_LAYOUT)
+    concurrency = args.concurrency or default_concurrency(args.model)
+    if args.dry_run:
+        tasks = plan_probes(config, readers, limit=args.limit)
+        done = {v.key for v in ProbeDir.open(out).values()} if (out / PROBE_LAYOUT.manifest_file).exists() else set()
+        todo = sum(t.key not in done for t in tasks)
+        print(f"probe         {config.probe.value} with {config.model}" + (f" via {config.api_base}" if config.api_base else ""))
+        print(f"values        {len(tasks)} planned (one per recorded step), {len(tasks) - todo} already in {out}, "
+              f"{todo} to make; calls {todo}; concurrency {concurrency}")
+        print("dry run: no model was called, nothing was written.")
+        return 0
+    summary = run_probes(config, readers, out, limit=args.limit, concurrency=concurrency,
+                         progress=not args.no_progress)
+    s = summary.stats
+    print(f"probe directory  {summary.out}")
+    print(f"values           {summary.done_before + s.done}/{summary.planned} made ({s.done} this run, "
+          f"{summary.done_before} before)")
+    if s.stop_reasons:
+        print("this run         " + ", ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())))
+    print(f"probe calls      {s.calls}; tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion; "
+          f"{s.cost_text()}")
+    for note in summary.notes:
+        print(f"note             {note}")
+    if not summary.ok:
+        reasons = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3)) or "interrupted"
+        print(f"uqh probe: {summary.remaining} probe values not made ({reasons}); re-run the same command to resume",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,147 @@
+"""The probe directory: per-step probe values over recorded traces (``uqh probe``), its schema and its one reader.
+
+A probe directory is a sidecar of one or more run directories, written into its own ``--out`` (never into a
+probed run), by the runner ``uqh judge`` uses:
+
+- ``probe_manifest.json`` -- :class:`ProbeManifest`: the probed runs (path + config hash), the probe, its model,
+  decoding and the sha256 of its prompt template; its hash guards resume;
+- ``probes.jsonl``        -- one :class:`ProbeValue` per line: one probe at one step of one episode.
+
+A value the provider could not give (no logprobs, neither answer option among the top alternatives) is recorded
+with ``value`` null and its ``missing_reason`` -- never guessed. A failed call (after the model client's retries)
+is not a value: nothing is written and re-running the command picks it up again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from uqh.rundir.errors import UserError
+from uqh.rundir.judgments import JudgedRun
+from uqh.rundir.reader import read_jsonl_first_per_key, read_versioned_json
+from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
+
+PROBE_MANIFEST_FILE = "probe_manifest.json"
+PROBES_FILE = "probes.jsonl"
+
+
+class ProbeKind(str, Enum):
+    """The probes ``uqh probe`` can run (the predictor of the same name reads its values)."""
+
+    p_true = "p_true"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProbeConfig(_Record):
+    """What determines the values a probe directory holds. Its hash guards resume (``api_base`` excluded)."""
+
+    runs: list[JudgedRun]
+    probe: ProbeKind
+    model: Annotated[str, Field(description="Model string of the probing model as given (e.g. local:smollm2).")]
+    api_base: Annotated[str | None, Field(description="Endpoint of the first probing run (not hashed).")] = None
+    decoding: DecodingConfig
+    prompt_sha256: Annotated[str, Field(description="sha256 of the probe's prompt template file.")]
+    package_version: str
+
+    def config_hash(self) -> str:
+        data = {k: v for k, v in self.model_dump(mode="json").items() if k not in PROBE_HASH_EXCLUDED}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+PROBE_HASH_EXCLUDED = frozenset({"api_base"})
+
+
+def probe_config_differences(old: ProbeConfig, new: ProbeConfig) -> list[str]:
+    return config_differences(old, new, ignore=PROBE_HASH_EXCLUDED)
+
+
+class ProbeManifest(_Record):
+    schema_version: int = SCHEMA_VERSION
+    config: ProbeConfig
+    config_hash: str
+    created_at: str
+    info: dict[str, Any] = {}
+
+
+class ProbeValue(_Record):
+    """One probe at step ``t`` of one episode of one probed run."""
+
+    schema_version: int = SCHEMA_VERSION
+    run: Annotated[int, Field(description="Index of the probed run in the probe manifest's runs list.", ge=0)]
+    episode_id: str
+    t: Annotated[int, Field(description="1-based step index of the probed step.", ge=1)]
+    probe: ProbeKind
+    value: Annotated[float | None, Field(description="The probe's value (P(True) in [0, 1]); null when missing.")]
+    missing_reason: Annotated[str | None, Field(description="Why value is null; null when present.")] = None
+    option_logprobs: Annotated[
+        dict[str, float | None],
+        Field(description="Answer option -> summed probability's log over its spellings among the top "
+                          "alternatives of the answer token (null: not among them)."),
+    ] = {}
+    raw_text: str = ""
+    call: CallRecord
+    probed_at: str | None = None
+
+    @model_validator(mode="after")
+    def _value_xor_missing(self) -> "ProbeValue":
+        if (self.value is None) == (self.missing_reason is None):
+            raise ValueError("a probe value has either a value or a missing_reason, not both or neither")
+        return self
+
+    @property
+    def key(self) -> tuple[int, str, int, str]:
+        return (self.run, self.episode_id, self.t, self.probe.value)
+
+
+def read_probe_manifest(probe_dir: Path) -> ProbeManifest:
+    probe_dir = Path(probe_dir)
+    path = probe_dir / PROBE_MANIFEST_FILE
+    if not probe_dir.is_dir() or not path.is_file():
+        raise UserError(f"{probe_dir} is not a probe directory (no {PROBE_MANIFEST_FILE}); run `uqh probe RUN... "
+                        f"--probe p_true --model M --out {probe_dir}` first")
+    return read_versioned_json(path, ProbeManifest, "probe manifest")
+
+
+@dataclass
+class ProbeDir:
+    """A probe directory opened for reading. Build it with :meth:`open`; it never writes."""
+
+    path: Path
+    manifest: ProbeManifest
+    duplicate_lines: int = 0
+    _values: list[ProbeValue] | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "ProbeDir":
+        path = Path(path)
+        return cls(path=path, manifest=read_probe_manifest(path))
+
+    @property
+    def config(self) -> ProbeConfig:
+        return self.manifest.config
+
+    def values(self) -> list[ProbeValue]:
+        """Probe values in file order, torn-line safe, the first line of each key kept (cached)."""
+        if self._values is None:
+            self._values, self.duplicate_lines = read_jsonl_first_per_key(
+                self.path / PROBES_FILE, ProbeValue, lambda v: v.key)
+        return self._values
+
+    def complete_length(self) -> int:
+        """Bytes of ``probes.jsonl`` up to and including its last newline (the rest is a torn line)."""
+        path = self.path / PROBES_FILE
+        return path.read_bytes().rfind(b"\n") + 1 if path.exists() else 0
+
+    def values_for_run(self, config_hash: str) -> dict[tuple[str, int], ProbeValue]:
+        """``(episode_id, t) -> value`` of the probed run with this config hash (empty if it was not probed)."""
+        runs = [k for k, r in enumerate(self.config.runs) if r.config_hash == config_hash]
+        return {(v.episode_id, v.t): v for v in self.values() if v.run in runs}
