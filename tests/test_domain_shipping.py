@@ -80,7 +80,7 @@ def test_tau2_domain_pickles_without_its_thread_pool():
 def test_code_digest_changes_with_any_source_or_prompt(tmp_path):
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent / "uqh"  # code_digest covers the package's write path and prompts
     for top in ("rundir", "domains", "harness", "prompts"):
         shutil.copytree(root / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
     base = code_digest(tmp_path)
