@@ -17,6 +17,7 @@ import sys
 
 from uqh.cli import console_log
 from uqh.harness import signals
+from uqh.rundir import secrets
 from uqh.rundir.errors import RunDirWriteError, UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -36,13 +37,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _load_dotenv() -> None:
     """Secrets come from the environment or a ``.env`` file: ``./.env`` first, else the nearest one above the
-    working directory; the environment wins over the file. Never written anywhere."""
+    working directory; the environment wins over the file. Never written anywhere: the file's secret-named values
+    are registered for redaction even where the environment overrides them."""
     try:
-        from dotenv import find_dotenv, load_dotenv
+        from dotenv import dotenv_values, find_dotenv, load_dotenv
     except ImportError:  # python-dotenv comes with litellm; without it only the environment is used
         return
     path = find_dotenv(usecwd=True)  # ./.env, then the parents of the working directory (not the package's)
     if path:
+        secrets.register_names(dotenv_values(path))
         load_dotenv(path, override=False)
 
 
@@ -78,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         with signals.stop_signals():
             return int(args._run(args) or 0)
     except UserError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr)
+        print(secrets.redact(f"{name}: error: {exc}"), file=sys.stderr)
         return 2
     except RunDirWriteError as exc:
-        print(f"{name}: error: {exc}; {exc.hint}", file=sys.stderr)
+        print(secrets.redact(f"{name}: error: {exc}; {exc.hint}"), file=sys.stderr)
         return 1
     except OSError as exc:  # an I/O fault no command anticipated: still one line (the traceback with -v)
         logging.getLogger("uqh").debug("I/O error", exc_info=True)

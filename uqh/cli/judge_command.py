@@ -91,12 +91,13 @@ def _judge(args: argparse.Namespace) -> int:
 
     from uqh.harness.judge.runner import build_judge_config, check_judge_out, check_judge_resumable, open_runs, plan_tasks
     from uqh.harness.model.local import check_credentials
-    from uqh.harness.config.build import validate_model_string
+    from uqh.harness.config.build import check_endpoint_url, validate_model_string
     from uqh.harness.runner import default_concurrency
     from uqh.rundir.judgments import JudgeDir, parse_metrics
     from uqh.rundir.schema import DecodingConfig
 
     metrics = parse_metrics(args.metrics)
+    check_endpoint_url("--api-base", args.api_base)
     validate_model_string(args.judge_model, args.api_base)
     check_credentials(args.judge_model, args.api_base)
     readers = open_runs(args.run_dirs)

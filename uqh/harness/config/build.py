@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from uqh.harness.config.presets import Preset
 from uqh.rundir.errors import UserError
 from uqh.rundir.reader import is_run_dir
 from uqh.rundir.schema import DecodingConfig, RunConfig
+from uqh.rundir.secrets import mask_url, url_credentials
 
 if TYPE_CHECKING:
     from uqh.domains.base import Domain
@@ -116,22 +116,23 @@ def check_positive(name: str, value: int | None, minimum: int = 1) -> None:
 def check_endpoint_url(flag: str, url: str | None) -> None:
     """UserError unless ``url`` (None: not given) is an http(s) URL with a host and without credentials.
 
-    Credentials in a URL (``http://user:password@host/v1``) would be written to the manifest and printed, and the
-    clients refuse them next to their own Authorization header; the message shows the URL with them masked.
+    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``) would be written to the manifest
+    and printed, and the clients refuse them next to their own Authorization header; the message shows the URL with
+    them masked.
     """
     if url is None:
         return
+    found = url_credentials(url)
+    if found is not None:
+        raise UserError(
+            f"{flag} {mask_url(url)} contains {found}; it would be written to the run's manifest: "
+            f"give the URL without it and the key in OPENAI_API_KEY (environment or .env)"
+        )
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:
         parts = None
-    if parts is not None and ("@" in parts.netloc or (not parts.netloc and "@" in url)):
-        masked = re.sub(r"[^/@]+@", "***@", url, count=1)
-        raise UserError(
-            f"{flag} {masked} contains credentials (user:password@); they would be written to the run's manifest: "
-            f"give the URL without them and the key in OPENAI_API_KEY (environment or .env)"
-        )
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"{flag} {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:8000/v1")
 

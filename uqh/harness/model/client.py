@@ -66,6 +66,7 @@ from uqh.harness.model.transports import (  # noqa: F401 - HTTPStatusFailure and
     Transport,
     grammar_text,
 )
+from uqh.rundir.secrets import redact
 from uqh.rundir.schema import CallRecord, DecodingConfig, TokenLogprob, TopLogprob, Usage
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -133,8 +134,8 @@ def _check_response(resp: Any) -> None:
         code = _get(error, "code")
         message = _get(error, "message") or str(error)
         if isinstance(code, int) and 100 <= code <= 599:
-            raise HTTPStatusFailure(code, str(message)[:300])
-        raise MalformedResponse(f"the response carries an error instead of a completion: {str(message)[:300]}")
+            raise HTTPStatusFailure(code, redact(str(message))[:300])
+        raise MalformedResponse(f"the response carries an error instead of a completion: {redact(str(message))[:300]}")
     raise MalformedResponse("the response has no choices/message")
 
 
@@ -373,11 +374,9 @@ class ModelClientImpl:
         return counts() if callable(counts) else []
 
     def _redact(self, text: str) -> str:
-        """Error texts end up in logs and run summaries: never with the API key in them."""
-        key = self._api_key
-        if key and len(key) >= 8 and key != "sk-no-key":
-            text = text.replace(key, "***")
-        return text
+        """Error texts end up in logs and run summaries: never with the API key (nor any other known secret) in
+        them."""
+        return redact(text, [self._api_key])
 
     def backoff_s(self, failures: int, exc: BaseException | None = None) -> float:
         """Seconds to wait after the ``failures``-th failure: exponential with jitter, at least Retry-After.

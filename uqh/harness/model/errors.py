@@ -5,6 +5,8 @@ import asyncio
 import re
 import socket
 
+from uqh.rundir.secrets import redact
+
 
 class ModelCallFailed(Exception):
     """The call failed after retries (or on a non-retryable provider error).
@@ -27,8 +29,9 @@ _SSL_REPR = re.compile(r" ?ssl:<[^>]*>")
 
 
 def error_line(exc: BaseException, timeout_s: float | None = None) -> str:
-    """One line for an exception (object reprs such as aiohttp's ``ssl:<ssl.SSLContext ...>`` removed)."""
-    text = _SSL_REPR.sub("", " ".join(str(exc).split()))
+    """One line for an exception (object reprs such as aiohttp's ``ssl:<ssl.SSLContext ...>`` removed), every
+    known secret redacted *before* the line is cut to 300 characters (a cut through a key would leave its head)."""
+    text = redact(_SSL_REPR.sub("", " ".join(str(exc).split())))
     if not text and isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and timeout_s is not None:
         text = f"no answer within {timeout_s:g} s (--timeout)"
     return f"{type(exc).__name__}: {text[:300]}"
