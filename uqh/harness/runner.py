@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from datetime import datetime, timezone
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,7 +195,9 @@ def run_batch(
     if sequential and not backend.in_process:
         raise UserError("--stop-on-consensus schedules samples from earlier samples in one process; use --workers 1 "
                         "and the local backend")
-    execution = ExecutionSettings(timeout_s=timeout_s, max_retries=max_retries)
+    execution = ExecutionSettings(
+        timeout_s=timeout_s, max_retries=max_retries, endpoints=config.endpoints or None,
+        user_api_base=config.user_api_base, started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     ctx_options = dict(checkpoints=checkpoints, checkpoint_interval_s=checkpoint_interval_s, timeout_s=timeout_s,
                        max_retries=max_retries, concurrency=concurrency or default_concurrency(config.model))
 
