@@ -244,3 +244,39 @@ def test_a_run_resumes_after_its_endpoint_moves_and_records_each_session(fake_se
     assert manifest.execution.endpoints == [moved] and all(s.started_at for s in manifest.sessions)
     # the config (and the hash that names the run) stay as created
     assert manifest.config.api_base == first.base_url and manifest.config_hash == manifest.config.config_hash()
+
+
+def test_a_dead_endpoint_trips_the_circuit_breaker_one_line_exit_1_and_resumes(fake_server, tmp_path, capsys):
+    """Issue 33 item 6: an endpoint that always answers 500 used to be retried for as long as episodes were left;
+    now the batch stops once the breaker's thresholds (recorded in the manifest) are reached."""
+    out = tmp_path / "r"
+    argv = ["run", "--domain", "arithmetic", "--tasks", "40", "--model", "openai/fake", "--no-progress",
+            "--concurrency", "4", "--breaker-failures", "6", "--breaker-window", "0", "--out", str(out)]
+    with fake_server(solver, faults=["500"] * 10_000) as dead:
+        assert main([*argv, "--api-base", dead.base_url]) == 1
+    captured = capsys.readouterr()
+    assert dead.n_requests <= 6 + 4  # the row that tripped it, plus calls already in flight
+    stop = [ln for ln in captured.out.splitlines() + captured.err.splitlines() if "circuit breaker" in ln]
+    assert len(stop) == 1 and "every endpoint failed 6 times in a row" in stop[0]
+    assert "re-run the same command to resume" in stop[0]
+    execution = RunDir.open(out).manifest.execution
+    assert (execution.breaker_failures, execution.breaker_window_s) == (6, 0.0)
+    with fake_server(solver) as alive:  # the server is back: the same command resumes and finishes
+        assert main([*argv, "--api-base", alive.base_url]) == 0
+    assert "episodes       40/40 finished (40 this run, 0 before)" in capsys.readouterr().out
+
+
+def test_the_breaker_needs_both_a_row_of_failures_and_a_quiet_window():
+    from uqh.harness.model.breaker import CircuitBreaker
+
+    now = [0.0]
+    breaker = CircuitBreaker(failures=3, window_s=60, clock=lambda: now[0])
+    for _ in range(5):
+        breaker.failure("HTTP 500")
+    assert not breaker.open  # a row of failures, but a success less than a minute ago
+    now[0] = 61.0
+    assert breaker.open
+    breaker.success()
+    breaker.failure("HTTP 500")
+    now[0] = 200.0
+    assert not breaker.open  # a quiet window, but not enough failures in a row

@@ -360,6 +360,14 @@ class ExecutionSettings(_Record):
         str | None, Field(description="The user model's endpoint in this session (--user-api-base).",
                           exclude_if=_is_none),
     ] = None
+    breaker_failures: Annotated[
+        int | None, Field(description="Circuit breaker: transient failures in a row, across all endpoints, before the "
+                                      "batch may stop (uqh run --breaker-failures).", exclude_if=_is_none),
+    ] = None
+    breaker_window_s: Annotated[
+        float | None, Field(description="Circuit breaker: seconds without a success before the batch may stop "
+                                        "(uqh run --breaker-window).", exclude_if=_is_none),
+    ] = None
     started_at: Annotated[str | None, Field(description="When the session started (UTC, ISO 8601).",
                                             exclude_if=_is_none)] = None
 

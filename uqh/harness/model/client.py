@@ -58,7 +58,14 @@ from typing import Any, Sequence
 
 from uqh.harness.model.pricing import cost_usd
 from uqh.harness.model.types import Completion
-from uqh.harness.model.errors import EndpointUnreachable, ModelCallFailed, error_line, unreachable_reason
+from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S, CircuitBreaker
+from uqh.harness.model.errors import (
+    EndpointsDown,
+    EndpointUnreachable,
+    ModelCallFailed,
+    error_line,
+    unreachable_reason,
+)
 from uqh.harness.model.transports import (  # noqa: F401 - HTTPStatusFailure and grammar_text are part of this module's API
     TRANSPORTS,
     Endpoint,
@@ -329,6 +336,8 @@ class ModelClientImpl:
         transport: str | Transport | None = None,
         action_grammar: str | None = None,
         api_bases: Sequence[str] | None = None,
+        breaker_failures: int = DEFAULT_BREAKER_FAILURES,
+        breaker_window_s: float = DEFAULT_BREAKER_WINDOW_S,
     ) -> None:
         self.model = model
         self.api_base = api_base
@@ -364,6 +373,8 @@ class ModelClientImpl:
         #: Set once any call got through to the endpoint: before that, a refused connection or a failed DNS
         #: lookup is a wrong address or a server that is not up (fail fast); after it, a transient hiccup.
         self._reached = False
+        #: Shared by every call of this client: trips when all its endpoints keep failing (breaker.py).
+        self.breaker = CircuitBreaker(breaker_failures, breaker_window_s)
 
     # ---------------------------------------------------------------- public
 
@@ -411,6 +422,9 @@ class ModelClientImpl:
             )
 
         unreachable: str | None = None
+        breaker = self.breaker
+        if breaker.open:  # tripped by another call of this client: do not knock again
+            raise EndpointsDown(self._redact(f"{self.model}: {breaker.reason()}"), retries=0)
 
         def _retry(exc: BaseException) -> bool:
             nonlocal unreachable
@@ -420,7 +434,10 @@ class ModelClientImpl:
                     return False
                 if _status_of(exc) is not None or isinstance(exc, (MalformedResponse, json.JSONDecodeError)):
                     self._reached = True  # the endpoint answered (an HTTP error is an answer): the address is right
-            return is_transient(exc)
+            if not is_transient(exc):
+                return False
+            breaker.failure(error_line(exc, self.timeout_s))
+            return not breaker.open
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
@@ -436,6 +453,7 @@ class ModelClientImpl:
                     resp = await send(messages, seed)
                     self._reached = True
                     _check_response(resp)
+                    breaker.success()
         except RetryError as exc:  # pragma: no cover - reraise=True hands back the last exception instead
             raise ModelCallFailed(f"{self.model}: {attempts} attempts failed", retries=attempts - 1) from exc
         except asyncio.CancelledError:
@@ -447,6 +465,8 @@ class ModelClientImpl:
                 raise EndpointUnreachable(
                     self._redact(f"{self.model}: cannot reach {where}: {unreachable}"), retries=0) from None
             short = error_line(exc, self.timeout_s)
+            if breaker.open:
+                raise EndpointsDown(self._redact(f"{self.model}: {breaker.reason()}"), retries=attempts - 1) from None
             if is_transient(exc):
                 msg = (f"{self.model}: call failed after {attempts} attempts ({attempts - 1} retries); "
                        f"last error: {short}")

@@ -25,6 +25,11 @@ class EndpointUnreachable(ModelCallFailed):
     address or a server that is not running, not a transient failure. Not retried; the batch stops at once."""
 
 
+class EndpointsDown(ModelCallFailed):
+    """Every endpoint of the model has been failing for a sustained window (the circuit breaker,
+    :mod:`uqh.harness.model.breaker`, tripped): not retried; the batch stops with the resume hint."""
+
+
 _SSL_REPR = re.compile(r" ?ssl:<[^>]*>")
 
 
