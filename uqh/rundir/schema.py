@@ -152,8 +152,9 @@ class CallRecord(_Record):
     has_logprobs: Annotated[bool, Field(description="Whether the provider returned token logprobs.")] = False
     content_null: Annotated[
         bool,
-        Field(description="The provider's message content was null (a refusal, a filtered or a reasoning-only "
-                          "answer; see finish_reason): recorded as an empty text, which the parser rejects. Written "
+        Field(description="The provider answered this call with a null message content: a reasoning-only answer "
+                          "(recorded as its text), or an answer with nothing at all, which is retried as the "
+                          "provider's fault (counted in retries; the agent never sees it). Written "
                           "only when true, so records of ordinary calls keep their earlier form.",
               exclude_if=lambda v: v is False),
     ] = False

@@ -27,7 +27,8 @@ What every transport guarantees:
   the caller gets :class:`~uqh.harness.model.types.ModelCallFailed` (the API key redacted from its message).
   Until the endpoint has answered once, a failed DNS lookup or a refused connection is a wrong address or a
   server that is not up, not a transient failure: :class:`~uqh.harness.model.types.EndpointUnreachable` at once.
-- A message whose content is null becomes an empty text, recorded as ``CallRecord.content_null``.
+- A message whose content is null (and nothing else generated) is the provider's fault: retried like a malformed
+  body, and the call is marked ``CallRecord.content_null``; the agent never sees it (no repair is spent on it).
 - Logprobs become typed :class:`~uqh.rundir.schema.TokenLogprob` rows whose alternatives are normalised to the
   top ``top_logprobs`` by logprob, duplicates merged by string (llama-cpp-python adds the sampled token as a
   6th entry when it is not in the top 5).
@@ -129,6 +130,18 @@ def is_transient(exc: BaseException) -> bool:
 
 class MalformedResponse(ValueError):
     """A 2xx body that is JSON but not a chat completion (no choices/message): retried like a truncated body."""
+
+
+class NullContent(MalformedResponse):
+    """A completion whose message content is null with nothing else generated: the provider's fault (a filter, a
+    dropped generation), retried like a malformed body -- never handed to the agent as an empty answer to repair."""
+
+
+def _check_content(resp: Any) -> None:
+    message = _get(_get(resp, "choices")[0], "message")
+    if _get(message, "content") is None and not _reasoning_of(message):
+        finish = _get(_get(resp, "choices")[0], "finish_reason")
+        raise NullContent(f"the provider answered with null content (finish_reason {finish})")
 
 
 def _check_response(resp: Any) -> None:
@@ -423,6 +436,7 @@ class ModelClientImpl:
 
         unreachable: str | None = None
         breaker = self.breaker
+        null_answers = 0
         if breaker.open:  # tripped by another call of this client: do not knock again
             raise EndpointsDown(self._redact(f"{self.model}: {breaker.reason()}"), retries=0)
 
@@ -453,6 +467,11 @@ class ModelClientImpl:
                     resp = await send(messages, seed)
                     self._reached = True
                     _check_response(resp)
+                    try:
+                        _check_content(resp)
+                    except NullContent:
+                        null_answers += 1
+                        raise
                     breaker.success()
         except RetryError as exc:  # pragma: no cover - reraise=True hands back the last exception instead
             raise ModelCallFailed(f"{self.model}: {attempts} attempts failed", retries=attempts - 1) from exc
@@ -476,9 +495,11 @@ class ModelClientImpl:
         latency = time.perf_counter() - t0
         if latency >= SLOW_CALL_S:
             log.info("%s: slow call: %.1f s (%d retries)", self.model, latency, attempts - 1)
-        return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed)
+        return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed,
+                                   null_answers=null_answers)
 
-    def _to_completion(self, resp: Any, *, retries: int, latency_s: float, seed: int | None) -> Completion:
+    def _to_completion(self, resp: Any, *, retries: int, latency_s: float, seed: int | None,
+                       null_answers: int = 0) -> Completion:
         choice = _get(resp, "choices")[0]  # shape checked by _check_response
         message = _get(choice, "message")
         tokens = convert_logprobs(_get(choice, "logprobs"), self.decoding.top_logprobs) if self.decoding.logprobs else None
@@ -500,7 +521,7 @@ class ModelClientImpl:
             finish_reason=_get(choice, "finish_reason"),
             seed=seed if getattr(self.transport, "sends_seed", True) else None,  # recorded only if sent
             has_logprobs=tokens is not None,
-            content_null=content is None,
+            content_null=content is None or null_answers > 0,
         )
         return Completion(text=text, tokens=tokens, call=record)
 
