@@ -49,8 +49,16 @@ def _load_dotenv() -> None:
         load_dotenv(path, override=False)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line -- ``uqh run: error: ...; see uqh run --help`` -- and exit 2,
+    not a usage dump of up to 16 lines."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="uqh",
         description="Run LLM agents on benchmarks recording every step's verbal confidence and token logprobs, "
         "continue censored trajectories, and score the probability traces (Trajectory Proper Score).",

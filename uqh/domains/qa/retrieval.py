@@ -21,7 +21,7 @@ from typing import Any, Iterable, Protocol
 from urllib.parse import urlsplit
 
 from uqh.domains.locations import SOURCE_ROOT, cache_root
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import UserError, read_user_text
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +89,16 @@ def read_corpus_file(path: str | os.PathLike) -> list[Paragraph]:
     if not path.is_file():
         raise UserError(f"corpus file {path} does not exist; pass a JSONL file with one {{title, text}} object per line")
     out: list[Paragraph] = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                out.append(Paragraph(title=str(obj["title"]), text=str(obj["text"])))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise UserError(
-                    f"corpus file {path} line {n} is not a JSON object with 'title' and 'text'; fix or remove that line"
-                ) from None
+    for n, line in enumerate(read_user_text(path, f"corpus file {path}").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            out.append(Paragraph(title=str(obj["title"]), text=str(obj["text"])))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise UserError(
+                f"corpus file {path} line {n} is not a JSON object with 'title' and 'text'; fix or remove that line"
+            ) from None
     if not out:
         raise UserError(f"corpus file {path} holds no paragraphs; it needs one {{title, text}} JSON object per line")
     return dedupe(out)

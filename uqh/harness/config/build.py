@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from uqh.harness.config.presets import Preset
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
 from uqh.rundir.schema import DecodingConfig, RunConfig
 from uqh.rundir.secrets import mask_url, url_credentials
@@ -113,6 +113,21 @@ def check_positive(name: str, value: int | None, minimum: int = 1) -> None:
         raise UserError(f"{name} must be >= {minimum}, got {value}")
 
 
+#: What providers accept: OpenAI's chat API takes at most 20 top logprobs; seeds are 32-bit on llama.cpp / vLLM
+#: and a signed 32-bit integer is the range every provider takes.
+MAX_TOP_LOGPROBS = 20
+MAX_SEED = 2**31 - 1
+
+
+def check_provider_ranges(dec: Any) -> None:
+    """UserError for a ``--top-logprobs`` or ``--seed`` outside what providers take."""
+    if dec.top_logprobs is not None and dec.top_logprobs > MAX_TOP_LOGPROBS:
+        raise UserError(f"--top-logprobs must be <= {MAX_TOP_LOGPROBS} (the most providers return), "
+                        f"got {dec.top_logprobs}")
+    if dec.seed is not None and not 0 <= dec.seed <= MAX_SEED:
+        raise UserError(f"--seed must be between 0 and {MAX_SEED} (a 32-bit seed, as providers take), got {dec.seed}")
+
+
 def check_endpoint_url(flag: str, url: str | None) -> None:
     """UserError unless ``url`` (None: not given) is an http(s) URL with a host and without credentials.
 
@@ -154,7 +169,9 @@ def endpoint_overrides(api_bases: list[str] | None, endpoints_file: str | Path |
     if endpoints_file is not None:
         path = Path(endpoints_file)
         try:
-            lines = path.read_text().splitlines()
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise not_utf8(f"--endpoints {path}", exc) from None
         except OSError as exc:
             raise UserError(f"--endpoints {path}: {exc.strerror or exc}; give a file with one endpoint URL per line")
         found = [ln.split("#", 1)[0].strip() for ln in lines]
@@ -240,6 +257,10 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         check_positive(name, value)
     check_positive("--top-logprobs", dec.top_logprobs, 0)
     check_positive("--observation-chars", overrides.observation_chars, 1)
+    check_provider_ranges(dec)
+    if overrides.split is not None and cls.splits is not None and overrides.split not in cls.splits:
+        known = f"use one of {', '.join(cls.splits)}" if cls.splits else "it has none; leave --split out"
+        raise UserError(f"unknown --split {overrides.split!r} for {cls.name}: {known}")
     out = run_dir_of(preset, overrides)
 
     model = overrides.model or (preset.model if preset else None) or default_model()
