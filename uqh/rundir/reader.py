@@ -147,7 +147,13 @@ def read_manifest_file(run_dir: Path) -> Manifest:
     path = run_dir / MANIFEST_FILE
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
-    return read_versioned_json(path, Manifest, "manifest", hint=f"; is {run_dir} a directory written by `uqh run`?")
+    manifest = read_versioned_json(path, Manifest, "manifest", hint=f"; is {run_dir} a directory written by `uqh run`?")
+    # The hash is checked on open: a config edited by hand (hash kept) would otherwise resume or score as if it
+    # were what produced the episodes. Manifests written before the endpoints left the hash carry the older one.
+    if manifest.config_hash not in (manifest.config.config_hash(), manifest.config.legacy_config_hash()):
+        raise UserError(f"{path}: its config does not match its config_hash (changed after the run wrote it); "
+                        "restore the file -- the episodes were produced under the recorded config")
+    return manifest
 
 
 @dataclass
