@@ -19,3 +19,28 @@ def print_endpoint_lines(summary) -> None:
     lines = endpoint_summary_lines(summary.endpoint_calls if summary is not None else [])
     if lines:
         print("\n".join(lines), flush=True)
+
+
+def check_distinct_runs(paths) -> None:
+    """UserError when one run directory is given twice (it would be counted twice, in a pool too)."""
+    from pathlib import Path
+
+    from uqh.rundir.errors import UserError
+
+    seen: dict[Path, str] = {}
+    for p in paths:
+        key = Path(p).resolve()
+        if key in seen:
+            raise UserError(f"run directory {p} is given twice (also as {seen[key]}); list each run once")
+        seen[key] = str(p)
+
+
+def print_reading_notes(prog: str, paths) -> None:
+    """Each run's reading notes (ids not planned, duplicates, a torn last line) as ``PROG: note: ...`` on stderr."""
+    import sys
+
+    from uqh.rundir.reader import RunDir
+
+    for p in paths:
+        for note in RunDir.open(p).reading_notes():
+            print(f"{prog}: note: {note}", file=sys.stderr)

@@ -21,6 +21,9 @@ def run(args: argparse.Namespace) -> int:
     from uqh.rundir.errors import UserError
     from uqh.reports.report.build import ReportOptions, build_report
 
+    from uqh.cli.common import check_distinct_runs, print_reading_notes
+
+    check_distinct_runs(args.run_dirs)
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if args.max_traces < 0:
@@ -28,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     opts = ReportOptions(n_bootstrap=args.bootstrap, seed=args.seed, max_traces=args.max_traces, pool=args.pool,
                          q_z_files=tuple(args.q_z), title=args.title)
     res = build_report(args.run_dirs, args.out, opts)
+    print_reading_notes("uqh report", args.run_dirs)
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     print(f"open {res.html}")
     return 0
