@@ -72,3 +72,28 @@ def test_a_pool_is_labelled_by_what_it_contains(tmp_path, capsys):
     parsed = json.loads(capsys.readouterr().out)
     runs = parsed if isinstance(parsed, list) else parsed["runs"]
     assert runs[-1]["model"] == "openai/fake + openai/other"
+
+
+def test_a_run_being_written_is_not_continued_and_readers_say_it_is_in_progress(tmp_path, capsys):
+    """Issue 33 item 9: `continue SRC` while SRC is written continued whatever prefixes existed at that moment."""
+    import subprocess
+    import sys
+
+    run = _copy(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom uqh.harness.store.lock import hold\n"
+         "with hold(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(60)\n", str(run)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["continue", str(run), "--out", str(tmp_path / "c")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "is still being written by pid" in err
+        assert not (tmp_path / "c").exists()
+        _, err = _audit_row(capsys, run)
+        assert "8 of 8 planned episodes, run in progress" in err
+    finally:
+        holder.kill()
+        holder.wait()
+    _, err = _audit_row(capsys, run)
+    assert "in progress" not in err

@@ -35,12 +35,26 @@ def check_distinct_runs(paths) -> None:
         seen[key] = str(p)
 
 
-def print_reading_notes(prog: str, paths) -> None:
-    """Each run's reading notes (ids not planned, duplicates, a torn last line) as ``PROG: note: ...`` on stderr."""
-    import sys
+def run_notes(path) -> list[str]:
+    """What a reader of the run must be told: its reading notes (ids not planned, duplicates, a torn last line)
+    and, while another process writes it, "N of M planned episodes, run in progress"."""
+    from pathlib import Path
 
+    from uqh.harness.store.lock import holder_text, is_held
     from uqh.rundir.reader import RunDir
 
+    run = RunDir.open(path)
+    notes = run.reading_notes()
+    if is_held(Path(path)):
+        notes.append(f"{path}: {len(run.episodes())} of {run.planned} planned episodes, run in progress "
+                     f"({holder_text(Path(path))})")
+    return notes
+
+
+def print_reading_notes(prog: str, paths) -> None:
+    """Each run's :func:`run_notes` as ``PROG: note: ...`` on stderr."""
+    import sys
+
     for p in paths:
-        for note in RunDir.open(p).reading_notes():
+        for note in run_notes(p):
             print(f"{prog}: note: {note}", file=sys.stderr)

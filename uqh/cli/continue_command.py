@@ -102,6 +102,9 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
     from uqh.harness.sampling.branch_rules import parse_stop_rule
 
     stop_rule = parse_stop_rule(args.stop_rule)
+    if run_lock.is_held(Path(args.run_dir)):  # its prefixes are still being written: continue them once it ends
+        raise UserError(f"{args.run_dir} is still being written by {run_lock.holder_text(Path(args.run_dir))}; "
+                        "continue it once that run has finished")
     if args.qz_only:
         if not is_run_dir(args.out):
             raise UserError(f"{args.out} is not a continuation run directory (no manifest.json); run `uqh continue` "

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.pipeline import pool_runs, score_run
     from uqh.scoring.streams import load_run
 
-    from uqh.cli.common import check_distinct_runs
+    from uqh.cli.common import check_distinct_runs, run_notes
 
     check_distinct_runs(args.run_dirs)
     opts = options_from_args(args)
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         opts_of = [dataclasses.replace(opts, q_z=q) for q in per_run]
     notes = []
     for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
-        notes += RunDir.open(d).reading_notes()
+        notes += run_notes(d)
         missing = RunDir.open(d).episodes_missing_sidecar_rows()
         if missing:
             notes.append(f"{d}: {len(missing)} finished episodes miss {sum(missing.values())} sidecar rows "
