@@ -97,3 +97,20 @@ def test_a_run_being_written_is_not_continued_and_readers_say_it_is_in_progress(
         holder.wait()
     _, err = _audit_row(capsys, run)
     assert "in progress" not in err
+
+
+def test_score_without_bootstrap_claims_no_confidence_intervals(capsys):
+    assert main(["score", str(PRE_RUN), "--bootstrap", "0", "--censoring", "simple"]) == 0
+    out = capsys.readouterr().out
+    assert "95% percentile CIs" not in out and "no bootstrap: no confidence intervals" in out
+
+
+def test_a_closed_pipe_is_not_an_error():
+    """`uqh score RUN | head -1` used to end with 'error: Broken pipe' and exit 1."""
+    import subprocess
+    import sys
+
+    # `true` closes the pipe before uqh has started: its first write meets a closed pipe
+    command = f"set -o pipefail; {sys.executable} -m uqh.cli score {PRE_RUN} --bootstrap 0 --censoring simple | true"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == ""

@@ -94,6 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     except RunDirWriteError as exc:
         print(secrets.redact(f"{name}: error: {exc}; {exc.hint}"), file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `uqh score RUN | head`: the reader has what it wanted; no error, no traceback
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail on the closed pipe again
+        return 0
+    except SystemExit as exc:  # rich turns a closed pipe into SystemExit(1) (stdout already sent to devnull)
+        if isinstance(exc.__context__, BrokenPipeError):
+            return 0
+        raise
     except OSError as exc:  # an I/O fault no command anticipated: still one line (the traceback with -v)
         logging.getLogger("uqh").debug("I/O error", exc_info=True)
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
