@@ -182,7 +182,8 @@ def next_steps(estimate, out, args: argparse.Namespace) -> list[str]:
 
     c = estimate.audit.counts
     q = shlex.quote
-    source, qz_file = q(str(estimate.source_run_dir)), q(str(out / "qz.jsonl"))
+    # both paths as the user gave them (the source as on the command line, not the resolved path the manifest keeps)
+    source, qz_file = q(str(args.run_dir)), q(str(out / "qz.jsonl"))
     exact = f"uqh score {source} --censoring exact --q-z {qz_file}"
     lines = []
     if c.retained == 0:
