@@ -277,7 +277,7 @@ def test_estimate_qz_on_generated_runs(tmp_path):
 
     rng = np.random.default_rng(5)
     Z = 4
-    src_cfg = RunConfig(domain="arithmetic", task_ids=[f"t{i}" for i in range(12)], model="openai/m", step_budget=Z,
+    src_cfg = RunConfig(domain="arithmetic", task_ids=[f"t{i}" for i in range(12)] + [f"c{i}" for i in range(4)], model="openai/m", step_budget=Z,
                         prompt_sha256="x", package_version="0")
     sources, branches = [], []
     plan = {}
