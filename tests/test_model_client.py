@@ -425,7 +425,7 @@ def test_direct_path_needs_neither_litellm_nor_openai_imports(fake_server):
     from pathlib import Path
 
     code = (
-        "import sys, asyncio; import harness\n"
+        "import sys, asyncio; import uqh.harness\n"
         "from uqh.harness.model.client import make_model_client\n"
         "from uqh.rundir.schema import DecodingConfig\n"
         "c = make_model_client('openai/fake', api_base=sys.argv[1], decoding=DecodingConfig())\n"
