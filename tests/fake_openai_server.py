@@ -30,7 +30,9 @@ Faults (consumed one per request, in order, before normal service):
 (the connection is aborted without a response), ``"no_logprobs"`` (a normal answer without a logprobs field),
 ``"error_200"`` (HTTP 200 whose body is ``{"error": {"code": 502, ...}}``, as some gateways do),
 ``"no_choices"`` (HTTP 200, a chat.completion with an empty ``choices`` list) and ``"null_content"`` (HTTP 200,
-a completion whose message content is null, finish_reason ``content_filter``).
+a completion whose message content is null, finish_reason ``content_filter``) and ``"echo_key"`` (HTTP 500
+whose error message echoes the request's Authorization header after ``echo_padding`` characters, as careless
+gateways do: with the default padding the key straddles a 300-character cut).
 
 Prompt caching (``prompt_cache=True``): the server remembers every message-boundary prefix of the requests it
 served and reports, OpenAI-style, ``usage.prompt_tokens_details.cached_tokens`` = the prompt tokens of the longest
@@ -76,7 +78,7 @@ DEFAULT_TEXT = (
 
 FAULTS = (
     "429", "500", "503", "400", "401", "404", "timeout", "malformed", "reset", "no_logprobs", "error_200", "no_choices",
-    "null_content",
+    "null_content", "echo_key",
 )
 
 ALT_VOCAB = (" the", ",", " a", ".", " and", "\n", " of", " to", "<", ">", " is", "0")
@@ -267,6 +269,7 @@ class FakeOpenAIServer:
         usage_cost: float | None = None,
         prompt_cache: bool = False,
         scripted_logprobs: dict[str, list[tuple[str, float]]] | None = None,
+        echo_padding: int = 270,
     ) -> None:
         for f in faults or ():
             if f not in FAULTS:
@@ -282,6 +285,7 @@ class FakeOpenAIServer:
         self.prompt_cache = prompt_cache  # when set, answers report prompt_tokens_details.cached_tokens
         self.scripted_logprobs = tuple((tok, tuple(alts)) for tok, alts in (scripted_logprobs or {}).items())
         self._cached_prefixes: set[str] = set()  # keys of the message prefixes seen (chat) or marked (messages)
+        self.echo_padding = echo_padding
         self.requests: list[dict] = []
         self.faults_served: list[str] = []
         self.responder_errors: list[BaseException] = []  # exceptions raised by a callable responder
@@ -443,6 +447,9 @@ class FakeOpenAIServer:
                 status=status, body=_error_body(status, msg, etype, code), content_type="application/json",
                 headers=headers,
             )
+        if fault == "echo_key":
+            msg = "(fake) " + "x" * self.echo_padding + " rejected " + request.headers.get("Authorization", "")
+            return web.Response(status=500, body=_error_body(500, msg, "server_error"), content_type="application/json")
         if fault == "error_200":
             body200 = {"error": {"message": "Upstream provider error (fake).", "code": 502, "metadata": {}}}
             return web.Response(body=json.dumps(body200).encode(), content_type="application/json")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import os
 import shlex
 import shutil
 from pathlib import Path
@@ -276,7 +277,7 @@ def test_estimate_qz_on_generated_runs(tmp_path):
 
     rng = np.random.default_rng(5)
     Z = 4
-    src_cfg = RunConfig(domain="arithmetic", task_ids=[f"t{i}" for i in range(12)], model="openai/m", step_budget=Z,
+    src_cfg = RunConfig(domain="arithmetic", task_ids=[f"t{i}" for i in range(12)] + [f"c{i}" for i in range(4)], model="openai/m", step_budget=Z,
                         prompt_sha256="x", package_version="0")
     sources, branches = [], []
     plan = {}
@@ -524,6 +525,18 @@ def test_continue_next_command_uses_the_q_z_file_when_it_covers_the_prefixes(sou
     assert "### q_hat_Z^MC over retained prefixes" in printed and "no prefix retained" not in printed
     argv = _next_command(printed)
     assert "--censoring exact" in " ".join(argv) and main_ok(argv + ["--bootstrap", "0"])
+
+
+def test_the_next_hint_spells_paths_as_the_user_gave_them(source_run, tmp_path, capsys, monkeypatch):
+    """Issue 33: the source came out absolute (from the manifest) and the q_Z file relative."""
+    src, srv, _ = source_run
+    cont.run_continuations(src, tmp_path / "cont", branches=4, extra_steps=1, progress=False)
+    monkeypatch.chdir(src.parent)
+    capsys.readouterr()
+    assert uqh(["continue", src.name, "--out", str(Path(os.path.relpath(tmp_path / "cont"))), "--qz-only",
+                "--qz-method", "mc", "--min-valid", "1", "--bootstrap", "10"]) == 0
+    argv = _next_command(capsys.readouterr().out)
+    assert argv[1] == src.name and not any(a.startswith("/") for a in argv)
 
 
 def main_ok(argv: list[str]) -> bool:

@@ -183,9 +183,11 @@ def test_cli_repeated_api_base_and_endpoints_file(fake_server, tmp_path, capsys)
         listed.write_text(f"# replicas\n{a.base_url}\n\n{b.base_url}  # second\n")
         assert main([*common, "--endpoints", str(listed), "--out", str(tmp_path / "r")]) == 0  # the same run
         assert "episodes       6/6 finished (0 this run, 6 before)" in capsys.readouterr().out
-        # another endpoint list is another config: refused, naming the field
-        assert main([*common, "--api-base", b.base_url, "--api-base", a.base_url, "--out", str(tmp_path / "r")]) == 2
-        assert "differs in: api_base, api_bases" in capsys.readouterr().err
+        # where the model is served from is not the experiment: another list (one replica dropped) resumes
+        assert main([*common, "--api-base", b.base_url, "--out", str(tmp_path / "r")]) == 0
+        assert "episodes       6/6 finished (0 this run, 6 before)" in capsys.readouterr().out
+        assert main([*common, "--api-base", b.base_url, "--step-budget", "9", "--out", str(tmp_path / "r")]) == 2
+        assert "differs in: step_budget" in capsys.readouterr().err  # anything else still does not
         assert main([*common, "--api-base", a.base_url, "--out", str(tmp_path / "one")]) == 0
     one = RunDir.open(tmp_path / "one").manifest
     assert one.config.api_bases is None and "api_bases" not in json.loads((tmp_path / "one" / "manifest.json")
@@ -209,14 +211,72 @@ def test_bad_endpoint_lists_are_one_line_and_write_nothing(tmp_path, capsys, arg
     assert not (tmp_path / "r").exists()
 
 
-def test_single_endpoint_configs_keep_their_hash():
+def test_runs_written_before_keep_their_legacy_hash_and_endpoints_leave_the_hash():
     cfg = RunConfig(domain="arithmetic", task_ids=["a"], model="openai/x", api_base="http://h/v1", step_budget=3,
                     prompt_sha256="p", package_version="0")
     old = cfg.model_dump(mode="json")
     assert "api_bases" not in old  # left out of the manifest while unset
     del old["user_api_base"], old["consensus_stopping"]  # added later, left out of the hash while unset
     expected = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    assert cfg.config_hash() == expected
+    assert cfg.legacy_config_hash() == expected  # what manifests written before carry
     two = cfg.model_copy(update={"api_bases": ["http://h/v1", "http://i/v1"]})
-    assert two.config_hash() != expected and two.endpoints == ["http://h/v1", "http://i/v1"]
+    assert two.legacy_config_hash() != expected and two.endpoints == ["http://h/v1", "http://i/v1"]
+    moved = cfg.model_copy(update={"api_base": "http://localhost:9/v1/", "user_api_base": "http://u/v1"})
+    assert two.config_hash() == cfg.config_hash() == moved.config_hash() != expected
     assert cfg.endpoints == ["http://h/v1"]
+
+
+def test_a_run_resumes_after_its_endpoint_moves_and_records_each_session(fake_server, tmp_path, capsys):
+    """Issue 33 item 5: a server restarted on another port, named ``localhost`` and with a trailing ``/``, is where
+    the model is served from, not the experiment: the run resumes there, and each session's endpoints are kept."""
+    out = tmp_path / "r"
+    common = ["run", "--domain", "arithmetic", "--tasks", "3", "--model", "openai/fake", "--no-progress",
+              "--out", str(out)]
+    with fake_server(solver, faults=["400"]) as first:  # one episode fails on infrastructure: work is left
+        assert main([*common, "--api-base", first.base_url]) == 1
+    capsys.readouterr()
+    with fake_server(solver) as second:
+        moved = f"http://localhost:{second.port}/v1/"
+        assert main([*common, "--api-base", moved]) == 0
+        assert "episodes       3/3 finished (1 this run, 2 before)" in capsys.readouterr().out
+    manifest = RunDir.open(out).manifest
+    assert [s.endpoints for s in manifest.sessions] == [[first.base_url], [moved]]
+    assert manifest.execution.endpoints == [moved] and all(s.started_at for s in manifest.sessions)
+    # the config (and the hash that names the run) stay as created
+    assert manifest.config.api_base == first.base_url and manifest.config_hash == manifest.config.config_hash()
+
+
+def test_a_dead_endpoint_trips_the_circuit_breaker_one_line_exit_1_and_resumes(fake_server, tmp_path, capsys):
+    """Issue 33 item 6: an endpoint that always answers 500 used to be retried for as long as episodes were left;
+    now the batch stops once the breaker's thresholds (recorded in the manifest) are reached."""
+    out = tmp_path / "r"
+    argv = ["run", "--domain", "arithmetic", "--tasks", "40", "--model", "openai/fake", "--no-progress",
+            "--concurrency", "4", "--breaker-failures", "6", "--breaker-window", "0", "--out", str(out)]
+    with fake_server(solver, faults=["500"] * 10_000) as dead:
+        assert main([*argv, "--api-base", dead.base_url]) == 1
+    captured = capsys.readouterr()
+    assert dead.n_requests <= 6 + 4  # the row that tripped it, plus calls already in flight
+    stop = [ln for ln in captured.out.splitlines() + captured.err.splitlines() if "circuit breaker" in ln]
+    assert len(stop) == 1 and "every endpoint failed 6 times in a row" in stop[0]
+    assert "re-run the same command to resume" in stop[0]
+    execution = RunDir.open(out).manifest.execution
+    assert (execution.breaker_failures, execution.breaker_window_s) == (6, 0.0)
+    with fake_server(solver) as alive:  # the server is back: the same command resumes and finishes
+        assert main([*argv, "--api-base", alive.base_url]) == 0
+    assert "episodes       40/40 finished (40 this run, 0 before)" in capsys.readouterr().out
+
+
+def test_the_breaker_needs_both_a_row_of_failures_and_a_quiet_window():
+    from uqh.harness.model.breaker import CircuitBreaker
+
+    now = [0.0]
+    breaker = CircuitBreaker(failures=3, window_s=60, clock=lambda: now[0])
+    for _ in range(5):
+        breaker.failure("HTTP 500")
+    assert not breaker.open  # a row of failures, but a success less than a minute ago
+    now[0] = 61.0
+    assert breaker.open
+    breaker.success()
+    breaker.failure("HTTP 500")
+    now[0] = 200.0
+    assert not breaker.open  # a quiet window, but not enough failures in a row

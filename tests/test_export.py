@@ -102,6 +102,13 @@ def test_scores_frame_is_the_score_commands_records(runs):
     assert str(scores.value.dtype) == "Float64" and str(scores.n_used.dtype) == "Int64"
 
 
+def test_every_frame_names_its_run_column_run(runs):
+    """Issue 33: the scores frame called it run_dir, the others run."""
+    frames = export_frames(runs[:1], options=ScoreOptions(n_bootstrap=0))
+    for name, frame in frames.items():
+        assert "run" in frame.columns and "run_dir" not in frame.columns, name
+
+
 def test_uqh_export_parquet_round_trips_and_csv(runs, tmp_path, capsys):
     out = tmp_path / "exp"
     assert main(["export", *map(str, runs), "--to", str(out), "--tokens", "--bootstrap", "20"]) == 0

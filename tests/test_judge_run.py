@@ -140,6 +140,8 @@ def test_malformed_twice_is_recorded_missing_never_guessed(judged_run, tmp_path,
         assert srv.n_requests == 6  # one repair each, never a third call
     assert code == 0, err
     assert "missing=3" in text
+    # the summary says how many have no score and why (issue 33: it used to look like a success)
+    assert "missing          3 of 3 judgments have no score; most common reason: the reply did not parse" in text
     js = _judgments(out)
     assert len(js) == 3
     for j in js:

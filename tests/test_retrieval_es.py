@@ -235,3 +235,17 @@ def test_uqh_index_es_command(es, tmp_path, capsys):
     assert len(es.indices["wiki"]["docs"]) == 3
     rc = uqh_main(["index", "--backend", "es", "--es-url", es.url, "--corpus", str(corpus)])
     assert rc == 2 and "needs --es-url URL and --es-index NAME" in capsys.readouterr().err
+
+
+def test_an_elasticsearch_error_is_cut_at_a_word_and_the_hint_fits_the_command():
+    """Issue 33: the `index --backend es` error was cut mid-word and suggested the very command that failed."""
+    from uqh.domains.qa.retrieval import es_error
+
+    exc = ConnectionError("Connection error caused by: NewConnectionError(Failed to establish a new connection: "
+                          "[Errno 111] Connection refused) " * 4)
+    indexing = str(es_error(exc, "http://h:9200", "ix", indexing=True))
+    reason = indexing.split("ConnectionError: ", 1)[1].split(";", 1)[0]
+    assert reason.endswith(" ...") and reason[:-4] == " ".join(str(exc).split())[:len(reason) - 4]
+    assert " ".join(str(exc).split())[len(reason) - 4] == " "  # the cut falls between words
+    assert "uqh index" not in indexing
+    assert "uqh index --backend es" in str(es_error(exc, "http://h:9200", "ix"))  # searching: build it first

@@ -18,7 +18,9 @@ PRE_CHANGE = Path(__file__).resolve().parent / "data" / "pre_rundir_run"
 def test_pre_change_run_directory_reads_unchanged(tmp_path, capsys):
     """Written by uqh at commit 8ea5d91 (harness/schema.py era): 8 arithmetic episodes against the fake server."""
     run = RunDir.open(PRE_CHANGE)
-    assert run.manifest.config_hash == run.manifest.config.config_hash()  # the hash guarding resume is stable
+    # the hash it carries is the one of its time (endpoints included), still checkable; resume compares the
+    # endpoint-free hash of its config
+    assert run.manifest.config_hash == run.manifest.config.legacy_config_hash()
     eps = run.episodes()
     assert len(eps) == 8 and run.planned == 8
     assert sorted(e.stop_reason.value for e in eps).count("max_steps") == 3
@@ -101,3 +103,19 @@ def test_cache_fields_are_additive_and_old_records_rewrite_byte_for_byte():
     new = QzRecord(episode_id="t#0", q_hat_z=0.0, n_valid=5, method="mc", branches=5, stop_rule="ci:0.3",
                    interval=(0.0, 0.585))
     assert QzRecord.model_validate_json(new.model_dump_json()) == new
+
+
+def test_a_tampered_manifest_is_refused_on_open_with_one_line(tmp_path, capsys):
+    """Issue 33 item 12: a config changed by hand with its hash kept used to go unnoticed."""
+    run = tmp_path / "run"
+    shutil.copytree(PRE_CHANGE, run)
+    RunDir.open(run)  # as written: fine
+    data = json.loads((run / "manifest.json").read_text())
+    data["config"]["step_budget"] += 1
+    (run / "manifest.json").write_text(json.dumps(data))
+    from uqh.cli import main
+
+    for argv in (["score", str(run)], ["audit", str(run)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "does not match its config_hash" in err

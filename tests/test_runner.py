@@ -371,6 +371,21 @@ def test_eta_rate_and_sequential_skips_leave_the_total():
     assert [duration_text(x) for x in (None, 4.4, 65, 3720)] == ["-", "4s", "1m05s", "1h02m"]
 
 
+def test_the_eta_does_not_climb_while_no_episode_finishes():
+    """Issue 33: left * elapsed / done rose with every second in which no episode finished."""
+    from uqh.harness.progress import BatchStats, EpisodeSummary
+
+    stats = BatchStats(total=10)
+    stats.started -= 20.0
+    for _ in range(2):
+        stats.add(EpisodeSummary(stop_reason="clean", calls=1))
+    first = stats.eta_s()
+    assert first == pytest.approx(80.0, rel=0.01)  # 10 s per episode, 8 left
+    stats.started -= 30.0  # 30 s pass and no episode finishes
+    stats.last_done_at -= 30.0
+    assert stats.eta_s() == pytest.approx(first - 30.0, rel=0.01)
+
+
 def test_progress_bar_fits_80_columns_on_a_terminal():
     import io
 

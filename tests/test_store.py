@@ -27,7 +27,7 @@ from run_files import read_episodes, read_manifest, read_sidecar
 
 
 def make_config(**kw) -> RunConfig:
-    base = dict(domain="arithmetic", task_ids=["arith-0000", "arith-0001"], model="openai/fake", step_budget=4,
+    base = dict(domain="arithmetic", task_ids=["arith-0000", "arith-0001", "a", "a/x", "b"], model="openai/fake", step_budget=4,
                 prompt_sha256="0" * 64, package_version="0.1.0")
     base.update(kw)
     return RunConfig(**base)

@@ -17,6 +17,7 @@ import sys
 
 from uqh.cli import console_log
 from uqh.harness import signals
+from uqh.rundir import secrets
 from uqh.rundir.errors import RunDirWriteError, UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -38,18 +39,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _load_dotenv() -> None:
     """Secrets come from the environment or a ``.env`` file: ``./.env`` first, else the nearest one above the
-    working directory; the environment wins over the file. Never written anywhere."""
+    working directory; the environment wins over the file. Never written anywhere: the file's secret-named values
+    are registered for redaction even where the environment overrides them."""
     try:
-        from dotenv import find_dotenv, load_dotenv
+        from dotenv import dotenv_values, find_dotenv, load_dotenv
     except ImportError:  # python-dotenv comes with litellm; without it only the environment is used
         return
     path = find_dotenv(usecwd=True)  # ./.env, then the parents of the working directory (not the package's)
     if path:
+        secrets.register_names(dotenv_values(path))
         load_dotenv(path, override=False)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line -- ``uqh run: error: ...; see uqh run --help`` -- and exit 2,
+    not a usage dump of up to 16 lines."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="uqh",
         description="Run LLM agents on benchmarks recording every step's verbal confidence and token logprobs, "
         "continue censored trajectories, and score the probability traces (Trajectory Proper Score).",
@@ -80,11 +91,21 @@ def main(argv: list[str] | None = None) -> int:
         with signals.stop_signals():
             return int(args._run(args) or 0)
     except UserError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr)
+        print(secrets.redact(f"{name}: error: {exc}"), file=sys.stderr)
         return 2
     except RunDirWriteError as exc:
-        print(f"{name}: error: {exc}; {exc.hint}", file=sys.stderr)
+        print(secrets.redact(f"{name}: error: {exc}; {exc.hint}"), file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `uqh score RUN | head`: the reader has what it wanted; no error, no traceback
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail on the closed pipe again
+        return 0
+    except SystemExit as exc:  # rich turns a closed pipe into SystemExit(1) (stdout already sent to devnull)
+        if isinstance(exc.__context__, BrokenPipeError):
+            return 0
+        raise
     except OSError as exc:  # an I/O fault no command anticipated: still one line (the traceback with -v)
         logging.getLogger("uqh").debug("I/O error", exc_info=True)
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""

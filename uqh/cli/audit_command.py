@@ -21,6 +21,9 @@ def run(args: argparse.Namespace) -> int:
     from uqh.reports.render import Output, emit, tables_json
     from uqh.rundir.errors import UserError
 
+    from uqh.cli.common import check_distinct_runs, print_reading_notes
+
+    check_distinct_runs(args.run_dirs)
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if args.out is not None:  # before the tables are computed and printed: a bad --out writes nothing
@@ -28,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_out_writable(args.out)
     tables = audit(args.run_dirs, n_boot=args.bootstrap)
+    print_reading_notes("uqh audit", args.run_dirs)
     emit(Output(tables=tables, json_text=tables_json(tables)), args.format)
     if args.out is not None:
         written = [p for t in tables for p in t.write(args.out)]

@@ -92,12 +92,9 @@ def load_items(run_dir: str):
 
 
 def _read_cal_ids(path: str, known: set[str]) -> list[str]:
-    from uqh.rundir.errors import UserError
+    from uqh.rundir.errors import UserError, read_user_text
 
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError as exc:
-        raise UserError(f"cannot read --cal-ids {path}: {exc.strerror or exc}") from None
+    lines = read_user_text(path, f"--cal-ids {path}").splitlines()
     ids = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     if not ids:
         raise UserError(f"--cal-ids {path} lists no task id")

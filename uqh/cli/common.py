@@ -19,3 +19,42 @@ def print_endpoint_lines(summary) -> None:
     lines = endpoint_summary_lines(summary.endpoint_calls if summary is not None else [])
     if lines:
         print("\n".join(lines), flush=True)
+
+
+def check_distinct_runs(paths) -> None:
+    """UserError when one run directory is given twice (it would be counted twice, in a pool too)."""
+    from pathlib import Path
+
+    from uqh.rundir.errors import UserError
+
+    seen: dict[Path, str] = {}
+    for p in paths:
+        key = Path(p).resolve()
+        if key in seen:
+            raise UserError(f"run directory {p} is given twice (also as {seen[key]}); list each run once")
+        seen[key] = str(p)
+
+
+def run_notes(path) -> list[str]:
+    """What a reader of the run must be told: its reading notes (ids not planned, duplicates, a torn last line)
+    and, while another process writes it, "N of M planned episodes, run in progress"."""
+    from pathlib import Path
+
+    from uqh.harness.store.lock import holder_text, is_held
+    from uqh.rundir.reader import RunDir
+
+    run = RunDir.open(path)
+    notes = run.reading_notes()
+    if is_held(Path(path)):
+        notes.append(f"{path}: {len(run.episodes())} of {run.planned} planned episodes, run in progress "
+                     f"({holder_text(Path(path))})")
+    return notes
+
+
+def print_reading_notes(prog: str, paths) -> None:
+    """Each run's :func:`run_notes` as ``PROG: note: ...`` on stderr."""
+    import sys
+
+    for p in paths:
+        for note in run_notes(p):
+            print(f"{prog}: note: {note}", file=sys.stderr)

@@ -14,6 +14,8 @@ import logging
 import sys
 import time
 
+from uqh.rundir.secrets import redact
+
 #: Loggers whose records are ours: every module of the uqh package, and the CLI's own "uqh".
 OUR_PACKAGES = ("uqh",)
 
@@ -31,7 +33,12 @@ class _Threshold(logging.Filter):
         self.ours, self.others = ours, others
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= (self.ours if is_ours(record.name) else self.others)
+        if is_ours(record.name):
+            return record.levelno >= self.ours
+        if self.ours < logging.WARNING and record.name.startswith("LiteLLM"):
+            # with -v, litellm's records pass at the level its logger was given (LITELLM_LOG, default WARNING)
+            return record.levelno >= logging.getLogger(record.name).getEffectiveLevel()
+        return record.levelno >= self.others
 
 
 class NoticeFormatter(logging.Formatter):
@@ -65,7 +72,7 @@ class StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.write(redact(self.format(record)) + "\n")
             sys.stderr.flush()
         except Exception:  # noqa: BLE001 - logging must never break a run
             self.handleError(record)

@@ -111,6 +111,9 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
     from uqh.harness.sampling.branch_rules import parse_stop_rule
 
     stop_rule = parse_stop_rule(args.stop_rule)
+    if run_lock.is_held(Path(args.run_dir)):  # its prefixes are still being written: continue them once it ends
+        raise UserError(f"{args.run_dir} is still being written by {run_lock.holder_text(Path(args.run_dir))}; "
+                        "continue it once that run has finished")
     if args.qz_only:
         if not is_run_dir(args.out):
             raise UserError(f"{args.out} is not a continuation run directory (no manifest.json); run `uqh continue` "
@@ -190,7 +193,8 @@ def next_steps(estimate, out, args: argparse.Namespace) -> list[str]:
 
     c = estimate.audit.counts
     q = shlex.quote
-    source, qz_file = q(str(estimate.source_run_dir)), q(str(out / "qz.jsonl"))
+    # both paths as the user gave them (the source as on the command line, not the resolved path the manifest keeps)
+    source, qz_file = q(str(args.run_dir)), q(str(out / "qz.jsonl"))
     exact = f"uqh score {source} --censoring exact --q-z {qz_file}"
     lines = []
     if c.retained == 0:

@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.export import FRAMES, export_frames
     from uqh.scoring.pipeline import ScoreOptions
 
+    from uqh.cli.common import check_distinct_runs, print_reading_notes
+
+    check_distinct_runs(args.run_dirs)
+    print_reading_notes("uqh export", args.run_dirs)
     if args.bootstrap < 0:
         raise UserError("--bootstrap must be >= 0")
     to = Path(args.to)

@@ -93,12 +93,13 @@ def _judge(args: argparse.Namespace) -> int:
 
     from uqh.harness.judge.runner import build_judge_config, check_judge_out, check_judge_resumable, open_runs, plan_tasks
     from uqh.harness.model.local import check_credentials
-    from uqh.harness.config.build import validate_model_string
+    from uqh.harness.config.build import check_endpoint_url, validate_model_string
     from uqh.harness.runner import default_concurrency
     from uqh.rundir.judgments import JudgeDir, parse_metrics
     from uqh.rundir.schema import DecodingConfig
 
     metrics = parse_metrics(args.metrics)
+    check_endpoint_url("--api-base", args.api_base)
     validate_model_string(args.judge_model, args.api_base)
     check_credentials(args.judge_model, args.api_base)
     readers = open_runs(args.run_dirs)
@@ -141,12 +142,31 @@ def _judge(args: argparse.Namespace) -> int:
           f"{s.cost_text()}")
     for note in summary.notes:
         print(f"note             {note}")
+    missing_line = _missing_summary(summary.out)
+    if missing_line:
+        print(missing_line)
     if not summary.ok:
         reasons = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3)) or "interrupted"
         print(f"uqh judge: {summary.remaining} judgments not made ({reasons}); re-run the same command to resume",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _missing_summary(out) -> str | None:
+    """``missing   N of M judgments missing; most common reason: ... (xK)``, or None when none is missing: a judge
+    whose every reply failed to parse must not look like a success."""
+    from collections import Counter
+
+    from uqh.rundir.judgments import JudgeDir
+
+    judgments = JudgeDir.open(out).judgments()
+    reasons = Counter((j.missing_reason or "no reason recorded")[:160] for j in judgments if j.score is None)
+    if not reasons:
+        return None
+    (reason, n), = reasons.most_common(1)
+    return (f"missing          {sum(reasons.values())} of {len(judgments)} judgments have no score; most common "
+            f"reason: {reason} (x{n})")
 
 
 def _report(args: argparse.Namespace) -> int:

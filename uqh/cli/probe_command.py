@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from uqh.harness.config.build import validate_model_string
+    from uqh.harness.config.build import check_endpoint_url, validate_model_string
     from uqh.harness.judge.probe import PROBE_LAYOUT, build_probe_config, plan_probes, probe_decoding, run_probes
     from uqh.harness.judge.runner import check_judge_out, check_judge_resumable, open_runs
     from uqh.harness.model.local import check_credentials
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    check_endpoint_url("--api-base", args.api_base)  # no credentials or query string: they would be recorded
     validate_model_string(args.model, args.api_base)
     check_credentials(args.model, args.api_base)
     readers = open_runs(args.run_dirs)

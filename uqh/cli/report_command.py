@@ -34,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     from uqh.rundir.errors import UserError
     from uqh.reports.report.build import ReportOptions, build_report
 
+    from uqh.cli.common import check_distinct_runs, print_reading_notes
+
+    check_distinct_runs(args.run_dirs)
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if args.max_traces < 0:
@@ -45,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
                          min_valid=args.min_valid, judgments_dir=args.judgments,
                          certify_files=tuple(args.certify), probe_dirs=tuple(args.probes), title=args.title)
     res = build_report(args.run_dirs, args.out, opts)
+    print_reading_notes("uqh report", args.run_dirs)
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     print(f"open {res.html}")
     return 0

@@ -100,6 +100,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "failed (default 600; retried)")
     x.add_argument("--max-retries", type=int, metavar="N",
                    help="retries of a transient model-call failure (429, 5xx, timeout...; default 6)")
+    x.add_argument("--breaker-failures", type=int, metavar="N",
+                   help="circuit breaker: stop the batch after N transient failures in a row across all endpoints "
+                        "(default 12) ...")
+    x.add_argument("--breaker-window", type=finite_float, metavar="S",
+                   help="... once no call has succeeded for S seconds either (default 120)")
     x.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
 
 
@@ -288,6 +293,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     timeout_s = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S
     max_retries = args.max_retries if args.max_retries is not None else DEFAULT_MAX_RETRIES
+    check_positive("--breaker-failures", args.breaker_failures)
+    if args.breaker_window is not None and not args.breaker_window >= 0:
+        raise UserError(f"--breaker-window must be >= 0 seconds, got {args.breaker_window:g}")
+    from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
+
+    breaker = dict(breaker_failures=args.breaker_failures or DEFAULT_BREAKER_FAILURES,
+                   breaker_window_s=DEFAULT_BREAKER_WINDOW_S if args.breaker_window is None else args.breaker_window)
     preset = None
     if args.preset:
         from uqh.harness.config.presets import get_preset
@@ -326,6 +338,7 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=timeout_s,
             max_retries=max_retries,
             backend=backend,
+            **breaker,
         )
     print("\n".join(summary_lines(summary)), flush=True)
     print_endpoint_lines(summary)

@@ -148,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.pipeline import pool_runs, score_run
     from uqh.scoring.streams import load_run
 
+    from uqh.cli.common import check_distinct_runs, run_notes
+
+    check_distinct_runs(args.run_dirs)
     opts = options_from_args(args)
     if args.paired and len(args.run_dirs) < 2:
         raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")
@@ -178,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 notes.append(f"{r.run_dir}: greedy-only predictors not scored (temperature "
                              f"{r.manifest.config.decoding.temperature:g} > 0): {', '.join(left_out)}")
     for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
+        notes += run_notes(d)
         missing = RunDir.open(d).episodes_missing_sidecar_rows()
         if missing:
             notes.append(f"{d}: {len(missing)} finished episodes miss {sum(missing.values())} sidecar rows "

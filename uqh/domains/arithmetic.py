@@ -133,6 +133,7 @@ class ArithmeticDomain(Domain):
     default_step_budget = 6
     action_gbnf = '"Calc[" [0-9+*/(). -]{1,60} "]" | "Finish[" "-"? [0-9]{1,12} "]"'
     default_split = None
+    splits = ()  # generated tasks: there is no split to choose
     supports_replay = True
 
     def all_task_ids(self) -> list[str]:

@@ -197,6 +197,9 @@ class Domain(abc.ABC):
     prompt_file: ClassVar[str]
     default_step_budget: ClassVar[int]
     default_split: ClassVar[str | None] = None
+    #: The splits ``--split`` may name (an unknown one is refused before anything is recorded); None: the domain's
+    #: data decides (tau2, webshop check their own).
+    splits: ClassVar[tuple[str, ...] | None] = None
     supports_replay: ClassVar[bool] = True
     #: GBNF rule body for the <action> field used with ``--grammar`` (llama.cpp servers): it constrains the
     #: action to the domain's tool syntax so a small local model yields actions the environment can run.

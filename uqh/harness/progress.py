@@ -93,6 +93,8 @@ class BatchStats:
         self.infra_errors = 0
         self.error_messages: Counter[str] = Counter()
         self.started = time.monotonic()
+        #: When the latest episode of this invocation finished (the ETA counts down from there).
+        self.last_done_at: float | None = None
         #: Calls answered so far in this process, counted as they return (:class:`CountingClient`): the rate while
         #: long episodes are still running. Worker processes' calls count when their episodes end.
         self.live_calls = 0
@@ -100,6 +102,7 @@ class BatchStats:
     def add(self, summary: EpisodeSummary) -> None:
         """A finished episode, with the calls it made in this session."""
         self.done += 1
+        self.last_done_at = time.monotonic()
         self.stop_reasons[summary.stop_reason] += 1
         self._add_calls(summary)
 
@@ -151,13 +154,17 @@ class BatchStats:
 
     def eta_s(self) -> float | None:
         """Seconds until the rest of the plan is finished at this invocation's episode rate (None before the
-        first episode finished; 0 when nothing is left). Episodes that failed on infrastructure are not waited for."""
+        first episode finished; 0 when nothing is left). Episodes that failed on infrastructure are not waited for.
+
+        The rate is measured up to the latest finished episode and the estimate counts down from that moment: while
+        no episode finishes the ETA falls (to 0 at the least), it never climbs (elapsed / done did)."""
         left = max(0, self.planned - self.finished - self.infra_errors)
         if left == 0:
             return 0.0
-        if not self.done:
+        if not self.done or self.last_done_at is None:
             return None
-        return left * self.elapsed_s() / self.done
+        per_episode = (self.last_done_at - self.started) / self.done
+        return max(0.0, left * per_episode - (time.monotonic() - self.last_done_at))
 
     def cost_text(self) -> str:
         if not self.calls:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from datetime import datetime, timezone
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,7 @@ from uqh.harness.backends.local import LocalBackend
 from uqh.harness.config.build import build_domain, prompt_sha256
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, Resume, derive_seed, episode_id_for
 from uqh.harness.model.local import resolve_model
+from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
 from uqh.harness.progress import BatchStats, EpisodeSummary, Progress
 from uqh.harness.sampling.scheduler import ConsensusScheduler
 from uqh.harness.store.writer import RunStore, write_checkpoint_json
@@ -161,6 +163,8 @@ def run_batch(
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_retries: int = DEFAULT_MAX_RETRIES,
+    breaker_failures: int = DEFAULT_BREAKER_FAILURES,
+    breaker_window_s: float = DEFAULT_BREAKER_WINDOW_S,
     progress_label: str = "uqh run",
     backend: Backend | None = None,
 ) -> BatchSummary:
@@ -172,7 +176,8 @@ def run_batch(
 
     ``client_factory(litellm_model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests).
     ``timeout_s`` / ``max_retries``: the agent's model client's per-call timeout and retries (recorded in the
-    manifest's ``execution``, outside the config hash). SIGINT / SIGTERM during the batch stop it (see the module
+    manifest's ``execution``, outside the config hash); ``breaker_failures`` / ``breaker_window_s``: when every
+    endpoint keeps failing that often in a row with no success for that long, the batch stops (recorded there too). SIGINT / SIGTERM during the batch stop it (see the module
     docstring): the summary then says so in ``stopped``.
     """
     run_dir = Path(run_dir)
@@ -194,9 +199,13 @@ def run_batch(
     if sequential and not backend.in_process:
         raise UserError("--stop-on-consensus schedules samples from earlier samples in one process; use --workers 1 "
                         "and the local backend")
-    execution = ExecutionSettings(timeout_s=timeout_s, max_retries=max_retries)
+    execution = ExecutionSettings(
+        timeout_s=timeout_s, max_retries=max_retries, endpoints=config.endpoints or None,
+        user_api_base=config.user_api_base, breaker_failures=breaker_failures, breaker_window_s=breaker_window_s,
+        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     ctx_options = dict(checkpoints=checkpoints, checkpoint_interval_s=checkpoint_interval_s, timeout_s=timeout_s,
-                       max_retries=max_retries, concurrency=concurrency or default_concurrency(config.model))
+                       max_retries=max_retries, breaker_failures=breaker_failures, breaker_window_s=breaker_window_s,
+                       concurrency=concurrency or default_concurrency(config.model))
 
     with signals.stop_signals(), RunStore.open_or_create(
         run_dir, config, system_prompt=system_prompt, info=domain.manifest_info(), execution=execution

@@ -224,8 +224,10 @@ def notes_of(res: RunScores) -> list[str]:
 
 def header_lines(results: list[RunScores]) -> list[str]:
     s = results[0].settings
+    intervals = (f"seed {s.seed}; 95% percentile CIs under each value" if s.bootstrap > 0
+                 else "no bootstrap: no confidence intervals")
     lines = [f"weights={s.weights}  censoring={s.censoring}  labels={s.label_convention}  "
-             f"bootstrap={s.bootstrap} (seed {s.seed}; 95% percentile CIs under each value)"]
+             f"bootstrap={s.bootstrap} ({intervals})"]
     for res in results:
         c = res.counts
         excl = ", ".join(f"{k}={v}" for k, v in c.exclusions().items())

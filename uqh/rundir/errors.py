@@ -40,3 +40,20 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     name when it has no text)."""
     text = str(exc).strip()
     return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
+def not_utf8(what: str, exc: UnicodeDecodeError) -> UserError:
+    """The one-line error for a file a user gave that is not UTF-8 text (a binary file, another encoding)."""
+    return UserError(f"{what} is not a UTF-8 text file (undecodable byte at offset {exc.start}); give a text file")
+
+
+def read_user_text(path, what: str) -> str:
+    """The text of a file a user named (``what``: e.g. ``"--endpoints FILE"``): UserError, one line naming it, for
+    a file that cannot be read or is not UTF-8 text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as exc:
+        raise not_utf8(what, exc) from None
+    except OSError as exc:
+        raise UserError(f"cannot read {what}: {exc.strerror or exc}") from None

@@ -25,7 +25,7 @@ from typing import Annotated, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import UserError, read_user_text
 
 
 def _is_none(value) -> bool:
@@ -76,7 +76,7 @@ def read_qz_file(path: Path) -> dict[str, QzRecord]:
     if not path.is_file():
         raise UserError(f"q_Z file {path} does not exist; pass the file written by `uqh continue` to --q-z")
     out: dict[str, QzRecord] = {}
-    for lineno, raw in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, raw in enumerate(read_user_text(path, f"q_Z file {path}").splitlines(), start=1):
         if not raw.strip():
             continue
         try:

@@ -139,7 +139,13 @@ def read_manifest_file(run_dir: Path) -> Manifest:
     path = run_dir / MANIFEST_FILE
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no {MANIFEST_FILE}); pass a directory written by `uqh run`")
-    return read_versioned_json(path, Manifest, "manifest", hint=f"; is {run_dir} a directory written by `uqh run`?")
+    manifest = read_versioned_json(path, Manifest, "manifest", hint=f"; is {run_dir} a directory written by `uqh run`?")
+    # The hash is checked on open: a config edited by hand (hash kept) would otherwise resume or score as if it
+    # were what produced the episodes. Manifests written before the endpoints left the hash carry the older one.
+    if manifest.config_hash not in (manifest.config.config_hash(), manifest.config.legacy_config_hash()):
+        raise UserError(f"{path}: its config does not match its config_hash (changed after the run wrote it); "
+                        "restore the file -- the episodes were produced under the recorded config")
+    return manifest
 
 
 @dataclass
@@ -150,6 +156,8 @@ class RunDir:
     manifest: Manifest
     #: Filled by :meth:`episodes` / :meth:`sidecar`: lines dropped by the de-duplication rule.
     duplicate_episode_lines: int = 0
+    #: Filled by :meth:`episodes`: ids of episode lines the manifest does not plan (left out, never counted).
+    foreign_episode_ids: list[str] = field(default_factory=list)
     duplicate_sidecar_rows: int = 0
     _episodes: list[Episode] | None = field(default=None, repr=False)
     _indexes: dict[str, LineIndex] = field(default_factory=dict, repr=False)
@@ -193,9 +201,39 @@ class RunDir:
     def episodes(self) -> list[Episode]:
         """Finished episodes in file order, torn-line safe, the first line of each episode_id kept (cached)."""
         if self._episodes is None:
-            self._episodes, self.duplicate_episode_lines = read_jsonl_first_per_key(
+            episodes, self.duplicate_episode_lines = read_jsonl_first_per_key(
                 self.path / EPISODES_FILE, Episode, lambda ep: ep.episode_id)
+            planned = self._is_planned()
+            self.foreign_episode_ids = [ep.episode_id for ep in episodes if not planned(ep)]
+            self._episodes = [ep for ep in episodes if planned(ep)] if self.foreign_episode_ids else episodes
         return self._episodes
+
+    def _is_planned(self):
+        """Whether an episode is one the manifest plans (a task of ``task_ids``, a sample index below
+        ``samples_per_task``); continuation runs' branches are checked by their own reader (always True here)."""
+        config = self.manifest.config
+        if config.continuation is not None:
+            return lambda ep: True
+        tasks = set(config.task_ids)
+        return lambda ep: ep.task_id in tasks and 0 <= ep.sample_index < config.samples_per_task
+
+    def reading_notes(self) -> list[str]:
+        """One line per thing a reader left out of the episodes, so no count is silently wrong: lines whose ids the
+        manifest does not plan, duplicate lines, a torn last line."""
+        self.episodes()
+        notes = []
+        if self.foreign_episode_ids:
+            notes.append(f"{self.path}: {len(self.foreign_episode_ids)} episode line(s) whose id the manifest does "
+                         f"not plan, e.g. {self.foreign_episode_ids[0]!r}: not counted")
+        if self.duplicate_episode_lines:
+            notes.append(f"{self.path}: {self.duplicate_episode_lines} duplicate episode line(s): the first of each "
+                         "id counted")
+        path = self.path / EPISODES_FILE
+        torn = path.stat().st_size - integrity.complete_length(path) if path.is_file() else 0
+        if torn:
+            notes.append(f"{self.path}: {EPISODES_FILE} ends with a torn line ({torn} bytes, an interrupted write): "
+                         "not read; `uqh repair` or the next `uqh run` removes it")
+        return notes
 
     def censored_episodes(self) -> list[Episode]:
         """The administratively censored (``max_steps``) episodes that are not branches, in canonical order

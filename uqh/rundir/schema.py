@@ -165,8 +165,9 @@ class CallRecord(_Record):
     has_logprobs: Annotated[bool, Field(description="Whether the provider returned token logprobs.")] = False
     content_null: Annotated[
         bool,
-        Field(description="The provider's message content was null (a refusal, a filtered or a reasoning-only "
-                          "answer; see finish_reason): recorded as an empty text, which the parser rejects. Written "
+        Field(description="The provider answered this call with a null message content: a reasoning-only answer "
+                          "(recorded as its text), or an answer with nothing at all, which is retried as the "
+                          "provider's fault (counted in retries; the agent never sees it). Written "
                           "only when true, so records of ordinary calls keep their earlier form.",
               exclude_if=lambda v: v is False),
     ] = False
@@ -254,6 +255,10 @@ class DecodingConfig(_Record):
 HASH_EXCLUDED_OPTIONS = frozenset({"index_dir"})
 #: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
 _LATER_FIELDS = ("user_api_base", "consensus_stopping", "api_bases")
+#: Where the models are served from: not part of what a run produces, so out of the config hash (a server moved to
+#: another port, ``localhost`` for ``127.0.0.1``, a dead replica dropped -- the run still resumes). The latest
+#: session's endpoints stay in the config; every session's are in ``Manifest.sessions``.
+ENDPOINT_FIELDS = frozenset({"api_base", "api_bases", "user_api_base"})
 
 
 class ConsensusStopping(_Record):
@@ -315,12 +320,21 @@ class RunConfig(_Record):
         return lambda ep: (rank.get(ep.task_id, len(rank)), ep.task_id, ep.sample_index, ep.episode_id)
 
     def config_hash(self) -> str:
-        """sha256 of the config without :data:`HASH_EXCLUDED_OPTIONS`; fields added later are left out while None
-        (older run directories keep their hash)."""
+        """sha256 of the config without :data:`HASH_EXCLUDED_OPTIONS` and :data:`ENDPOINT_FIELDS`."""
+        return self._hash(drop=ENDPOINT_FIELDS)
+
+    def legacy_config_hash(self) -> str:
+        """The hash run directories written before the endpoints left it carry (endpoints included; fields added
+        later left out while None): how such a manifest's own hash is checked."""
+        return self._hash(drop=frozenset())
+
+    def _hash(self, drop: frozenset[str]) -> str:
         data = self.model_dump(mode="json")
         for key in _LATER_FIELDS:
             if data.get(key) is None:
                 data.pop(key, None)
+        for key in drop:
+            data.pop(key, None)
         data["domain_options"] = {k: v for k, v in data["domain_options"].items() if k not in HASH_EXCLUDED_OPTIONS}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
@@ -350,6 +364,26 @@ class ExecutionSettings(_Record):
 
     timeout_s: Annotated[float, Field(description="Per-call request timeout in seconds (uqh run --timeout).")]
     max_retries: Annotated[int, Field(description="Retries of a transient failure per call (uqh run --max-retries).")]
+    endpoints: Annotated[
+        list[str] | None,
+        Field(description="The agent model's endpoints in this session (--api-base / --endpoints); null: the "
+                          "provider's own, or not recorded (sessions before endpoints were recorded).",
+              exclude_if=_is_none),
+    ] = None
+    user_api_base: Annotated[
+        str | None, Field(description="The user model's endpoint in this session (--user-api-base).",
+                          exclude_if=_is_none),
+    ] = None
+    breaker_failures: Annotated[
+        int | None, Field(description="Circuit breaker: transient failures in a row, across all endpoints, before the "
+                                      "batch may stop (uqh run --breaker-failures).", exclude_if=_is_none),
+    ] = None
+    breaker_window_s: Annotated[
+        float | None, Field(description="Circuit breaker: seconds without a success before the batch may stop "
+                                        "(uqh run --breaker-window).", exclude_if=_is_none),
+    ] = None
+    started_at: Annotated[str | None, Field(description="When the session started (UTC, ISO 8601).",
+                                            exclude_if=_is_none)] = None
 
 
 class Manifest(_Record):
@@ -361,8 +395,13 @@ class Manifest(_Record):
     info: dict[str, Any] = {}
     execution: Annotated[
         ExecutionSettings | None,
-        Field(description="Timeout and retries of the latest session (not part of the config hash)."),
+        Field(description="Timeout, retries and endpoints of the latest session (not part of the config hash)."),
     ] = None
+    sessions: Annotated[
+        list[ExecutionSettings],
+        Field(description="Every session that ran episodes, oldest first: where the models were served from and "
+                          "how they were called (empty in runs written before sessions were recorded)."),
+    ] = []
 
 
 # --------------------------------------------------------------------------------------- in-flight episodes

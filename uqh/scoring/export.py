@@ -176,7 +176,8 @@ def scores_df(runs: "Sequence[str | Path | RunDir | LoadedRun]", options: "Score
     from uqh.scoring.render import CSV_FIELDS, csv_records
 
     options = options or ScoreOptions()
-    columns = {f: "string" for f in CSV_FIELDS}
+    # the run column is "run" in every exported table (score's CSV calls it run_dir)
+    columns = {("run" if f == "run_dir" else f): "string" for f in CSV_FIELDS}
     columns.update({f: "Float64" for f in ("value", "ci_low", "ci_high", "se")})
     columns.update({f: "Int64" for f in ("n_used", "n_complete", "n_censored", "n_skipped_missing")})
     records = []
@@ -185,7 +186,8 @@ def scores_df(runs: "Sequence[str | Path | RunDir | LoadedRun]", options: "Score
             continue
         res = score_run(run.data, options)
         for rec in csv_records(res):
-            rec = dict(rec, run_dir=run.label)
+            rec = {("run" if k == "run_dir" else k): v for k, v in rec.items()}
+            rec["run"] = run.label
             records.append({k: (None if v == "" else v) for k, v in rec.items()})
     return _frame(records, columns)
 

@@ -340,9 +340,12 @@ def pool_runs(runs: list[RunData]) -> RunData:
     offs = [0]
     for r in runs:
         offs += list(offs[-1] + r.offsets[1:])
+    # the pool is labelled by what it contains, not by its first run: "model-a + model-b" when models differ
+    label = {key: " + ".join(dict.fromkeys(getattr(r.manifest.config, key) for r in runs)) for key in ("model", "domain")}
+    manifest = runs[0].manifest.model_copy(update={"config": runs[0].manifest.config.model_copy(update=label)})
     return RunData(
         run_dir=type(runs[0].run_dir)("+".join(str(r.run_dir) for r in runs)),
-        manifest=runs[0].manifest,
+        manifest=manifest,
         episode_ids=np.concatenate([np.array([f"{k}:{e}" for e in r.episode_ids], dtype=object) for k, r in enumerate(runs)]),
         stop_reason=np.concatenate([r.stop_reason for r in runs]),
         outcome=np.concatenate([r.outcome for r in runs]),

@@ -75,6 +75,7 @@ class HotpotQADomain(QADomain):
     default_step_budget = 7
     action_gbnf = '("Search[" | "Lookup[" | "Finish[") [^\\]<\\n]{1,120} "]"'
     default_split = "validation"
+    splits = ("train", "validation", "test")
     Options = HotpotQAOptions
     hub_name = "hotpotqa/hotpot_qa"
     hub_config = "fullwiki"

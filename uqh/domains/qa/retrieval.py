@@ -21,7 +21,7 @@ from typing import Any, Iterable, Protocol
 from urllib.parse import urlsplit
 
 from uqh.domains.locations import SOURCE_ROOT, cache_root
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import UserError, read_user_text
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +89,16 @@ def read_corpus_file(path: str | os.PathLike) -> list[Paragraph]:
     if not path.is_file():
         raise UserError(f"corpus file {path} does not exist; pass a JSONL file with one {{title, text}} object per line")
     out: list[Paragraph] = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                out.append(Paragraph(title=str(obj["title"]), text=str(obj["text"])))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise UserError(
-                    f"corpus file {path} line {n} is not a JSON object with 'title' and 'text'; fix or remove that line"
-                ) from None
+    for n, line in enumerate(read_user_text(path, f"corpus file {path}").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            out.append(Paragraph(title=str(obj["title"]), text=str(obj["text"])))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise UserError(
+                f"corpus file {path} line {n} is not a JSON object with 'title' and 'text'; fix or remove that line"
+            ) from None
     if not out:
         raise UserError(f"corpus file {path} holds no paragraphs; it needs one {{title, text}} JSON object per line")
     return dedupe(out)
@@ -316,11 +315,15 @@ def es_client(url: str, *, timeout_s: float = 30.0):
     return Elasticsearch(url, **kwargs)
 
 
-def _es_error(exc: Exception, url: str, index: str) -> UserError:
-    return UserError(
-        f"Elasticsearch at {url} (index {index!r}) failed: {type(exc).__name__}: {str(exc)[:200]}; "
-        "check --es-url/--es-index and that the index was built with `uqh index --backend es`"
-    )
+def es_error(exc: Exception, url: str, index: str, *, indexing: bool = False) -> UserError:
+    """One line for a failed Elasticsearch request: the reason's first line cut at a word (never mid-word), and a
+    hint that fits -- never "build it with `uqh index`" to the `uqh index` that just failed."""
+    reason = " ".join(str(exc).split())
+    if len(reason) > 200:
+        reason = reason[:200].rsplit(" ", 1)[0] + " ..."
+    hint = ("check --es-url and that Elasticsearch is running and accepts writes" if indexing else
+            "check --es-url/--es-index and that the index was built with `uqh index --backend es`")
+    return UserError(f"Elasticsearch at {url} (index {index!r}) failed: {type(exc).__name__}: {reason}; {hint}")
 
 
 def index_elasticsearch(
@@ -349,7 +352,7 @@ def index_elasticsearch(
         client.indices.refresh(index=index)
         count = int(client.count(index=index)["count"])
     except (ApiError, TransportError) as exc:
-        raise _es_error(exc, url, index) from None
+        raise es_error(exc, url, index, indexing=True) from None
     finally:
         client.close()
     return {"backend": "es", "es_url": url, "es_index": index, "indexed": ok, "count": count, "corpus_sha256": sha}
@@ -385,7 +388,7 @@ class ElasticsearchRetriever:
                 source=["title", "text"],
             )
         except (ApiError, TransportError) as exc:
-            raise _es_error(exc, self.url, self.index) from None
+            raise es_error(exc, self.url, self.index) from None
         out = []
         for hit in resp["hits"]["hits"]:
             src = hit.get("_source") or {}

@@ -53,6 +53,7 @@ class StrategyQADomain(QADomain):
     default_step_budget = 16
     action_gbnf = '("Search[" | "Lookup[") [^\\]<\\n]{1,120} "]" | "Finish[yes]" | "Finish[no]"'
     default_split = "test"
+    splits = ("train", "test")
     Options = StrategyQAOptions
     hub_name = "wics/strategy-qa"
     hub_config = None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from uqh.domains.base import Runtime
 from uqh.harness import signals
+from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
 from uqh.rundir.errors import RunDirWriteError, first_line
 from uqh.rundir.schema import RunConfig
 
@@ -68,6 +69,11 @@ class StopCause:
         return cls(first_line(exc), "start the server or correct the address (--api-base), then re-run the same "
                                      "command to resume")
 
+    @classmethod
+    def endpoints_down(cls, exc: BaseException) -> "StopCause":
+        return cls(first_line(exc), "check the model's endpoints (or raise --breaker-failures / --breaker-window), "
+                                     "then re-run the same command to resume")
+
     @property
     def exit_code(self) -> int:
         return signals.exit_code(self.signum) if self.signum is not None else 1
@@ -104,6 +110,9 @@ class RunContext:
     #: Per-call timeout and transient-failure retries of the agent's model client.
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_retries: int = DEFAULT_MAX_RETRIES
+    #: The circuit breaker of the agent's model client (:mod:`uqh.harness.model.breaker`).
+    breaker_failures: int = DEFAULT_BREAKER_FAILURES
+    breaker_window_s: float = DEFAULT_BREAKER_WINDOW_S
 
     def domain_runtime(self) -> Runtime:
         """The run-time facts for :meth:`uqh.domains.base.Domain.prepare_runtime`."""

@@ -17,7 +17,7 @@ from uqh.harness.backends.base import BatchHooks
 from uqh.harness.backends.context import BatchStopped, RunContext, StopCause
 from uqh.harness.config.build import build_client
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, PartialEpisode, Resume, open_episode, run_episode
-from uqh.harness.model.errors import EndpointUnreachable, ModelCallFailed
+from uqh.harness.model.errors import EndpointsDown, EndpointUnreachable, ModelCallFailed
 from uqh.harness.progress import CallTotals, CountingClient, EpisodeSummary, TotallingClient
 from uqh.harness.sampling.scheduler import annotate_canonical_answer
 from uqh.harness.store.writer import CheckpointEncoder, write_checkpoint_json
@@ -166,6 +166,8 @@ class _Batch:
             return result
         except EndpointUnreachable as exc:
             self.stop_all(StopCause.unreachable(exc))
+        except EndpointsDown as exc:
+            self.stop_all(StopCause.endpoints_down(exc))
         except (ModelCallFailed, EnvironmentUnavailable) as exc:
             self.on_error(spec, f"model call failed: {first_line(exc, 300)}", getattr(exc, "retries", 0))
         except Exception as exc:  # noqa: BLE001 - any other crash is an infra error, reported, re-queued
@@ -232,7 +234,8 @@ async def run_in_process(ctx: RunContext, specs, domain, hooks: BatchHooks, endp
     the client's per-endpoint counts (several endpoints) are appended to ``endpoint_calls``, also when the batch
     stops early."""
     client = build_client(ctx.config, ctx.model, ctx.api_base, hooks.client_factory, timeout_s=ctx.timeout_s,
-                          max_retries=ctx.max_retries, api_bases=ctx.api_bases)
+                          max_retries=ctx.max_retries, api_bases=ctx.api_bases,
+                          breaker=(ctx.breaker_failures, ctx.breaker_window_s))
     unfinished_calls = None
     if hooks.stats is not None:  # calls/s in the progress line while episodes are still running
         client = CountingClient(client, hooks.stats)

@@ -79,7 +79,8 @@ class EpisodeActor:
         self.domain = domain
         domain.prepare_runtime(ctx.domain_runtime())
         self.client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
-                                   max_retries=ctx.max_retries, api_bases=ctx.api_bases)
+                                   max_retries=ctx.max_retries, api_bases=ctx.api_bases,
+                          breaker=(ctx.breaker_failures, ctx.breaker_window_s))
         self._one = dataclasses.replace(ctx, concurrency=1)
         self._lock = threading.Lock()  # checkpoints arrive from run_specs' I/O threads
         self._checkpoints: dict[str, tuple[int, str]] = {}

@@ -50,6 +50,7 @@ from uqh.harness.episode.loop import EpisodeSpec, Resume
 from uqh.harness.backends.context import RunContext, StopCause
 from uqh.rundir.errors import RunDirWriteError, UserError
 from uqh.rundir.schema import PartialEpisode, RunConfig
+from uqh.rundir.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def _remote_error_line(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     raised = [ln for ln in lines[1:] if _EXCEPTION_LINE.match(ln)]
-    return (raised[-1] if raised else lines[0])[:300]
+    return redact(raised[-1] if raised else lines[0])[:300]
 
 
 class RayBackend:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +23,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from uqh.harness.config.presets import Preset
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
 from uqh.rundir.schema import DecodingConfig, RunConfig
+from uqh.rundir.secrets import mask_url, url_credentials
 
 if TYPE_CHECKING:
     from uqh.domains.base import Domain
@@ -113,25 +113,41 @@ def check_positive(name: str, value: int | None, minimum: int = 1) -> None:
         raise UserError(f"{name} must be >= {minimum}, got {value}")
 
 
+#: What providers accept: OpenAI's chat API takes at most 20 top logprobs; seeds are 32-bit on llama.cpp / vLLM
+#: and a signed 32-bit integer is the range every provider takes.
+MAX_TOP_LOGPROBS = 20
+MAX_SEED = 2**31 - 1
+
+
+def check_provider_ranges(dec: Any) -> None:
+    """UserError for a ``--top-logprobs`` or ``--seed`` outside what providers take."""
+    if dec.top_logprobs is not None and dec.top_logprobs > MAX_TOP_LOGPROBS:
+        raise UserError(f"--top-logprobs must be <= {MAX_TOP_LOGPROBS} (the most providers return), "
+                        f"got {dec.top_logprobs}")
+    if dec.seed is not None and not 0 <= dec.seed <= MAX_SEED:
+        raise UserError(f"--seed must be between 0 and {MAX_SEED} (a 32-bit seed, as providers take), got {dec.seed}")
+
+
 def check_endpoint_url(flag: str, url: str | None) -> None:
     """UserError unless ``url`` (None: not given) is an http(s) URL with a host and without credentials.
 
-    Credentials in a URL (``http://user:password@host/v1``) would be written to the manifest and printed, and the
-    clients refuse them next to their own Authorization header; the message shows the URL with them masked.
+    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``) would be written to the manifest
+    and printed, and the clients refuse them next to their own Authorization header; the message shows the URL with
+    them masked.
     """
     if url is None:
         return
+    found = url_credentials(url)
+    if found is not None:
+        raise UserError(
+            f"{flag} {mask_url(url)} contains {found}; it would be written to the run's manifest: "
+            f"give the URL without it and the key in OPENAI_API_KEY (environment or .env)"
+        )
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:
         parts = None
-    if parts is not None and ("@" in parts.netloc or (not parts.netloc and "@" in url)):
-        masked = re.sub(r"[^/@]+@", "***@", url, count=1)
-        raise UserError(
-            f"{flag} {masked} contains credentials (user:password@); they would be written to the run's manifest: "
-            f"give the URL without them and the key in OPENAI_API_KEY (environment or .env)"
-        )
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"{flag} {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:8000/v1")
 
@@ -153,7 +169,9 @@ def endpoint_overrides(api_bases: list[str] | None, endpoints_file: str | Path |
     if endpoints_file is not None:
         path = Path(endpoints_file)
         try:
-            lines = path.read_text().splitlines()
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise not_utf8(f"--endpoints {path}", exc) from None
         except OSError as exc:
             raise UserError(f"--endpoints {path}: {exc.strerror or exc}; give a file with one endpoint URL per line")
         found = [ln.split("#", 1)[0].strip() for ln in lines]
@@ -239,6 +257,10 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         check_positive(name, value)
     check_positive("--top-logprobs", dec.top_logprobs, 0)
     check_positive("--observation-chars", overrides.observation_chars, 1)
+    check_provider_ranges(dec)
+    if overrides.split is not None and cls.splits is not None and overrides.split not in cls.splits:
+        known = f"use one of {', '.join(cls.splits)}" if cls.splits else "it has none; leave --split out"
+        raise UserError(f"unknown --split {overrides.split!r} for {cls.name}: {known}")
     out = run_dir_of(preset, overrides)
 
     model = overrides.model or (preset.model if preset else None) or default_model()
@@ -412,11 +434,13 @@ def build_domain(config: RunConfig) -> Domain:
 
 def build_client(config: RunConfig, model: str, api_base: str | None,
                  client_factory: Callable[[str, str | None], Any] | None = None, *, timeout_s: float | None = None,
-                 max_retries: int | None = None, api_bases: tuple[str, ...] | list[str] | None = None):
+                 max_retries: int | None = None, api_bases: tuple[str, ...] | list[str] | None = None,
+                 breaker: tuple[int, float] | None = None):
     """The model client for the run's agent: ``model`` / ``api_base`` as resolved (a local: model's server), the
     run's decoding and, with ``--grammar``, the domain's action grammar; ``timeout_s`` / ``max_retries`` per call
     (None: the client's defaults); ``api_bases``: two or more endpoints to spread the calls over
-    (:mod:`uqh.harness.model.endpoints`). ``client_factory(model, api_base)`` replaces
+    (:mod:`uqh.harness.model.endpoints`); ``breaker``: the circuit breaker's (failures, window seconds)
+    (:mod:`uqh.harness.model.breaker`; None: its defaults). ``client_factory(model, api_base)`` replaces
     :func:`uqh.harness.model.client.make_model_client` (tests)."""
     if client_factory is not None:
         return client_factory(model, api_base)
@@ -431,6 +455,8 @@ def build_client(config: RunConfig, model: str, api_base: str | None,
         options["max_retries"] = max_retries
     if api_bases and len(api_bases) > 1:
         options["api_bases"] = list(api_bases)
+    if breaker is not None:
+        options["breaker_failures"], options["breaker_window_s"] = breaker
     client = make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
                                **options)
     where = ", ".join(api_bases) if api_bases and len(api_bases) > 1 else api_base or "the provider's API"

@@ -112,7 +112,7 @@ class SidecarLayout:
 
 
 def _judge_manifest(config: JudgeConfig) -> JudgeManifest:
-    return JudgeManifest(config=config, config_hash=config.config_hash(), created_at=_now())
+    return JudgeManifest(config=config, config_hash=config.config_hash(), created_at=now_iso())
 
 
 JUDGE_LAYOUT = SidecarLayout("judge directory", "judgments", "judged", JUDGE_MANIFEST_FILE, JUDGMENTS_FILE,

@@ -27,7 +27,8 @@ What every transport guarantees:
   the caller gets :class:`~uqh.harness.model.types.ModelCallFailed` (the API key redacted from its message).
   Until the endpoint has answered once, a failed DNS lookup or a refused connection is a wrong address or a
   server that is not up, not a transient failure: :class:`~uqh.harness.model.types.EndpointUnreachable` at once.
-- A message whose content is null becomes an empty text, recorded as ``CallRecord.content_null``.
+- A message whose content is null (and nothing else generated) is the provider's fault: retried like a malformed
+  body, and the call is marked ``CallRecord.content_null``; the agent never sees it (no repair is spent on it).
 - Logprobs become typed :class:`~uqh.rundir.schema.TokenLogprob` rows whose alternatives are normalised to the
   top ``top_logprobs`` by logprob, duplicates merged by string (llama-cpp-python adds the sampled token as a
   6th entry when it is not in the top 5).
@@ -58,7 +59,14 @@ from typing import Any, Sequence
 
 from uqh.harness.model.pricing import cost_usd
 from uqh.harness.model.types import Completion
-from uqh.harness.model.errors import EndpointUnreachable, ModelCallFailed, error_line, unreachable_reason
+from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S, CircuitBreaker
+from uqh.harness.model.errors import (
+    EndpointsDown,
+    EndpointUnreachable,
+    ModelCallFailed,
+    error_line,
+    unreachable_reason,
+)
 from uqh.harness.model.transports import (  # noqa: F401 - HTTPStatusFailure and grammar_text are part of this module's API
     TRANSPORTS,
     Endpoint,
@@ -66,6 +74,7 @@ from uqh.harness.model.transports import (  # noqa: F401 - HTTPStatusFailure and
     Transport,
     grammar_text,
 )
+from uqh.rundir.secrets import redact
 from uqh.rundir.schema import CallRecord, DecodingConfig, TokenLogprob, TopLogprob, Usage
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -123,6 +132,18 @@ class MalformedResponse(ValueError):
     """A 2xx body that is JSON but not a chat completion (no choices/message): retried like a truncated body."""
 
 
+class NullContent(MalformedResponse):
+    """A completion whose message content is null with nothing else generated: the provider's fault (a filter, a
+    dropped generation), retried like a malformed body -- never handed to the agent as an empty answer to repair."""
+
+
+def _check_content(resp: Any) -> None:
+    message = _get(_get(resp, "choices")[0], "message")
+    if _get(message, "content") is None and not _reasoning_of(message):
+        finish = _get(_get(resp, "choices")[0], "finish_reason")
+        raise NullContent(f"the provider answered with null content (finish_reason {finish})")
+
+
 def _check_response(resp: Any) -> None:
     """Raise for bodies that parsed but carry no completion (some gateways answer 200 with an error object)."""
     choices = _get(resp, "choices")
@@ -133,8 +154,8 @@ def _check_response(resp: Any) -> None:
         code = _get(error, "code")
         message = _get(error, "message") or str(error)
         if isinstance(code, int) and 100 <= code <= 599:
-            raise HTTPStatusFailure(code, str(message)[:300])
-        raise MalformedResponse(f"the response carries an error instead of a completion: {str(message)[:300]}")
+            raise HTTPStatusFailure(code, redact(str(message))[:300])
+        raise MalformedResponse(f"the response carries an error instead of a completion: {redact(str(message))[:300]}")
     raise MalformedResponse("the response has no choices/message")
 
 
@@ -328,6 +349,8 @@ class ModelClientImpl:
         transport: str | Transport | None = None,
         action_grammar: str | None = None,
         api_bases: Sequence[str] | None = None,
+        breaker_failures: int = DEFAULT_BREAKER_FAILURES,
+        breaker_window_s: float = DEFAULT_BREAKER_WINDOW_S,
     ) -> None:
         self.model = model
         self.api_base = api_base
@@ -363,6 +386,8 @@ class ModelClientImpl:
         #: Set once any call got through to the endpoint: before that, a refused connection or a failed DNS
         #: lookup is a wrong address or a server that is not up (fail fast); after it, a transient hiccup.
         self._reached = False
+        #: Shared by every call of this client: trips when all its endpoints keep failing (breaker.py).
+        self.breaker = CircuitBreaker(breaker_failures, breaker_window_s)
 
     # ---------------------------------------------------------------- public
 
@@ -373,11 +398,9 @@ class ModelClientImpl:
         return counts() if callable(counts) else []
 
     def _redact(self, text: str) -> str:
-        """Error texts end up in logs and run summaries: never with the API key in them."""
-        key = self._api_key
-        if key and len(key) >= 8 and key != "sk-no-key":
-            text = text.replace(key, "***")
-        return text
+        """Error texts end up in logs and run summaries: never with the API key (nor any other known secret) in
+        them."""
+        return redact(text, [self._api_key])
 
     def backoff_s(self, failures: int, exc: BaseException | None = None) -> float:
         """Seconds to wait after the ``failures``-th failure: exponential with jitter, at least Retry-After.
@@ -412,6 +435,10 @@ class ModelClientImpl:
             )
 
         unreachable: str | None = None
+        breaker = self.breaker
+        null_answers = 0
+        if breaker.open:  # tripped by another call of this client: do not knock again
+            raise EndpointsDown(self._redact(f"{self.model}: {breaker.reason()}"), retries=0)
 
         def _retry(exc: BaseException) -> bool:
             nonlocal unreachable
@@ -421,7 +448,10 @@ class ModelClientImpl:
                     return False
                 if _status_of(exc) is not None or isinstance(exc, (MalformedResponse, json.JSONDecodeError)):
                     self._reached = True  # the endpoint answered (an HTTP error is an answer): the address is right
-            return is_transient(exc)
+            if not is_transient(exc):
+                return False
+            breaker.failure(error_line(exc, self.timeout_s))
+            return not breaker.open
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
@@ -437,6 +467,12 @@ class ModelClientImpl:
                     resp = await send(messages, seed)
                     self._reached = True
                     _check_response(resp)
+                    try:
+                        _check_content(resp)
+                    except NullContent:
+                        null_answers += 1
+                        raise
+                    breaker.success()
         except RetryError as exc:  # pragma: no cover - reraise=True hands back the last exception instead
             raise ModelCallFailed(f"{self.model}: {attempts} attempts failed", retries=attempts - 1) from exc
         except asyncio.CancelledError:
@@ -448,6 +484,8 @@ class ModelClientImpl:
                 raise EndpointUnreachable(
                     self._redact(f"{self.model}: cannot reach {where}: {unreachable}"), retries=0) from None
             short = error_line(exc, self.timeout_s)
+            if breaker.open:
+                raise EndpointsDown(self._redact(f"{self.model}: {breaker.reason()}"), retries=attempts - 1) from None
             if is_transient(exc):
                 msg = (f"{self.model}: call failed after {attempts} attempts ({attempts - 1} retries); "
                        f"last error: {short}")
@@ -457,9 +495,11 @@ class ModelClientImpl:
         latency = time.perf_counter() - t0
         if latency >= SLOW_CALL_S:
             log.info("%s: slow call: %.1f s (%d retries)", self.model, latency, attempts - 1)
-        return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed)
+        return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed,
+                                   null_answers=null_answers)
 
-    def _to_completion(self, resp: Any, *, retries: int, latency_s: float, seed: int | None) -> Completion:
+    def _to_completion(self, resp: Any, *, retries: int, latency_s: float, seed: int | None,
+                       null_answers: int = 0) -> Completion:
         choice = _get(resp, "choices")[0]  # shape checked by _check_response
         message = _get(choice, "message")
         tokens = convert_logprobs(_get(choice, "logprobs"), self.decoding.top_logprobs) if self.decoding.logprobs else None
@@ -481,7 +521,7 @@ class ModelClientImpl:
             finish_reason=_get(choice, "finish_reason"),
             seed=seed if getattr(self.transport, "sends_seed", True) else None,  # recorded only if sent
             has_logprobs=tokens is not None,
-            content_null=content is None,
+            content_null=content is None or null_answers > 0,
         )
         return Completion(text=text, tokens=tokens, call=record)
 

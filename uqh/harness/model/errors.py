@@ -5,6 +5,8 @@ import asyncio
 import re
 import socket
 
+from uqh.rundir.secrets import redact
+
 
 class ModelCallFailed(Exception):
     """The call failed after retries (or on a non-retryable provider error).
@@ -23,12 +25,18 @@ class EndpointUnreachable(ModelCallFailed):
     address or a server that is not running, not a transient failure. Not retried; the batch stops at once."""
 
 
+class EndpointsDown(ModelCallFailed):
+    """Every endpoint of the model has been failing for a sustained window (the circuit breaker,
+    :mod:`uqh.harness.model.breaker`, tripped): not retried; the batch stops with the resume hint."""
+
+
 _SSL_REPR = re.compile(r" ?ssl:<[^>]*>")
 
 
 def error_line(exc: BaseException, timeout_s: float | None = None) -> str:
-    """One line for an exception (object reprs such as aiohttp's ``ssl:<ssl.SSLContext ...>`` removed)."""
-    text = _SSL_REPR.sub("", " ".join(str(exc).split()))
+    """One line for an exception (object reprs such as aiohttp's ``ssl:<ssl.SSLContext ...>`` removed), every
+    known secret redacted *before* the line is cut to 300 characters (a cut through a key would leave its head)."""
+    text = redact(_SSL_REPR.sub("", " ".join(str(exc).split())))
     if not text and isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and timeout_s is not None:
         text = f"no answer within {timeout_s:g} s (--timeout)"
     return f"{type(exc).__name__}: {text[:300]}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 from uqh.prompts import PROMPTS_DIR
 from uqh.rundir.schema import DecodingConfig
+from uqh.rundir.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +177,23 @@ def unsupported_params(model: str, params: Any) -> list[str]:
     return [k for k in _OPTIONAL_PARAMS if k in wanted and k not in supported]
 
 
+#: litellm's loggers: each comes with its own handler that prints DEBUG records (full prompts) to stdout.
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+def route_litellm_logging() -> None:
+    """litellm's records go through uqh's logging (stderr, ``uqh -v``) instead of its own stdout handler, at the
+    level the user chose in ``LITELLM_LOG`` (default WARNING: its DEBUG lines carry whole prompts)."""
+    chosen = os.environ.get("LITELLM_LOG", "").strip().upper()
+    level = logging.getLevelName(chosen) if chosen else logging.WARNING
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.setLevel(level if isinstance(level, int) else logging.WARNING)
+        logger.propagate = True
+
+
 class LitellmTransport:
     """``litellm.acompletion`` (litellm's own retries off: the client retries).
 
@@ -187,9 +206,11 @@ class LitellmTransport:
     openai_compatible: ClassVar[bool] = False
 
     def __init__(self, endpoint: Endpoint) -> None:
+        route_litellm_logging()  # before the import too: litellm logs while it is imported
         import litellm  # imported only when used: the direct path does without it (a multi-second import)
 
         litellm.suppress_debug_info = True
+        route_litellm_logging()
         self.endpoint = endpoint
         kw = request_params(endpoint.model, endpoint.api_base, endpoint.decoding,
                             action_grammar=endpoint.action_grammar, reasoning_effort=True)
@@ -273,7 +294,7 @@ class AiohttpTransport:
                     retry_after_s = float(retry_after) if retry_after is not None else None
                 except ValueError:
                     retry_after_s = None
-                text = message or raw[:200].decode(errors="replace") or resp.reason or ""
+                text = message or redact(raw.decode(errors="replace"))[:200] or resp.reason or ""
                 raise HTTPStatusFailure(resp.status, text, retry_after_s)
         return json.loads(raw)  # a truncated body raises JSONDecodeError: transient
 

@@ -20,7 +20,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import socket
 import sys
 import threading
@@ -31,6 +30,7 @@ from typing import Iterator
 
 from uqh.rundir.errors import RunDirWriteError, UserError
 from uqh.rundir.schema import LOCK_FILE
+from uqh.rundir.secrets import redact
 
 __all__ = ["LOCK_FILE", "check_not_held", "hold", "holder_text", "is_held"]
 
@@ -102,7 +102,7 @@ def _command_line() -> str:
     argv = list(sys.argv) or ["python"]
     if argv[0].endswith(("uqh/cli/__init__.py", "uqh/cli/__main__.py", "/uqh", "uqh")):
         argv[0] = "uqh"
-    return re.sub(r"//[^/@\s]+@", "//***@", " ".join(argv))
+    return redact(" ".join(argv))
 
 
 def _record_holder(fd: int) -> None:

@@ -42,6 +42,7 @@ from uqh.rundir.schema import (
     AUDIT_JSON,
     AUDIT_MD,
     QZ_FILE,
+    ENDPOINT_FIELDS,
     EPISODES_FILE,
     LOCK_FILE,
     MANIFEST_FILE,
@@ -89,8 +90,8 @@ def check_out_dir(run_dir: Path) -> None:
 def check_resumable(run_dir: Path, config: RunConfig) -> Manifest:
     """Raise UserError (writing nothing) unless ``run_dir`` holds a run with exactly this config."""
     manifest = RunDir.open(run_dir).manifest
-    if manifest.config_hash != config.config_hash():
-        diffs = config_differences(manifest.config, config) or ["(hash only)"]
+    if manifest.config.config_hash() != config.config_hash():  # endpoints are not compared: they may move
+        diffs = config_differences(manifest.config, config, ignore=ENDPOINT_FIELDS) or ["(hash only)"]
         raise UserError(
             f"{run_dir} holds a run with a different config (differs in: {', '.join(diffs)}); "
             "re-run with the original settings to resume, or use a new --out directory"
@@ -255,10 +256,13 @@ class RunStore:
         self.delete_checkpoint(episode_id)
 
     def record_execution(self, execution: ExecutionSettings) -> None:
-        """Record this session's timeout and retries in the manifest (outside the config hash), if they changed."""
-        if execution != self.manifest.execution:
-            self.manifest.execution = execution
-            self._write_manifest()
+        """Record this session (timeout, retries, endpoints; outside the config hash) in the manifest: as the
+        latest and appended to ``sessions``. The config and its hash stay as created: the hash names the run
+        (continuations, judgments and q_Z files refer to it), and the config's endpoints are the first session's."""
+        manifest = self.manifest
+        manifest.execution = execution
+        manifest.sessions = [*manifest.sessions, execution]
+        self._write_manifest()
 
     def update_manifest_info(self, **info: Any) -> None:
         self.manifest.info.update(info)

@@ -1,0 +1,247 @@
+"""A table-driven sweep of bad inputs across every command: each gets one line on stderr naming the problem,
+exit 2, nothing on stdout and nothing written -- no traceback, no usage dump, no file (issue 33).
+
+Every case runs in-process and fails at argument or config validation, before any model call, so the sweep takes
+seconds. ``{run}`` is a finished run directory (a copy of ``tests/data/pre_rundir_run``), ``{bin}`` a binary file,
+``{empty}`` an empty file, ``{missing}`` a path that does not exist. Where writing *is* the documented behaviour of
+a bad input, the case would say so here; none of these writes.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from uqh.cli import main
+
+PRE_RUN = Path(__file__).resolve().parent / "data" / "pre_rundir_run"
+URL = "http://127.0.0.1:9/v1"
+RUN = ["run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", URL, "--out", "o"]
+JUDGE = ["judge", "{run}", "--judge-model", "openai/j", "--api-base", URL, "--out", "j"]
+CONT = ["continue", "{run}", "--out", "c"]
+
+
+def _cases() -> list[tuple[list[str], str]]:
+    cases: list[tuple[list[str], str]] = []
+    add = lambda fragment, *argv: cases.append((list(argv), fragment))  # noqa: E731
+    # ---- argparse: one line plus "see --help", never a usage dump
+    add("invalid choice", "nope")
+    for cmd, required in (("score", []), ("certify", []), ("audit", []), ("report", ["--out", "r"]),
+                          ("export", ["--to", "e"]), ("repair", [])):
+        add("see uqh " + cmd + " --help", cmd)  # missing RUN_DIR
+        add("unrecognized arguments", cmd, "{run}", *required, "--no-such-flag")
+    for flag in ("--tasks", "--samples", "--step-budget", "--seed", "--max-tokens", "--top-logprobs",
+                 "--concurrency", "--workers", "--max-retries", "--observation-chars", "--breaker-failures"):
+        add("invalid int value", *RUN, flag, "x")
+    for flag in ("--temperature", "--top-p", "--timeout", "--breaker-window", "--stop-on-consensus"):
+        for value in ("x", "nan", "inf"):
+            add("", *RUN, flag, value)
+    add("invalid choice", *RUN, "--backend", "nope")
+    add("invalid choice", *RUN, "--retrieval", "nope")
+    add("invalid choice", *RUN, "--stop-rule", "nope")
+    add("invalid choice", "score", "{run}", "--censoring", "nope")
+    add("invalid choice", "export", "{run}", "--format", "nope")
+    add("invalid choice", "judge", "{run}", "--out", "j", "--report", "--format", "nope")
+    add("invalid choice", "index", "--backend", "nope", "--out", "i")
+    add("expected one argument", *RUN, "--out")
+    add("not allowed with argument", *RUN, "--task-ids", "a")
+    # ---- run: values out of range
+    for flag, value in (("--tasks", "0"), ("--tasks", "-3"), ("--samples", "0"), ("--step-budget", "0"),
+                        ("--concurrency", "0"), ("--workers", "0"), ("--max-retries", "-1"), ("--timeout", "0"),
+                        ("--timeout", "-5"), ("--breaker-failures", "0"), ("--breaker-window", "-1"),
+                        ("--temperature", "-0.5"), ("--top-p", "1.5"), ("--top-p", "-1"), ("--max-tokens", "0"),
+                        ("--top-logprobs", "-1"), ("--top-logprobs", "50"), ("--seed", "-1"),
+                        ("--seed", str(2**63)), ("--observation-chars", "-1"), ("--stop-on-consensus", "0"),
+                        ("--stop-on-consensus", "1.5")):
+        add(flag, *RUN, flag, value)
+    # ---- run: domains, presets, data, options
+    add("unknown domain 'nope'", "run", "--domain", "nope", "--tasks", "1", "--model", "openai/x", "--api-base", URL,
+        "--out", "o")
+    add("nope", "run", "--preset", "nope", "--out", "o")
+    for domain in ("arithmetic", "strategyqa", "hotpotqa"):
+        add("split", "run", "--domain", domain, "--split", "nope", "--tasks", "1", "--model", "openai/x",
+            "--api-base", URL, "--out", "o")
+    add("{missing}", "run", "--domain", "hotpotqa", "--data", "{missing}", "--tasks", "1", "--model", "openai/x",
+        "--api-base", URL, "--out", "o")
+    add("", "run", "--domain", "strategyqa", "--data", "{bin}", "--tasks", "1", "--model", "openai/x",
+        "--api-base", URL, "--out", "o")
+    add("corpus file", "run", "--domain", "hotpotqa", "--corpus", "{bin}", "--tasks", "1", "--model", "openai/x",
+        "--api-base", URL, "--out", "o")
+    add("corpus file", "run", "--domain", "hotpotqa", "--corpus", "{empty}", "--tasks", "1", "--model", "openai/x",
+        "--api-base", URL, "--out", "o")
+    add("--corpus", "run", "--domain", "hotpotqa", "--corpus", "{missing}", "--tasks", "1", "--model",
+        "openai/x", "--api-base", URL, "--out", "o")
+    add("-D", *RUN, "-D", "novalue")
+    add("", *RUN, "-D", "no_such_option=1")
+    add("", "run", "--domain", "arithmetic", "--task-ids", "nope-1", "--model", "openai/x", "--api-base", URL,
+        "--out", "o")
+    add("--ray-address needs --backend ray", *RUN, "--ray-address", "auto")
+    add("--stop-on-consensus needs --samples", *RUN, "--stop-on-consensus", "0.1")
+    add("--user-api-base", *RUN, "--user-api-base", URL)
+    # ---- run: endpoints
+    for url in ("ftp://h/v1", "http://", "not a url", "http://h:notaport/v1", "http://u:p@h/v1",
+                "http://h/v1?api_key=k", "http://h/v1#frag", "//h/v1"):
+        add("--api-base", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", url,
+            "--out", "o")
+    add("given twice", *RUN, "--api-base", URL)
+    add("--endpoints", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--endpoints",
+        "{bin}", "--out", "o")
+    add("--endpoints", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--endpoints",
+        "{missing}", "--out", "o")
+    add("lists no endpoint", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--endpoints",
+        "{empty}", "--out", "o")
+    add("", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--out", "o")  # no endpoint
+    # ---- run: the output directory
+    add("", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", URL, "--out",
+        "{empty}")
+    add("different config", "run", "--domain", "arithmetic", "--tasks", "8", "--step-budget", "4", "--model",
+        "openai/fake", "--api-base", URL, "--out", "{run}")
+    # ---- continue
+    add("not a run directory", "continue", "{missing}", "--out", "c")
+    add("", "continue", "{run}")  # no --out
+    for flag, value in (("--branches", "0"), ("--branches", "-1"), ("--extra-steps", "-1"), ("--min-valid", "-1"),
+                        ("--concurrency", "0"), ("--workers", "0"), ("--timeout", "0"), ("--max-retries", "-1"),
+                        ("--bootstrap", "-1")):
+        add(flag, *CONT, flag, value)
+    for flag in ("--branches", "--extra-steps", "--min-valid", "--concurrency", "--bootstrap"):
+        add("invalid int value", *CONT, flag, "x")
+    add("--api-base", *CONT, "--api-base", "http://u:p@h/v1")
+    add("--api-base", *CONT, "--api-base", "http://h/v1?key=k")
+    add("--endpoints", *CONT, "--endpoints", "{bin}")
+    add("", *CONT, "--out", "{run}")
+    add("", *CONT, "--ids", "nope")
+    add("", *CONT, "--stop-rule", "nope")
+    add("", *CONT, "--weights", "nope")
+    add("", *CONT, "--score", "nope")
+    # ---- score
+    add("not a run directory", "score", "{missing}")
+    add("not a run directory", "score", "{empty}")
+    add("", "score", "{run}", "--predictor", "nope")
+    add("", "score", "{run}", "--score", "nope")
+    add("", "score", "{run}", "--weights", "nope")
+    add("", "score", "{run}", "--labels", "nope")
+    add("", "score", "{run}", "--bootstrap", "-1")
+    add("invalid int value", "score", "{run}", "--bootstrap", "x")
+    add("--q-z", "score", "{run}", "--q-z", "{bin}")
+    add("q_Z file", "score", "{run}", "--censoring", "exact", "--q-z", "{bin}")
+    add("q_Z file", "score", "{run}", "--censoring", "exact", "--q-z", "{missing}")
+    add("", "score", "{run}", "--censoring", "exact", "--q-z", "{afile}")
+    add("", "score", "{run}", "--paired")
+    add("", "score", "{run}", "--fixed-rank", "nope")
+    add("", "score", "{run}", "--calibration", "nope")
+    # ---- certify
+    add("not a run directory", "certify", "{missing}", "--alpha", "0.1")
+    for value in ("0", "1", "-0.1", "2"):
+        add("--alpha", "certify", "{run}", "--alpha", value)
+    add("", "certify", "{run}", "--alpha", "x")
+    for value in ("0", "-0.5", "1.5"):
+        add("--cal-frac", "certify", "{run}", "--alpha", "0.1", "--cal-frac", value)
+    add("--cal-ids", "certify", "{run}", "--alpha", "0.1", "--cal-ids", "{bin}")
+    add("--cal-ids", "certify", "{run}", "--alpha", "0.1", "--cal-ids", "{missing}")
+    add("--cal-ids", "certify", "{run}", "--alpha", "0.1", "--cal-ids", "{empty}")
+    add("--cal-ids", "certify", "{run}", "--alpha", "0.1", "--cal-ids", "{afile}")
+    add("--verified", "certify", "{run}", "--alpha", "0.1", "--verified", "{bin}")
+    add("--verified", "certify", "{run}", "--alpha", "0.1", "--verified", "{missing}")
+    add("--verified", "certify", "{run}", "--alpha", "0.1", "--verified", "{afile}")
+    add("", "certify", "{run}", "--alpha", "0.1", "--resplits", "-1")
+    add("", "certify", "{run}", "--alpha", "0.1", "--stop-delta", "2")
+    # ---- audit, report, export, repair, schema
+    add("not a run directory", "audit", "{missing}")
+    add("", "audit", "{run}", "--bootstrap", "-1")
+    add("not a run directory", "report", "{missing}", "--out", "r")
+    add("q_Z file", "report", "{run}", "--out", "r", "--q-z", "{bin}")
+    add("q_Z file", "report", "{run}", "--out", "r", "--q-z", "{missing}")
+    add("", "report", "{run}", "--out", "r", "--max-traces", "-1")
+    add("", "report", "{run}", "--out", "{empty}")
+    add("", "report", "{run}", "--out", "r", "--bootstrap", "-1")
+    add("not a run directory", "export", "{missing}", "--to", "e")
+    add("", "export", "{run}", "--to", "e", "--bootstrap", "-1")
+    add("", "export", "{run}", "--to", "{empty}")
+    add("not a run directory", "repair", "{missing}")
+    add("not a run directory", "repair", "{empty}")
+    add("unrecognized arguments", "schema", "extra")
+    # ---- judge
+    add("", *JUDGE, "--metrics", "nope")
+    add("", *JUDGE, "--repeats", "0")
+    add("", *JUDGE, "--limit", "0")
+    add("", *JUDGE, "--concurrency", "0")
+    add("", *JUDGE, "--max-tokens", "0")
+    add("", *JUDGE, "--temperature", "-1")
+    add("", *JUDGE, "--temperature", "nan")
+    add("--api-base", "judge", "{run}", "--judge-model", "openai/j", "--api-base", "http://u:p@h/v1", "--out", "j")
+    add("--api-base", "judge", "{run}", "--judge-model", "openai/j", "--api-base", "http://h/v1?k=v", "--out", "j")
+    add("--api-base", "judge", "{run}", "--judge-model", "openai/j", "--api-base", "ftp://h", "--out", "j")
+    add("not a run directory", "judge", "{missing}", "--judge-model", "openai/j", "--api-base", URL, "--out", "j")
+    add("", "judge", "--judge-model", "openai/j", "--api-base", URL, "--out", "j")  # no run
+    add("", "judge", "{run}", "--out", "j")  # no judge model
+    add("", "judge", "{run}", "--out", "{empty}", "--judge-model", "openai/j", "--api-base", URL)
+    add("", "judge", "{run}", "--out", "{run}", "--judge-model", "openai/j", "--api-base", URL)
+    add("", "judge", "--report", "--out", "{missing}")
+    add("", "judge", "--report", "--out", "{run}", "--labels", "{bin}")
+    # ---- probe
+    PROBE = ["probe", "{run}", "--probe", "p_true", "--model", "openai/p", "--api-base", URL]
+    add("invalid choice", *PROBE[:2], "--probe", "nope", "--model", "openai/p", "--out", "p")
+    add("", "probe", "--probe", "p_true", "--model", "openai/p", "--out", "p")  # no run
+    add("not a run directory", "probe", "{missing}", "--probe", "p_true", "--model", "openai/p", "--api-base", URL,
+        "--out", "p")
+    add("--api-base", *PROBE[:6], "--api-base", "http://u:p@h/v1", "--out", "p")
+    add("--api-base", *PROBE[:6], "--api-base", "http://h/v1?k=v", "--out", "p")
+    add("", *PROBE, "--out", "{run}")  # never inside (or onto) a run
+    add("", *PROBE, "--out", "{empty}")  # a file
+    add("invalid int value", *PROBE, "--out", "p", "--concurrency", "x")
+    # ---- view
+    add("", "view", "{missing}")
+    add("", "view", "{empty}")
+    add("", "view", "{run}", "--port", "99999")
+    add("invalid int value", "view", "{run}", "--port", "x")
+    # ---- index
+    add("corpus file", "index", "--corpus", "{bin}", "--out", "i")
+    add("corpus file", "index", "--corpus", "{missing}", "--out", "i")
+    add("corpus file", "index", "--corpus", "{empty}", "--out", "i")
+    add("", "index", "--out", "i")  # nothing to index
+    add("", "index", "--backend", "es", "--corpus", "{empty}")
+    add("", "index", "--domain", "nope", "--out", "i")
+    return cases
+
+
+CASES = _cases()
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_the_sweep_covers_at_least_150_bad_inputs_across_every_command():
+    assert len(CASES) >= 150
+    from uqh.cli import COMMANDS
+
+    assert {argv[0] for argv, _ in CASES} >= set(COMMANDS)
+
+
+@pytest.mark.parametrize("argv,fragment", CASES, ids=[f"{i:03d}-{' '.join(a)[:60]}" for i, (a, _) in enumerate(CASES)])
+def test_a_bad_input_is_one_line_exit_2_and_nothing_written(argv, fragment, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(PRE_RUN, tmp_path / "run")
+    (tmp_path / "bin.dat").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "afile").write_text("not what was expected\n")
+    subst = {"{run}": str(tmp_path / "run"), "{bin}": str(tmp_path / "bin.dat"), "{empty}": str(tmp_path / "empty.txt"),
+             "{missing}": str(tmp_path / "missing"), "{afile}": str(tmp_path / "afile")}
+    argv = [subst.get(a, a) for a in argv]
+    before = _digest(tmp_path)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse exits
+        code = exc.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, (code, err)
+    assert len(lines) == 1 and "error" in lines[0] and "Traceback" not in err, err
+    for key, value in subst.items():
+        fragment = fragment.replace(key, value)
+    assert fragment in lines[0]
+    assert out == ""
+    assert _digest(tmp_path) == before  # nothing written, nothing touched
