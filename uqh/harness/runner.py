@@ -177,17 +177,12 @@ def run_batch(
     ``client_factory(litellm_model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests).
     ``timeout_s`` / ``max_retries``: the agent's model client's per-call timeout and retries (recorded in the
     manifest's ``execution``, outside the config hash); ``breaker_failures`` / ``breaker_window_s``: when every
-    endpoint keeps failing that often in a row with no success for that long, the batch stops (recorded there too). SIGINT / SIGTERM during the batch stop it (see the module
-    docstring): the summary then says so in ``stopped``.
+    endpoint keeps failing that often in a row with no success for that long, the batch stops (recorded there
+    too). SIGINT / SIGTERM during the batch stop it (see the module docstring): the summary then says so in
+    ``stopped``.
     """
     run_dir = Path(run_dir)
-    domain = build_domain(config)
-    system_prompt = domain.system_prompt()
-    if prompt_sha256(system_prompt) != config.prompt_sha256:
-        raise UserError(
-            f"the {config.domain} system prompt changed since the config was made (sha256 differs); "
-            "rebuild the config (uqh run) or restore the prompt file"
-        )
+    domain, system_prompt = _domain_with_prompt(config)
     specs = plan_specs(config) if specs is None else list(specs)
     ids = [s.episode_id for s in specs]
     if len(set(ids)) != len(ids):
@@ -227,27 +222,48 @@ def run_batch(
             return summary  # nothing to run: nothing more is written
         store.record_execution(execution)
         driver = _Driver(store, stats, client_factory)
-        try:
-            with contextlib.ExitStack() as stack:
-                ctx = _run_context(stack, config, system_prompt, run_dir, ctx_options)
-                domain.prepare_runtime(ctx.domain_runtime())
-                driver.bar = stack.enter_context(Progress(stats, enabled=progress, label=progress_label))
-                if scheduler is not None:
-                    _run_sequential(ctx, scheduler, domain, driver, summary)
-                else:
-                    ran = backend.run(ctx, todo, domain, driver.hooks())
-                    summary.stopped, summary.worker_cpu_s = ran.stopped, ran.worker_cpu_s
-                    summary.endpoint_calls = ran.endpoint_calls
-                    summary.notes += ran.notes
-        except BatchStopped as exc:
-            summary.stopped = exc.cause
-        except RunDirWriteError as exc:
-            summary.stopped = StopCause.write_failure(exc)
-        except signals.Interrupted as exc:
-            summary.stopped = StopCause.signal(exc.signum)
-        if signals.requested() is not None and (summary.stopped is None or summary.stopped.signum is None):
-            summary.stopped = StopCause.signal(signals.requested())
+        _drive(backend, config, system_prompt, run_dir, ctx_options, domain, todo, scheduler, driver, summary,
+               Progress(stats, enabled=progress, label=progress_label))
         return summary
+
+
+def _domain_with_prompt(config: RunConfig) -> tuple[Any, str]:
+    """The run's domain and system prompt; refuses a prompt that changed since the config was made."""
+    domain = build_domain(config)
+    system_prompt = domain.system_prompt()
+    if prompt_sha256(system_prompt) != config.prompt_sha256:
+        raise UserError(
+            f"the {config.domain} system prompt changed since the config was made (sha256 differs); "
+            "rebuild the config (uqh run) or restore the prompt file"
+        )
+    return domain, system_prompt
+
+
+def _drive(backend: Backend, config: RunConfig, system_prompt: str, run_dir: Path, ctx_options: dict[str, Any],
+           domain: Any, todo: list[EpisodeSpec], scheduler: ConsensusScheduler | None, driver: _Driver,
+           summary: BatchSummary, progress: Progress) -> None:
+    """Resolve the models, then run the episodes through the backend (or consensus sampling); why the batch
+    stopped early goes into ``summary.stopped``."""
+    try:
+        with contextlib.ExitStack() as stack:
+            ctx = _run_context(stack, config, system_prompt, run_dir, ctx_options)
+            domain.prepare_runtime(ctx.domain_runtime())
+            driver.bar = stack.enter_context(progress)
+            if scheduler is not None:
+                _run_sequential(ctx, scheduler, domain, driver, summary)
+            else:
+                ran = backend.run(ctx, todo, domain, driver.hooks())
+                summary.stopped, summary.worker_cpu_s = ran.stopped, ran.worker_cpu_s
+                summary.endpoint_calls = ran.endpoint_calls
+                summary.notes += ran.notes
+    except BatchStopped as exc:
+        summary.stopped = exc.cause
+    except RunDirWriteError as exc:
+        summary.stopped = StopCause.write_failure(exc)
+    except signals.Interrupted as exc:
+        summary.stopped = StopCause.signal(exc.signum)
+    if signals.requested() is not None and (summary.stopped is None or summary.stopped.signum is None):
+        summary.stopped = StopCause.signal(signals.requested())
 
 
 def _run_context(stack: contextlib.ExitStack, config: RunConfig, system_prompt: str, run_dir: Path,
