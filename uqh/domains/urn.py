@@ -22,6 +22,7 @@ from math import comb
 
 from uqh.domains.base import Domain, DomainOptions, EnvResponse, Environment, InvalidAction, PositiveInt, option_field
 from uqh.domains.registry import register_domain
+from uqh.rundir.schema import Episode
 
 N_TASKS = 1000
 MAX_INITIAL_BALLS = 3
@@ -149,6 +150,12 @@ class UrnDomain(Domain):
 
     def make_env(self, task_id: str, *, episode_seed: int) -> Environment:
         return UrnEnv(task_id, self.settings.n_draws)
+
+    @classmethod
+    def canonical_answer(cls, episode: Episode) -> str | None:
+        """Always the "no answer" class: the agent only decides when to stop looking, the urn decides Y, so there
+        is no final answer for self-consistency to agree on (``uqh certify`` on urn runs reports no agreement)."""
+        return None
 
     def manifest_info(self) -> dict:
         return {"generator": "sha256(task_id) -> Pólya urn (a, b), target k, draw sequence",
