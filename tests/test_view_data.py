@@ -72,7 +72,7 @@ def continuation_of(path, base):
     base_hash = RunDir.open(base).manifest.config_hash
     config = manifest.config.model_copy(update={"continuation": {
         "source_config_hash": base_hash, "source_run_dir": str(base), "prefix_ids": ["d#0"], "branches": 1}})
-    (cont / MANIFEST_FILE).write_text(manifest.model_copy(update={"config": config}).model_dump_json())
+    (cont / MANIFEST_FILE).write_text(manifest.model_copy(update={"config": config, "config_hash": config.config_hash()}).model_dump_json())
     write_qz_file(cont / QZ_FILE, [QzRecord(episode_id="d#0", q_hat_z=0.25, n_valid=4, method="mc")])
     return cont
 

@@ -21,16 +21,16 @@ import csv
 import hashlib
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from uqh.rundir.errors import UserError, first_line
-from uqh.rundir.reader import read_jsonl_first_per_key, read_versioned_json
 from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
+from uqh.rundir.sidecar_dir import SidecarDir, read_dir_manifest
 
 JUDGE_MANIFEST_FILE = "judge_manifest.json"
 JUDGMENTS_FILE = "judgments.jsonl"
@@ -187,45 +187,25 @@ class Judgment(_Record):
 
 def read_judge_manifest(judge_dir: Path) -> JudgeManifest:
     """The judge manifest of ``judge_dir``; UserError when it is not a judge directory."""
-    judge_dir = Path(judge_dir)
-    path = judge_dir / JUDGE_MANIFEST_FILE
-    if not judge_dir.is_dir() or not path.is_file():
-        raise UserError(f"{judge_dir} is not a judge directory (no {JUDGE_MANIFEST_FILE}); run `uqh judge RUN... "
-                        f"--judge-model M --out {judge_dir}` first")
-    return read_versioned_json(path, JudgeManifest, "judge manifest")
+    return read_dir_manifest(judge_dir, JUDGE_MANIFEST_FILE, JudgeManifest, "judge",
+                             "uqh judge RUN... --judge-model M")
 
 
 @dataclass
-class JudgeDir:
+class JudgeDir(SidecarDir[Judgment]):
     """A judge directory opened for reading. Build it with :meth:`open`; it never writes."""
 
-    path: Path
-    manifest: JudgeManifest
-    duplicate_lines: int = 0
-    _judgments: list[Judgment] | None = field(default=None, repr=False)
+    RECORDS_FILE: ClassVar[str] = JUDGMENTS_FILE
+    RECORD: ClassVar[type] = Judgment
 
     @classmethod
     def open(cls, path: str | Path) -> "JudgeDir":
         path = Path(path)
         return cls(path=path, manifest=read_judge_manifest(path))
 
-    @property
-    def config(self) -> JudgeConfig:
-        return self.manifest.config
-
     def judgments(self) -> list[Judgment]:
         """Judgments in file order, torn-line safe, the first line of each key kept (cached)."""
-        if self._judgments is None:
-            self._judgments, self.duplicate_lines = read_jsonl_first_per_key(
-                self.path / JUDGMENTS_FILE, Judgment, lambda j: j.key)
-        return self._judgments
-
-    def complete_length(self) -> int:
-        """Bytes of ``judgments.jsonl`` up to and including its last newline (the rest is a torn line)."""
-        path = self.path / JUDGMENTS_FILE
-        if not path.exists():
-            return 0
-        return path.read_bytes().rfind(b"\n") + 1
+        return self.records()
 
 
 # --------------------------------------------------------------------------------------- human labels

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from uqh.rundir.errors import UserError
 from uqh.rundir.judgments import JudgedRun
-from uqh.rundir.reader import read_jsonl_first_per_key, read_versioned_json
 from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
+from uqh.rundir.sidecar_dir import SidecarDir, read_dir_manifest
 
 PROBE_MANIFEST_FILE = "probe_manifest.json"
 PROBES_FILE = "probes.jsonl"
@@ -103,43 +102,25 @@ class ProbeValue(_Record):
 
 
 def read_probe_manifest(probe_dir: Path) -> ProbeManifest:
-    probe_dir = Path(probe_dir)
-    path = probe_dir / PROBE_MANIFEST_FILE
-    if not probe_dir.is_dir() or not path.is_file():
-        raise UserError(f"{probe_dir} is not a probe directory (no {PROBE_MANIFEST_FILE}); run `uqh probe RUN... "
-                        f"--probe p_true --model M --out {probe_dir}` first")
-    return read_versioned_json(path, ProbeManifest, "probe manifest")
+    return read_dir_manifest(probe_dir, PROBE_MANIFEST_FILE, ProbeManifest, "probe",
+                             "uqh probe RUN... --probe p_true --model M")
 
 
 @dataclass
-class ProbeDir:
+class ProbeDir(SidecarDir[ProbeValue]):
     """A probe directory opened for reading. Build it with :meth:`open`; it never writes."""
 
-    path: Path
-    manifest: ProbeManifest
-    duplicate_lines: int = 0
-    _values: list[ProbeValue] | None = field(default=None, repr=False)
+    RECORDS_FILE: ClassVar[str] = PROBES_FILE
+    RECORD: ClassVar[type] = ProbeValue
 
     @classmethod
     def open(cls, path: str | Path) -> "ProbeDir":
         path = Path(path)
         return cls(path=path, manifest=read_probe_manifest(path))
 
-    @property
-    def config(self) -> ProbeConfig:
-        return self.manifest.config
-
     def values(self) -> list[ProbeValue]:
         """Probe values in file order, torn-line safe, the first line of each key kept (cached)."""
-        if self._values is None:
-            self._values, self.duplicate_lines = read_jsonl_first_per_key(
-                self.path / PROBES_FILE, ProbeValue, lambda v: v.key)
-        return self._values
-
-    def complete_length(self) -> int:
-        """Bytes of ``probes.jsonl`` up to and including its last newline (the rest is a torn line)."""
-        path = self.path / PROBES_FILE
-        return path.read_bytes().rfind(b"\n") + 1 if path.exists() else 0
+        return self.records()
 
     def values_for_run(self, config_hash: str) -> dict[tuple[str, int], ProbeValue]:
         """``(episode_id, t) -> value`` of the probed run with this config hash (empty if it was not probed)."""

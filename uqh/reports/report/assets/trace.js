@@ -22,7 +22,6 @@
   var stepsBody = document.querySelector("#trace-steps tbody");
   var failedBox = $("trace-failed");
   var judgmentsBox = $("trace-judgments");
-  var judgmentsBox = $("trace-judgments");
   var hidden = {};  // predictor key -> true when switched off in the legend (kept across trajectories)
   var current = null;  // {run, id}
 
@@ -102,7 +101,6 @@
     while (plot.firstChild) { plot.removeChild(plot.firstChild); }
     legend.innerHTML = ""; stepsHead.innerHTML = ""; stepsBody.innerHTML = ""; failedBox.innerHTML = "";
     judgmentsBox.innerHTML = "";
-    judgmentsBox.innerHTML = "";
     missingBox.textContent = "";
     summary.textContent = message;
     current = null;
@@ -148,25 +146,6 @@
     });
   }
 
-  // the trajectory's judgments (uqh report --judgments DIR): judge, repeat, score or why missing, cited steps
-  function drawJudgments(ep) {
-    judgmentsBox.innerHTML = "";
-    var js = ep.judgments || [];
-    if (!js.length) { return; }
-    var head = html("div", "Judgments (" + js.length + ") — ", "judgments-head");
-    var link = html("a", "judge analysis");
-    link.setAttribute("href", "#judges");
-    head.appendChild(link);
-    judgmentsBox.appendChild(head);
-    js.forEach(function (j) {
-      var score = j.score === null ? "missing (" + (j.missing || "unparsed") + ")" : j.score + "/3";
-      var cited = j.cited.length ? " · cited steps " + j.cited.join(", ") : "";
-      var row = html("div", j.metric + " " + j.label + " · repeat " + j.repeat + " · " + score + cited +
-        (j.rationale ? " — " + clip(j.rationale, 300) : ""), "judgment");
-      row.setAttribute("data-metric", j.metric);
-      judgmentsBox.appendChild(row);
-    });
-  }
 
   function showTip(ev, run, ep, i) {
     var s = ep.steps[i];
