@@ -58,3 +58,18 @@ def print_reading_notes(prog: str, paths) -> None:
     for p in paths:
         for note in run_notes(p):
             print(f"{prog}: note: {note}", file=sys.stderr)
+
+
+def sidecar_summary_lines(summary, *, kind: str, records: str) -> list[str]:
+    """The summary of a `uqh judge` / `uqh probe` run (a sidecar runner's summary): directory, records made,
+    endings, calls and cost, notes. ``kind``: "judge" or "probe"; ``records``: what the records are called."""
+    s = summary.stats
+    lines = [f"{kind + ' directory':<17}{summary.out}",
+             f"{records:<17}{summary.done_before + s.done}/{summary.planned} made ({s.done} this run, "
+             f"{summary.done_before} before)"]
+    if s.stop_reasons:
+        lines.append("this run         " + ", ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())))
+    lines.append(f"{kind + ' calls':<17}{s.calls}; tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} "
+                 f"completion; {s.cost_text()}")
+    lines += [f"note             {note}" for note in summary.notes]
+    return lines

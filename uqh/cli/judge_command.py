@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from uqh.cli.arg_types import finite_float
+from uqh.cli.common import sidecar_summary_lines
 from uqh.rundir.judgments import JudgeMetric
 
 #: Every judge, in the order JudgeMetric (the one place the set is defined) lists them.
@@ -133,15 +134,7 @@ def _judge(args: argparse.Namespace) -> int:
     summary = run_judges(config, readers, out, metrics=metrics, repeats=args.repeats, limit=args.limit,
                          concurrency=concurrency, progress=not args.no_progress)
     s = summary.stats
-    print(f"judge directory  {summary.out}")
-    print(f"judgments        {summary.done_before + s.done}/{summary.planned} made "
-          f"({s.done} this run, {summary.done_before} before)")
-    if s.stop_reasons:
-        print("this run         " + ", ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())))
-    print(f"judge calls      {s.calls}; tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion; "
-          f"{s.cost_text()}")
-    for note in summary.notes:
-        print(f"note             {note}")
+    print("\n".join(sidecar_summary_lines(summary, kind="judge", records="judgments")))
     missing_line = _missing_summary(summary.out)
     if missing_line:
         print(missing_line)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from uqh.cli.common import sidecar_summary_lines
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to probe (read only)")
@@ -69,15 +71,7 @@ def run(args: argparse.Namespace) -> int:
     summary = run_probes(config, readers, out, limit=args.limit, concurrency=concurrency,
                          progress=not args.no_progress)
     s = summary.stats
-    print(f"probe directory  {summary.out}")
-    print(f"values           {summary.done_before + s.done}/{summary.planned} made ({s.done} this run, "
-          f"{summary.done_before} before)")
-    if s.stop_reasons:
-        print("this run         " + ", ".join(f"{k}={v}" for k, v in sorted(s.stop_reasons.items())))
-    print(f"probe calls      {s.calls}; tokens {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion; "
-          f"{s.cost_text()}")
-    for note in summary.notes:
-        print(f"note             {note}")
+    print("\n".join(sidecar_summary_lines(summary, kind="probe", records="values")))
     if not summary.ok:
         reasons = "; ".join(f"{m} (x{n})" for m, n in s.error_messages.most_common(3)) or "interrupted"
         print(f"uqh probe: {summary.remaining} probe values not made ({reasons}); re-run the same command to resume",
