@@ -70,9 +70,9 @@ def test_estimate_closed_form():
     config = draft(presets.get_preset("paper-hotpotqa"), RunOverrides()).config
     est = dry_run.estimate(config, n_tasks=10, prompt_chars=400)
     # B=7, sys=100 tokens, task=150, obs=105, step=200: 7*(100+150) + 21*(200+105) = 1750 + 6405
-    assert est["prompt_tokens"] == 10 * 8155
-    assert est["calls_max"] == 70 and est["calls_max_with_repairs"] == 210
-    assert est["completion_tokens"] == 70 * 200 and est["completion_tokens_cap"] == 70 * 64_000
+    assert est.prompt_tokens == 10 * 8155
+    assert est.calls_max == 70 and est.calls_max_with_repairs == 210
+    assert est.completion_tokens == 70 * 200 and est.completion_tokens_cap == 70 * 64_000
 
 
 def test_plan_is_offline_and_states_tasks_calls_tokens(monkeypatch):

@@ -240,7 +240,10 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
 
 
 def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
-    """Merge ``preset`` and ``overrides`` (flags win) and check what needs no I/O. Raises UserError."""
+    """Merge ``preset`` and ``overrides`` (flags win) and check what needs no I/O. Raises UserError.
+
+    Longer than our ~80-line norm on purpose: one merge-and-check per RunConfig field, in field order, so a reader
+    checks a flag's precedence and its error message in one place, top to bottom."""
     from uqh.domains.registry import get_domain_class
     from uqh import __version__
     from uqh.harness.model.local import default_model

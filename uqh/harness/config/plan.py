@@ -3,10 +3,11 @@ estimate, computed offline without calling a model (``uqh run --dry-run``, ``pyt
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import math
 import os
 import sys
-from typing import Any
+
 
 from uqh.harness.config.build import RunOverrides, build_domain, draft
 from uqh.harness.episode.loop import MAX_REPAIRS
@@ -84,8 +85,23 @@ def _inspect_domain_uncached(config: RunConfig, n_tasks: int | None, expected_ta
     return len(ids), "listed by the domain", prompt_chars
 
 
-def estimate(config: RunConfig, n_tasks: int, prompt_chars: int | None) -> dict[str, Any]:
-    """Upper bounds of calls and prompt/completion tokens for a run of ``config`` over ``n_tasks`` tasks.
+@dataclass(frozen=True)
+class RunEstimate:
+    """Upper bounds of a planned run (:func:`estimate`)."""
+
+    episodes: int
+    calls_max: int
+    calls_max_with_repairs: int
+    system_prompt_tokens: int
+    prompt_tokens: int
+    completion_tokens: int
+    completion_tokens_cap: int
+    #: USD at litellm's price map for the prompt + completion tokens above (None: unpriced)
+    usd: float | None
+
+
+def estimate(config: RunConfig, n_tasks: int, prompt_chars: int | None) -> RunEstimate:
+    """Upper bounds of calls, prompt/completion tokens and dollars for a run of ``config`` over ``n_tasks`` tasks.
 
     Calls: every episode uses at most ``step_budget`` steps, each step at most ``1 + MAX_REPAIRS`` calls.
     Prompt tokens of step t (no repairs): system + task + (t - 1) * (step output + observation); summed
@@ -98,15 +114,14 @@ def estimate(config: RunConfig, n_tasks: int, prompt_chars: int | None) -> dict[
     per_episode_prompt = budget * (sys_tokens + TASK_PROMPT_TOKENS) + budget * (budget - 1) // 2 * (
         STEP_OUTPUT_TOKENS + obs_tokens
     )
-    return {
-        "episodes": episodes,
-        "calls_max": episodes * budget,
-        "calls_max_with_repairs": episodes * budget * (1 + MAX_REPAIRS),
-        "system_prompt_tokens": sys_tokens,
-        "prompt_tokens": episodes * per_episode_prompt,
-        "completion_tokens": episodes * budget * STEP_OUTPUT_TOKENS,
-        "completion_tokens_cap": episodes * budget * (config.decoding.max_tokens or 0),
-    }
+    prompt_tokens = episodes * per_episode_prompt
+    completion_tokens = episodes * budget * STEP_OUTPUT_TOKENS
+    return RunEstimate(
+        episodes=episodes, calls_max=episodes * budget, calls_max_with_repairs=episodes * budget * (1 + MAX_REPAIRS),
+        system_prompt_tokens=sys_tokens, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+        completion_tokens_cap=episodes * budget * (config.decoding.max_tokens or 0),
+        usd=dollar_estimate(config.model, prompt_tokens, completion_tokens),
+    )
 
 
 def dollar_estimate(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
@@ -127,18 +142,16 @@ def dollar_text(usd: float | None, model: str) -> str:
     return f"~${amount} at litellm's prices for {model} (for the prompt + output tokens above)"
 
 
-def estimate_rows(config: RunConfig, est: dict[str, Any], prompt_src: str) -> list[tuple[str, str]]:
-    """(label, text) of the calls, tokens and cost lines of a plan (``uqh run --dry-run`` and the preset plan);
-    sets ``est["usd"]`` (None: unpriced)."""
-    usd = dollar_estimate(config.model, est["prompt_tokens"], est["completion_tokens"])
-    est["usd"] = usd
+def estimate_rows(config: RunConfig, est: RunEstimate, prompt_src: str) -> list[tuple[str, str]]:
+    """(label, text) of the calls, tokens and cost lines of a plan (``uqh run --dry-run`` and the preset plan)."""
+    usd = est.usd
     return [
-        ("model calls", f"<= {est['calls_max']:,} (tasks x samples x budget); "
-                        f"<= {est['calls_max_with_repairs']:,} with {MAX_REPAIRS} repairs per step"),
-        ("prompt tokens", f"~{est['prompt_tokens']:,} upper bound (system prompt ~{est['system_prompt_tokens']:,} "
+        ("model calls", f"<= {est.calls_max:,} (tasks x samples x budget); "
+                        f"<= {est.calls_max_with_repairs:,} with {MAX_REPAIRS} repairs per step"),
+        ("prompt tokens", f"~{est.prompt_tokens:,} upper bound (system prompt ~{est.system_prompt_tokens:,} "
                           f"tokens, resent every call; measured on {prompt_src})"),
-        ("output tokens", f"~{est['completion_tokens']:,} at {STEP_OUTPUT_TOKENS}/step without reasoning; "
-                          f"hard cap {est['completion_tokens_cap']:,} (max_tokens x calls)"),
+        ("output tokens", f"~{est.completion_tokens:,} at {STEP_OUTPUT_TOKENS}/step without reasoning; "
+                          f"hard cap {est.completion_tokens_cap:,} (max_tokens x calls)"),
         ("cost", dollar_text(usd, config.model)),
     ]
 
@@ -193,13 +206,13 @@ def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
             prompt_chars, prompt_src = dom_prompt_chars, "the domain's filled-in prompt"
         est = estimate(cfg, n_tasks, prompt_chars)
         for k in totals:
-            totals[k] += est[k]
+            totals[k] += getattr(est, k)
         dec = cfg.decoding
         asked = wanted if wanted is not None else preset.expected_tasks
         lines = [
             f"preset {name}: {preset.description}",
             f"  domain          {cfg.domain}" + (f" (split {cfg.split})" if cfg.split else ""),
-            f"  tasks           {n_tasks:,} ({source}) x {cfg.samples_per_task} sample(s) = {est['episodes']:,} episodes",
+            f"  tasks           {n_tasks:,} ({source}) x {cfg.samples_per_task} sample(s) = {est.episodes:,} episodes",
             *(
                 [f"  NOTE            {wanted or preset.expected_tasks:,} tasks asked for; the local data holds "
                  f"{n_tasks:,} (give the domain the full data through its `data` option)"]
@@ -220,10 +233,10 @@ def plan(preset_name: str, *, overrides: RunOverrides | None = None) -> str:
             lines.append(f"  user simulator  {cfg.user_model} (environment, not scored; calls not counted below)")
         lines.append(f"  run directory   {d.out} (resumable: finished episodes are skipped)")
         lines += [f"  {label:<16}{text}" for label, text in estimate_rows(cfg, est, prompt_src)]
-        if est["usd"] is None:
+        if est.usd is None:
             unpriced.append(name)
         else:
-            usd_total += est["usd"]
+            usd_total += est.usd
         blocks.append("\n".join(lines))
     priced = f"~${usd_total:,.2f}" if usd_total >= 1 else f"~${usd_total:.4f}"
     priced += (f" + {len(unpriced)} unpriced preset(s)" if unpriced else "")
