@@ -347,7 +347,8 @@ def run_judges(
         with contextlib.ExitStack() as stack:
             from uqh.harness.model.local import resolve_model
 
-            model, api_base = stack.enter_context(resolve_model(config.judge_model, config.api_base))
+            model, api_base = stack.enter_context(resolve_model(config.judge_model, config.api_base,
+                                                                parallel=concurrency))
             bar = stack.enter_context(Progress(stats, enabled=progress, label="uqh judge"))
 
             def done(j: Judgment) -> None:
