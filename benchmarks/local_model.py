@@ -1,7 +1,7 @@
 """The embedded local model (``local:smollm2``): uqh's throughput against raw llama.cpp and the old path.
 
-    .venv/bin/python benchmarks/local_model.py [--tasks 20] [--readme-tasks 3] [--no-old-path]
-        [--out benchmarks/results/local_model.md]
+    .venv/bin/python benchmarks/local_model.py [--tasks 20] [--readme-tasks 3]
+        [--rows readme,readme-2t,many,raw,old] [--merge EARLIER.json] [--out benchmarks/results/local_model.md]
 
 In one run, on the same HotpotQA tasks (first-step prompts of the first ``--tasks`` tasks):
 
@@ -13,11 +13,12 @@ In one run, on the same HotpotQA tasks (first-step prompts of the first ``--task
 - ``uqh 20 tasks -c 4``: ``uqh run --domain hotpotqa --tasks 20 --concurrency 4``;
 - ``old path``: the README job on llama-cpp-python's Python server (``--logits_all true``, one request at a
   time; uqh's concurrency 2 as before), the same harness otherwise. Needs ``llama_cpp`` importable
-  (``--no-old-path`` skips it; setup.sh no longer installs it).
+  (setup.sh no longer installs it; the row is skipped without it).
 
 Each row: wall time (server start included), model calls, completion tokens, calls/s and completion tokens/s;
 ratios against the old path and against raw llama.cpp. Measured, not asserted: the machine's load moves the
-absolute numbers, the ratios within one run are what to compare.
+absolute numbers, the ratios within one run are what to compare. ``--rows``/``--merge`` measure rows in separate
+runs and put them in one table (the results file then says so: such ratios compare different loads).
 """
 from __future__ import annotations
 
@@ -143,14 +144,14 @@ def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, threads
 
 
 def render(rows: dict[str, Row], args: argparse.Namespace, load: tuple[float, float, float]) -> str:
-    old, raw = rows.get("old"), rows["raw"]
+    old, raw = rows.get("old"), rows.get("raw")
     lines = [
         "# The embedded local model: uqh vs raw llama.cpp vs the old path",
         "",
         f"`benchmarks/local_model.py` on {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; load average before the run {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. "
         "SmolLM2-135M-Instruct Q4_1, HotpotQA, top-5 logprobs, the four-tag grammar. Wall time includes the server "
-        "start. One run: the ratios compare rows measured under the same load.",
+        "start.",
         "",
         "| row | wall s | calls | completion tokens | calls/s | completion tok/s | vs old path (wall) | "
         "tok/s vs raw | stop reasons |",
@@ -158,43 +159,61 @@ def render(rows: dict[str, Row], args: argparse.Namespace, load: tuple[float, fl
     ]
     for key, row in rows.items():
         speedup = f"{old.wall_s / row.wall_s:.1f}x faster" if old and key.startswith("readme") else ""
+        vs_raw = f"{row.tokens_per_s / raw.tokens_per_s:.0%}" if raw else ""
         lines.append(
             f"| {row.label} | {row.wall_s:.1f} | {row.calls} | {row.completion_tokens} | {row.calls_per_s:.2f} | "
-            f"{row.tokens_per_s:.1f} | {speedup} | {row.tokens_per_s / raw.tokens_per_s:.0%} | {row.scored_note} |"
+            f"{row.tokens_per_s:.1f} | {speedup} | {vs_raw} | {row.scored_note} |"
         )
     return "\n".join(lines) + "\n"
+
+
+ROWS = ("readme", "readme-2t", "many", "raw", "old")
+
+
+def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
+    """One row of the table (``raw`` needs the ``many`` run's directory for its prompts)."""
+    n = args.readme_tasks
+    if key == "readme":
+        return run_uqh(f"uqh README job ({n} tasks), 1 thread", tmp / "readme", n)
+    if key == "readme-2t":
+        return run_uqh(f"uqh README job ({n} tasks), 2 threads", tmp / "readme2", n, threads=2)
+    if key == "many":
+        return run_uqh(f"uqh {args.tasks} tasks, --concurrency 4", tmp / "many", args.tasks, concurrency=4)
+    if key == "raw":
+        prompts, decoding = first_step_prompts(tmp / "many")
+        return run_raw(prompts, decoding, parallel=4, threads=1)
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("old path skipped: llama_cpp (llama-cpp-python) is not installed", file=sys.stderr)
+        return None
+    return run_uqh(f"old path: README job ({n} tasks) on llama-cpp-python's server", tmp / "old", n, old=True,
+                   concurrency=2)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=20)
     parser.add_argument("--readme-tasks", type=int, default=3)
-    parser.add_argument("--no-old-path", action="store_true")
-    parser.add_argument("--no-threads-2", action="store_true", help="skip the README job with 2 server threads")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {','.join(ROWS)}")
+    parser.add_argument("--merge", type=Path, help="rows measured earlier (the JSON this script writes) to add")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "local_model.md")
     args = parser.parse_args()
+    keys = [k for k in args.rows.split(",") if k]
+    if any(k not in ROWS for k in keys) or ("raw" in keys and "many" not in keys):
+        parser.error(f"--rows: a subset of {','.join(ROWS)}; raw needs many")
     load = os.getloadavg()
     rows: dict[str, Row] = {}
+    if args.merge:
+        rows.update({k: Row(**v) for k, v in json.loads(args.merge.read_text()).items()})
     with tempfile.TemporaryDirectory(prefix="uqh-bench-local-") as tmp:
-        tmp = Path(tmp)
-        rows["readme"] = run_uqh(f"uqh README job ({args.readme_tasks} tasks), 1 thread", tmp / "readme",
-                                 args.readme_tasks)
-        if not args.no_threads_2:
-            rows["readme-2t"] = run_uqh(f"uqh README job ({args.readme_tasks} tasks), 2 threads", tmp / "readme2",
-                                        args.readme_tasks, threads=2)
-        rows["many"] = run_uqh(f"uqh {args.tasks} tasks, --concurrency 4", tmp / "many", args.tasks, concurrency=4)
-        prompts, decoding = first_step_prompts(tmp / "many")
-        rows["raw"] = run_raw(prompts, decoding, parallel=4, threads=1)
-        if not args.no_old_path:
-            try:
-                import llama_cpp  # noqa: F401
-            except ImportError:
-                print("old path skipped: llama_cpp (llama-cpp-python) is not installed", file=sys.stderr)
-            else:
-                rows["old"] = run_uqh(f"old path: README job on llama-cpp-python's server", tmp / "old",
-                                      args.readme_tasks, old=True, concurrency=2)
-    text = render(rows, args, load)
+        for key in keys:
+            row = measure(key, args, Path(tmp))
+            if row is not None:
+                rows[key] = row
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({k: vars(r) for k, r in rows.items()}, indent=1) + "\n")
+    text = render(rows, args, load)
     args.out.write_text(text)
     print(text)
     return 0

@@ -425,7 +425,7 @@ def test_direct_path_needs_neither_litellm_nor_openai_imports(fake_server):
     from pathlib import Path
 
     code = (
-        "import sys, asyncio; import harness\n"
+        "import sys, asyncio; import uqh\n"
         "from uqh.harness.model.client import make_model_client\n"
         "from uqh.rundir.schema import DecodingConfig\n"
         "c = make_model_client('openai/fake', api_base=sys.argv[1], decoding=DecodingConfig())\n"
@@ -737,3 +737,21 @@ def test_claude_models_get_cache_control_and_no_rejected_parameters():
                                                            {"location": "message", "index": -1}]
     t = LitellmTransport(Endpoint("hosted_vllm/x", "http://127.0.0.1:9", "k", 5.0, DecodingConfig()))
     assert t.sends_seed and t._kwargs["logprobs"] and "cache_control_injection_points" not in t._kwargs
+
+
+def test_llama_server_end_of_generation_entry_is_left_out():
+    """llama-server lists the end token (token "", bytes []) after a stop; the records keep the text's tokens only."""
+    from uqh.harness.model.client import convert_logprobs
+
+    def entry(token, lp, raw):
+        return {"token": token, "logprob": lp, "bytes": raw,
+                "top_logprobs": [{"token": token, "logprob": lp, "bytes": raw}]}
+
+    eos = entry("", -0.49, [])
+    tokens = convert_logprobs({"content": [entry("Paris", -0.1, [80, 97, 114, 105, 115]), entry(".", -0.2, [46]), eos]}, 5)
+    assert [t.token for t in tokens] == ["Paris", "."] and tokens[-1].logprob == -0.2
+    assert convert_logprobs({"content": [eos]}, 5) == []  # only the end token: empty completion, not missing
+    assert convert_logprobs({"content": []}, 5) is None
+    # an empty token that is not last, or one with bytes, is kept (it is not the end token)
+    kept = convert_logprobs({"content": [entry("", -1.0, []), entry("a", -0.3, [97])]}, 5)
+    assert [t.token for t in kept] == ["", "a"]
