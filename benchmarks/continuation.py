@@ -5,9 +5,10 @@
 
 A continuation branch's first call sends the whole recorded prefix conversation (rebuilt from the record by
 ``uqh.harness.episode.loop.build_messages``; no model call is made *for* the prefix). All M branches of a prefix send the
-same prompt, so a server that caches prompts evaluates the prefix once. llama-cpp-python's server keeps the KV
-state of its last request and reuses the longest common token prefix (its ``cache_prompt`` behaviour); with
-``--cache true`` it also keeps other prompts' states in RAM. Measured here, in one process, on two prefixes
+same prompt, so a server that caches prompts evaluates the prefix once. llama-server keeps the KV state of each
+slot's last request and reuses the longest common token prefix (``cache_prompt``); with 2 slots it routes a
+request to the idle slot whose cache is most similar (issue #28: before, llama-cpp-python's ``--cache true`` RAM
+cache played that part). Measured here, in one process, on two prefixes
 (A, B) of ``--prefix-steps`` recorded steps with ~400-character observations, ``--branches`` first-step calls
 per prefix (distinct branch seeds, ``--max-tokens`` tokens with top-5 logprobs):
 
@@ -15,7 +16,7 @@ per prefix (distinct branch seeds, ``--max-tokens`` tokens with top-5 logprobs):
   re-evaluated every call (no caching);
 - ``grouped``: A, A, ..., B, B, ... -- how ``uqh continue`` queues branches; all but the first call of each
   prefix reuse the cached prefix;
-- ``interleaved + RAM cache``: the interleaved order against a server started with ``--cache true``.
+- ``interleaved + 2 slots``: the interleaved order against a server with ``--parallel 2``.
 
 Reported: seconds, branch calls per second, and the speed-up over the baseline. Timing depends on the machine's
 load (2 shared cores here); numbers are measured, never asserted.
@@ -77,18 +78,15 @@ def run_mode(server_cache: bool, orders: dict[str, list[str]], messages: dict[st
     from uqh.harness.model.local import LOCAL_MODELS, LocalModelServer, find_gguf
     from uqh.harness.model.client import make_model_client
 
-    class Server(LocalModelServer):
-        def command(self) -> list[str]:
-            return super().command() + (["--cache", "true"] if server_cache else [])
-
     spec = LOCAL_MODELS["local:smollm2"]
-    srv = Server(find_gguf("local:smollm2"), alias=spec.alias)
+    # llama-server keeps each slot's last prompt; with 2 slots it sends A and B to the slot that cached each
+    srv = LocalModelServer(find_gguf("local:smollm2"), alias=spec.alias, parallel=2 if server_cache else 1)
     srv.start()
     results = {}
     try:
         t0 = time.perf_counter()
         srv.wait_ready()
-        print(f"server ready after {time.perf_counter() - t0:.0f} s (RAM cache: {server_cache})", file=sys.stderr,
+        print(f"server ready after {time.perf_counter() - t0:.0f} s (2 slots: {server_cache})", file=sys.stderr,
               flush=True)
         decoding = DecodingConfig(max_tokens=max_tokens, temperature=0.2, logprobs=True, top_logprobs=5)
 
@@ -140,7 +138,7 @@ def main() -> int:
     t0 = time.perf_counter()
     res = run_mode(False, orders, messages, m, args.max_tokens)
     if not args.no_ram_cache_run:
-        ram = run_mode(True, {"interleaved + server RAM cache (--cache true)": orders["interleaved (no caching, baseline)"]},
+        ram = run_mode(True, {"interleaved + 2 server slots (--parallel 2)": orders["interleaved (no caching, baseline)"]},
                        messages, m, args.max_tokens)
         res.update(ram)
     total = time.perf_counter() - t0

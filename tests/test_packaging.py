@@ -2,6 +2,7 @@
 the repository (a fresh virtual environment, another working directory, no PYTHONPATH into the checkout)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import site
@@ -13,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from run_files import read_episodes
+
+from uqh.harness.model.local import LLAMA_SERVER_ENV, find_llama_server
+from uqh.rundir.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -51,6 +55,9 @@ def installed(wheel, tmp_path_factory) -> Path:
 def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(UQH_SHARED_DATA=str(SHARED_DATA), UQH_CACHE_DIR=str(tmp / "cache"), HOME=str(tmp / "home"))
+    # the wheel's venv has no llama-server of its own: a user of the wheel points uqh at one (docs/model-client.md)
+    with contextlib.suppress(UserError):
+        env.setdefault(LLAMA_SERVER_ENV, str(find_llama_server()))
     return env
 
 

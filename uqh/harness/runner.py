@@ -68,8 +68,9 @@ __all__ = ["BatchSummary", "default_concurrency", "plan_specs", "run_batch"]
 
 
 def default_concurrency(model: str) -> int:
-    """8 for API models; 2 for the local llama.cpp model (one CPU-bound server)."""
-    return 2 if model.startswith("local:") else 8
+    """8 for API models; 4 for the local llama.cpp model (one CPU-bound server with 4 slots batching the
+    episodes' calls: benchmarks/results/local_model.md)."""
+    return 4 if model.startswith("local:") else 8
 
 
 def plan_specs(config: RunConfig) -> list[EpisodeSpec]:
@@ -269,8 +270,9 @@ def _drive(backend: Backend, config: RunConfig, system_prompt: str, run_dir: Pat
 def _run_context(stack: contextlib.ExitStack, config: RunConfig, system_prompt: str, run_dir: Path,
                  options: dict[str, Any]) -> RunContext:
     """The batch's :class:`RunContext`, with the models resolved (a ``local:`` model starts serving for the
-    lifetime of ``stack``)."""
-    model, api_base = stack.enter_context(resolve_model(config.model, config.api_base))
+    lifetime of ``stack``, with one slot per concurrent episode: its requests are batched, not queued)."""
+    model, api_base = stack.enter_context(resolve_model(config.model, config.api_base,
+                                                        parallel=options["concurrency"]))
     user_model = user_base = None
     if config.user_model:
         user_model, user_base = stack.enter_context(resolve_model(config.user_model, config.user_api_base))

@@ -22,7 +22,6 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -397,7 +396,8 @@ def run_sidecar(
         with contextlib.ExitStack() as stack:
             from uqh.harness.model.local import resolve_model
 
-            litellm_model, api_base = stack.enter_context(resolve_model(model, config.api_base))
+            litellm_model, api_base = stack.enter_context(resolve_model(model, config.api_base,
+                                                                        parallel=concurrency))
             bar = stack.enter_context(Progress(stats, enabled=progress, label=label))
 
             def done(record) -> None:

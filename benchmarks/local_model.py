@@ -1,0 +1,223 @@
+"""The embedded local model (``local:smollm2``): uqh's throughput against raw llama.cpp and the old path.
+
+    .venv/bin/python benchmarks/local_model.py [--tasks 20] [--readme-tasks 3]
+        [--rows readme,readme-2t,many,raw,old] [--merge EARLIER.json] [--out benchmarks/results/local_model.md]
+
+In one run, on the same HotpotQA tasks (first-step prompts of the first ``--tasks`` tasks):
+
+- ``raw llama-server``: the native server (``--parallel 4``, the thread count uqh uses) with no harness: each
+  task's first-step prompt sent straight over HTTP, 4 in flight, with the request body uqh sends (top-5 logprobs,
+  the four-tag grammar, the run's temperature and max_tokens). Its completion tokens/s are the limit;
+- ``uqh README job``: ``uqh run --domain hotpotqa --model local:smollm2 --tasks 3`` (the README's first run, its
+  default concurrency), once with 1 server thread (the default) and once with 2, the harness sharing the cores;
+- ``uqh 20 tasks -c 4``: ``uqh run --domain hotpotqa --tasks 20 --concurrency 4``;
+- ``old path``: the README job on llama-cpp-python's Python server (``--logits_all true``, one request at a
+  time; uqh's concurrency 2 as before), the same harness otherwise. Needs ``llama_cpp`` importable
+  (setup.sh no longer installs it; the row is skipped without it).
+
+Each row: wall time (server start included), model calls, completion tokens, calls/s and completion tokens/s;
+ratios against the old path and against raw llama.cpp. Measured, not asserted: the machine's load moves the
+absolute numbers, the ratios within one run are what to compare. ``--rows``/``--merge`` measure rows in separate
+runs and put them in one table (the results file then says so: such ratios compare different loads).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+DRIVER = """
+import os, sys
+from uqh.harness.model import local
+threads, old = int(sys.argv[1]), sys.argv[2] == "old"
+local.DEFAULT_THREADS = threads
+if old:  # llama-cpp-python's Python server, as uqh ran it before the native server
+    def old_command(self):
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.alias,
+                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--logits_all", "true",
+                "--seed", str(self.seed), "--verbose", "false"]
+    local.LocalModelServer.command = old_command
+    local.LocalModelServer.environment = lambda self: dict(os.environ)
+from uqh.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@dataclass
+class Row:
+    label: str
+    wall_s: float
+    calls: int
+    completion_tokens: int
+    prompt_tokens: int
+    scored_note: str = ""
+
+    @property
+    def calls_per_s(self) -> float:
+        return self.calls / self.wall_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s
+
+
+def run_uqh(label: str, out_dir: Path, tasks: int, *, threads: int = 1, old: bool = False,
+            concurrency: int | None = None) -> Row:
+    """One ``uqh run`` in a child process (the server is its child, as for a user); tokens from the run dir."""
+    from uqh.rundir import RunDir
+
+    argv = ["run", "--domain", "hotpotqa", "--model", "local:smollm2", "--tasks", str(tasks), "--out", str(out_dir),
+            "--no-progress"]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(threads), "old" if old else "new", *argv], cwd=REPO,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{label}: uqh run failed ({done.returncode}): {done.stderr[-2000:]}")
+    episodes = RunDir.open(out_dir).episodes()
+    calls = [a.call for e in episodes for s in e.steps for a in s.attempts]
+    calls += [a.call for e in episodes for a in (e.failed_step or [])]
+    stops = {}
+    for e in episodes:
+        stops[e.stop_reason] = stops.get(e.stop_reason, 0) + 1
+    row = Row(label, wall, len(calls), sum(c.usage.completion_tokens or 0 for c in calls),
+              sum(c.usage.prompt_tokens or 0 for c in calls),
+              scored_note=", ".join(f"{k}={v}" for k, v in sorted(stops.items())))
+    print(f"{label}: {wall:.1f} s, {row.calls} calls, {row.completion_tokens} completion tokens "
+          f"({row.tokens_per_s:.1f}/s); {row.scored_note}", file=sys.stderr, flush=True)
+    return row
+
+
+def first_step_prompts(run_dir: Path) -> tuple[list[list[dict]], dict]:
+    """The first-step messages of every episode of ``run_dir`` and the run's decoding settings."""
+    from uqh.rundir import RunDir
+
+    rd = RunDir.open(run_dir)
+    manifest = rd.manifest
+    prompts = [[{"role": "system", "content": manifest.system_prompt}, {"role": "user", "content": e.task_prompt}]
+               for e in rd.episodes()]
+    return prompts, manifest.config.decoding.model_dump()
+
+
+def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, threads: int) -> Row:
+    """The prompts straight to llama-server, ``parallel`` in flight, the request body uqh sends."""
+    from uqh.harness.model import local
+    from uqh.harness.model.transports import grammar_text
+
+    server = local.LocalModelServer(local.find_gguf("local:smollm2"), parallel=parallel, n_threads=threads)
+    grammar = grammar_text()
+
+    def call(i_messages: tuple[int, list[dict]]) -> tuple[int, int]:
+        i, messages = i_messages
+        body = {"model": server.alias, "messages": messages, "temperature": decoding["temperature"],
+                "top_p": decoding["top_p"], "max_tokens": decoding["max_tokens"], "seed": decoding["seed"] + i,
+                "logprobs": True, "top_logprobs": decoding["top_logprobs"], "grammar": grammar}
+        req = urllib.request.Request(server.base_url + "/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            usage = json.loads(r.read())["usage"]
+        return usage["completion_tokens"], usage["prompt_tokens"]
+
+    t0 = time.perf_counter()
+    with server:
+        with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+            got = list(pool.map(call, enumerate(prompts)))
+    wall = time.perf_counter() - t0
+    row = Row(f"raw llama-server, {parallel} in flight", wall, len(got), sum(c for c, _ in got), sum(p for _, p in got))
+    print(f"{row.label}: {wall:.1f} s, {row.completion_tokens} completion tokens ({row.tokens_per_s:.1f}/s)",
+          file=sys.stderr, flush=True)
+    return row
+
+
+def render(rows: dict[str, Row], args: argparse.Namespace, load: tuple[float, float, float]) -> str:
+    old, raw = rows.get("old"), rows.get("raw")
+    lines = [
+        "# The embedded local model: uqh vs raw llama.cpp vs the old path",
+        "",
+        f"`benchmarks/local_model.py` on {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; load average before the run {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. "
+        "SmolLM2-135M-Instruct Q4_1, HotpotQA, top-5 logprobs, the four-tag grammar. Wall time includes the server "
+        "start.",
+        "",
+        "| row | wall s | calls | completion tokens | calls/s | completion tok/s | vs old path (wall) | "
+        "tok/s vs raw | stop reasons |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for key, row in rows.items():
+        speedup = f"{old.wall_s / row.wall_s:.1f}x faster" if old and key.startswith("readme") else ""
+        vs_raw = f"{row.tokens_per_s / raw.tokens_per_s:.0%}" if raw else ""
+        lines.append(
+            f"| {row.label} | {row.wall_s:.1f} | {row.calls} | {row.completion_tokens} | {row.calls_per_s:.2f} | "
+            f"{row.tokens_per_s:.1f} | {speedup} | {vs_raw} | {row.scored_note} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+ROWS = ("readme", "readme-2t", "many", "raw", "old")
+
+
+def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
+    """One row of the table (``raw`` needs the ``many`` run's directory for its prompts)."""
+    n = args.readme_tasks
+    if key == "readme":
+        return run_uqh(f"uqh README job ({n} tasks), 1 thread", tmp / "readme", n)
+    if key == "readme-2t":
+        return run_uqh(f"uqh README job ({n} tasks), 2 threads", tmp / "readme2", n, threads=2)
+    if key == "many":
+        return run_uqh(f"uqh {args.tasks} tasks, --concurrency 4", tmp / "many", args.tasks, concurrency=4)
+    if key == "raw":
+        prompts, decoding = first_step_prompts(tmp / "many")
+        return run_raw(prompts, decoding, parallel=4, threads=1)
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("old path skipped: llama_cpp (llama-cpp-python) is not installed", file=sys.stderr)
+        return None
+    return run_uqh(f"old path: README job ({n} tasks) on llama-cpp-python's server", tmp / "old", n, old=True,
+                   concurrency=2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument("--readme-tasks", type=int, default=3)
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {','.join(ROWS)}")
+    parser.add_argument("--merge", type=Path, help="rows measured earlier (the JSON this script writes) to add")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "local_model.md")
+    args = parser.parse_args()
+    keys = [k for k in args.rows.split(",") if k]
+    if any(k not in ROWS for k in keys) or ("raw" in keys and "many" not in keys):
+        parser.error(f"--rows: a subset of {','.join(ROWS)}; raw needs many")
+    load = os.getloadavg()
+    rows: dict[str, Row] = {}
+    if args.merge:
+        rows.update({k: Row(**v) for k, v in json.loads(args.merge.read_text()).items()})
+    with tempfile.TemporaryDirectory(prefix="uqh-bench-local-") as tmp:
+        for key in keys:
+            row = measure(key, args, Path(tmp))
+            if row is not None:
+                rows[key] = row
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({k: vars(r) for k, r in rows.items()}, indent=1) + "\n")
+    text = render(rows, args, load)
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
