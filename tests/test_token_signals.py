@@ -11,6 +11,7 @@ from uqh.scoring import token_signals as ts
 from uqh.scoring.pipeline import ScoreOptions, score_run
 from uqh.scoring.registry import PREDICTORS
 from uqh.scoring.streams import build_sample, cumulative_within, load_run, run_data_from_records
+from uqh.rundir.schema import RunConfig
 from scoring_fixtures import make_episode, make_row, make_tokens, write_run_dir
 
 NEW = [f"{span}_{s}" for span in ("token", "action")
@@ -129,6 +130,7 @@ def _two_episode_run(tmp_path, temperature):
     path = write_run_dir(tmp_path / f"t{temperature}", eps, rows)
     m = json.loads((path / "manifest.json").read_text())
     m["config"].setdefault("decoding", {})["temperature"] = temperature
+    m["config_hash"] = RunConfig.model_validate(m["config"]).config_hash()  # a manifest written that way
     (path / "manifest.json").write_text(json.dumps(m))
     return load_run(path)
 
