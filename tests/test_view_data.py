@@ -132,3 +132,42 @@ def test_a_sidecar_cut_short_is_reported_on_the_trajectory_not_crashed_on(ws):
     assert any(n.startswith("no accepted sidecar row for step(s) 1, 2") for n in out["notes"])
     assert out["ep"]["values"]["token_prob"] == [None, None] and out["tokens"] == []
     assert out["ep"]["values"]["verbal"] == [None, 0.4]  # the episode's own values are still there
+
+
+def probe_dir(path, probed, values):
+    """A probe directory over the run ``probed`` with P(True) ``values[(episode_id, t)]`` (None: missing)."""
+    from uqh.rundir.probes import (PROBE_MANIFEST_FILE, PROBES_FILE, ProbeConfig, ProbeKind, ProbeManifest,
+                                   ProbeValue)
+    from uqh.rundir.schema import CallRecord
+
+    path.mkdir(parents=True)
+    target = RunDir.open(probed)
+    config = ProbeConfig(runs=[JudgedRun(path=str(probed), config_hash=target.manifest.config_hash, domain="webshop",
+                                         model="openai/fake")],
+                         probe=ProbeKind("p_true"), model="openai/p", decoding=DecodingConfig(), prompt_sha256="x",
+                         package_version="0")
+    manifest = ProbeManifest(config=config, config_hash=config.config_hash(), created_at="2026-01-01T00:00:00Z")
+    (path / PROBE_MANIFEST_FILE).write_text(manifest.model_dump_json())
+    lines = [ProbeValue(run=0, episode_id=eid, t=t, probe=ProbeKind("p_true"), value=v,
+                        missing_reason=None if v is not None else "no logprobs", call=CallRecord(model="openai/p"))
+             for (eid, t), v in values.items()]
+    (path / PROBES_FILE).write_text("".join(v.model_dump_json() + "\n" for v in lines))
+
+
+def test_probe_values_are_found_and_drawn_as_their_predictor(ws, tmp_path):
+    from uqh.reports.view.runs import attach_probes
+
+    eid = RunDir.open(ws).episodes()[0].episode_id
+    n = len(RunDir.open(ws).episodes()[0].steps)
+    values = {(eid, t): (0.2 + 0.1 * t if t != n else None) for t in range(1, n + 1)}
+    probe_dir(tmp_path / "runs" / "probed", ws, values)
+    found = find_directories([tmp_path / "runs"])
+    assert found.probes == [(tmp_path / "runs" / "probed").resolve()]
+    runs = [ViewedRun.open(str(i), p) for i, p in enumerate(found.runs)]
+    assert attach_probes(runs, found.probes) == []
+    got = runs[0].trajectory(eid)
+    assert got["ep"]["values"]["p_true"] == pytest.approx([values[(eid, t)] for t in range(1, n + 1)])
+    assert "p_true" in [p["key"] for p in got["run"]["predictors"]]
+    # an unreadable probe directory is a note, never a crash
+    (tmp_path / "runs" / "probed" / "probe_manifest.json").write_text("{not json")
+    assert attach_probes(runs, found.probes)[0].startswith("probe directory")

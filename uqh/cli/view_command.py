@@ -8,7 +8,7 @@ from pathlib import Path
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="*", type=Path, default=[Path(".")], metavar="DIR",
-                   help="run directories, or folders searched recursively for run, continuation and judge "
+                   help="run directories, or folders searched recursively for run, continuation, judge and probe "
                         "directories (default: the current directory)")
     p.add_argument("--port", type=int, default=7575, help="TCP port (default 7575; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from uqh.reports.report.html import ASSETS as REPORT_ASSETS
 from uqh.reports.view.catalog import find_directories
-from uqh.reports.view.runs import ViewedRun, attach_judgments, attach_qz
+from uqh.reports.view.runs import ViewedRun, attach_judgments, attach_probes, attach_qz
 from uqh.rundir.errors import UserError
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -46,6 +46,7 @@ class Viewer:
         self.runs = {str(i): ViewedRun.open(str(i), p) for i, p in enumerate(found.runs)}
         attach_qz(list(self.runs.values()))
         self.notes = attach_judgments(list(self.runs.values()), found.judges)
+        self.notes += attach_probes(list(self.runs.values()), found.probes)
         self.judges = found.judges
 
     def run(self, key: str) -> ViewedRun:

@@ -1,14 +1,16 @@
-"""Which directories `uqh view` shows: run directories (continuation runs among them) and judge directories, given
-as themselves or found under a folder, recursively. Reading only: a directory counts as a run when
-:func:`uqh.rundir.reader.is_run_dir` says so, as a judge directory when it holds a judge manifest."""
+"""Which directories `uqh view` shows: run directories (continuation runs among them), judge directories and probe
+directories, given as themselves or found under a folder, recursively. Reading only: a directory counts as a run
+when :func:`uqh.rundir.reader.is_run_dir` says so, as a judge (probe) directory when it holds a judge (probe)
+manifest."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.judgments import JUDGE_MANIFEST_FILE
+from uqh.rundir.probes import PROBE_MANIFEST_FILE
 from uqh.rundir.reader import is_run_dir
 
 #: Folders never descended into while looking for runs (caches, VCS data, virtual environments).
@@ -17,14 +19,19 @@ SKIPPED_FOLDERS = {".git", "__pycache__", ".venv", "node_modules", ".quarantine"
 
 @dataclass(frozen=True)
 class Found:
-    """What the catalog found: run directories and judge directories, each sorted by path."""
+    """What the catalog found: run, judge and probe directories, each sorted by path."""
 
     runs: list[Path]
     judges: list[Path]
+    probes: list[Path] = field(default_factory=list)
 
 
 def is_judge_dir(path: Path) -> bool:
     return (Path(path) / JUDGE_MANIFEST_FILE).is_file()
+
+
+def is_probe_dir(path: Path) -> bool:
+    return (Path(path) / PROBE_MANIFEST_FILE).is_file()
 
 
 def find_directories(paths: list[Path]) -> Found:
@@ -33,6 +40,7 @@ def find_directories(paths: list[Path]) -> Found:
     does not exist, is a file, cannot be listed, or nothing at all is found."""
     runs: set[Path] = set()
     judges: set[Path] = set()
+    probes: set[Path] = set()
     for given in paths:
         given = Path(given)
         if not given.exists():
@@ -48,8 +56,10 @@ def find_directories(paths: list[Path]) -> Found:
                 runs.add(here.resolve())
             elif is_judge_dir(here):
                 judges.add(here.resolve())
-    if not runs and not judges:
+            elif is_probe_dir(here):
+                probes.add(here.resolve())
+    if not runs and not judges and not probes:
         shown = ", ".join(str(p) for p in paths)
         raise UserError(f"no run directory in {shown} (none has a manifest.json); pass directories written by "
                         "`uqh run` or a folder of them")
-    return Found(sorted(runs), sorted(judges))
+    return Found(sorted(runs), sorted(judges), sorted(probes))

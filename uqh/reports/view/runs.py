@@ -23,6 +23,7 @@ from typing import Any
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.judgments import JudgeDir
+from uqh.rundir.probes import ProbeDir
 from uqh.rundir.qz_file import qz_for_runs
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import QZ_FILE, Episode, LogprobRow, StopReason
@@ -39,6 +40,11 @@ PRIMARY = "verbal"
 
 def clean(v: float | None) -> float | None:
     return float(v) if (v is not None and math.isfinite(v)) else None
+
+
+def probe_predictor_names() -> list[str]:
+    """The predictors whose streams come from probe directories (``uqh probe``), e.g. p_true."""
+    return [p.name for p in PREDICTORS.values() if p.probe is not None]
 
 
 def step_predictor_names() -> list[str]:
@@ -66,6 +72,8 @@ class ViewedRun:
     platt_for: int = -1  # how many summaries the Platt fit was made on
     qz: dict[str, float] = field(default_factory=dict)  # censored episode id -> q_hat_Z (from a continuation run)
     judged: dict[str, dict[str, float]] = field(default_factory=dict)  # episode id -> judge metric -> mean score
+    #: episode id -> probe predictor (e.g. p_true) -> its value per step (None: missing), from probe directories
+    probed: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     list_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     page_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -152,6 +160,8 @@ class ViewedRun:
         rows = self.page_reader.episode_sidecar_rows(episode_id)
         values = {p: [clean(v) for v in vals] for p, vals in episode_step_values(ep, rows).items()}
         notes = list(self.page_reader.sidecar_index().notes)
+        for name, per_t in self.probed.get(episode_id, {}).items():  # probe values, drawn like any stream
+            values[name] = [clean(v) if v is not None else None for v in per_t]
         if episode_id in self.platt and self.platt_for >= 0:
             values[f"{PRIMARY}_platt"] = self.platt[episode_id]
         with self.list_lock:
@@ -183,7 +193,10 @@ class ViewedRun:
         self.platt_for = len(self.summaries)
 
     def predictor_styles(self, *, with_derived: bool = True) -> list[dict[str, str]]:
-        out = [{"key": p, "label": predictor_label(p), **style_of(i)} for i, p in enumerate(step_predictor_names())]
+        names = step_predictor_names()
+        out = [{"key": p, "label": predictor_label(p), **style_of(i)} for i, p in enumerate(names)]
+        out += [{"key": p, "label": predictor_label(p), **style_of(len(names) + i)}
+                for i, p in enumerate(probe_predictor_names())]
         if with_derived:
             out.append({"key": f"{PRIMARY}_platt", "label": predictor_label(PRIMARY) + " (Platt)",
                         "color": style_of(0)["color"], "dash": PLATT_DASH})
@@ -240,6 +253,28 @@ def attach_judgments(runs: list[ViewedRun], judge_dirs: list[Path]) -> list[str]
     return notes
 
 
+
+
+def attach_probes(runs: list[ViewedRun], probe_dirs: list[Path]) -> list[str]:
+    """The per-step values of the probe directories onto the runs they probed (matched by config hash), as the
+    predictor each probe feeds; returns one note per probe directory that could not be read."""
+    by_hash = {r.reader.manifest.config_hash: r for r in runs if r.reader is not None}
+    predictor_of = {p.probe: p.name for p in PREDICTORS.values() if p.probe is not None}
+    notes = []
+    for d in probe_dirs:
+        try:
+            pd = ProbeDir.open(d)
+            name = predictor_of.get(pd.config.probe.value)
+            if name is None:
+                continue
+            for config_hash, run in by_hash.items():
+                for (eid, t), v in pd.values_for_run(config_hash).items():
+                    steps = run.probed.setdefault(eid, {}).setdefault(name, [])
+                    steps.extend([None] * (t - len(steps)))
+                    steps[t - 1] = v.value
+        except UserError as exc:
+            notes.append(f"probe directory {d}: {exc}")
+    return notes
 
 
 def episode_json(ep: Episode, values: dict[str, list[float | None]]) -> dict[str, Any]:
