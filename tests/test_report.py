@@ -355,3 +355,25 @@ def test_exact_censored_score_with_q_z(tmp_path, capsys):
     res = build_report([ws], tmp_path / "o2", ReportOptions(n_bootstrap=20, q_z_files=(qm,)))
     assert _csv(res.out_dir / "censored_exact.csv") == []
     assert "ws (webshop): 2 censored episode(s) without q_hat_z" in res.html.read_text()
+
+
+def test_a_report_that_fails_half_way_leaves_the_directory_as_it_was(tmp_path, monkeypatch):
+    """Issue 33 item 13: the report is written into a staging folder and moved into place only when whole."""
+    import uqh.reports.report.build as build
+
+    d = tau2_like(tmp_path / "t2")
+    out = tmp_path / "out"
+    first = build_report([d], out, ReportOptions(n_bootstrap=10))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    (out / "notes.txt").write_text("mine")
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(build, "figure_selection", disk_full)  # fails after the tables were written
+    with pytest.raises(UserError, match="cannot write --out"):
+        build_report([d], out, ReportOptions(n_bootstrap=10, seed=1))
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "notes.txt"}
+    assert after == before and first.html.is_file()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not list(out.glob(build.STAGING_PREFIX + "*"))  # no staging folder left behind

@@ -35,6 +35,8 @@ Artefacts (``--out DIR``):
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -132,10 +134,35 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
         for sr, judged in zip(scored, by_run):
             sr.judgments = judged
     try:
-        return _write_report(runs, scored, out_dir, opts, judges, certificates)
+        return _write_staged(runs, scored, out_dir, opts, judges, certificates)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UserError(f"cannot write --out {out_dir}: {reason}; pick a writable directory with free space") from None
+
+
+#: Prefix of the folder inside ``--out`` where a report is written before its files are moved into place.
+STAGING_PREFIX = ".report-staging-"
+
+
+def _write_staged(runs, scored, out_dir: Path, opts: ReportOptions, judges=None, certificates=()) -> ReportResult:
+    """Write the whole report into a staging folder inside ``out_dir`` (same file system), then move its files
+    into place: a report that fails half-way (disk full, an error) leaves ``out_dir`` as it was, never a mix of
+    new and old files. Only our files are replaced; anything else in ``out_dir`` is left alone."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob(STAGING_PREFIX + "*"):  # left by a report that was killed
+        shutil.rmtree(old, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
+    try:
+        staged = _write_report(runs, scored, staging, opts, judges, certificates)
+        _remove_stale_artefacts(out_dir)
+        for f in sorted(p for p in staging.rglob("*") if p.is_file()):
+            dest = out_dir / f.relative_to(staging)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f, dest)
+        moved = [out_dir / f.relative_to(staging) for f in staged.files]
+        return ReportResult(out_dir=out_dir, files=moved, html=out_dir / staged.html.relative_to(staging))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def comparison_table(scored):
