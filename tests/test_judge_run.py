@@ -142,6 +142,11 @@ def test_malformed_twice_is_recorded_missing_never_guessed(judged_run, tmp_path,
     assert "missing=3" in text
     # the summary says how many have no score and why (issue 33: it used to look like a success)
     assert "missing          3 of 3 judgments have no score; most common reason: the reply did not parse" in text
+    # the report's paired table says why it is empty without claiming the runs lack verbal confidence
+    code, report, err = uqh_judge(capsys, "--report", "--out", out, "--bootstrap", "20")
+    assert code == 0, err
+    assert "No judged complete episode has both a judge score and a verbal confidence stream." in report
+    assert "No judged complete episode has a verbal confidence stream." not in report
     js = _judgments(out)
     assert len(js) == 3
     for j in js:

@@ -80,7 +80,7 @@ def versus_verbal_table(a: JudgeAnalysis) -> Table:
                      "Δ/SE AUROC": roc.delta_over_se, "ΔAUPRC": prc.delta, "SE ΔAUPRC": prc.se,
                      "Δ/SE AUPRC": prc.delta_over_se})
     return Table(name="judge_vs_verbal", title="Judge − verbal confidence as failure predictors (paired)",
-                 columns=cols, rows=rows, empty_note="No judged complete episode has a verbal confidence stream.",
+                 columns=cols, rows=rows, empty_note="No judged complete episode has both a judge score and a verbal confidence stream.",
                  caption="Δ = metric(judge) − metric(verbal confidence) on the judged complete episodes that have "
                  f"both; SE and Δ/SE from the paired bootstrap ({a.bootstrap} resamples). Δ > 0: the judge ranks "
                  "failures better than the agent's own confidence.")
