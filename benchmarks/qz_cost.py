@@ -94,7 +94,7 @@ def end_to_end(n_prefixes: int, max_branches: int, half_widths: list[float], con
     from uqh.harness.continuation import run_continuations
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.runner import run_batch
-    from uqh.reports.continuation_audit import audit_continuation
+    from uqh.cli.continue_command import audit_continuation
     from run_files import read_episodes
     from uqh.rundir.reader import RunDir
     from uqh.rundir.schema import DecodingConfig, RunConfig

@@ -16,14 +16,6 @@ def _f(x, p: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{p}f}"
 
 
-def _pct(x) -> str:
-    return "—" if x is None else f"{100 * x:.1f}%"
-
-
-def _ci(ci) -> str:
-    return f"[{_f(ci[0])}, {_f(ci[1])}]"
-
-
 def _n(x: int) -> str:
     return f"{x:,}"
 
@@ -36,66 +28,71 @@ def counts_line(audit) -> str:
             f"replayable) {c.skipped}.")
 
 
+def _ci_cells(ci) -> dict:
+    lo, hi = (ci or (None, None))
+    return {"CI low": lo, "CI high": hi}
+
+
 def audit_tables(audit) -> list[Table]:
     """The tables of the audit: run cost (with a stop rule's figures), the q_hat_Z^MC distribution (Table 7
-    shape), simple vs exact (Table 8 shape), and the sensitivity to unresolved branches."""
+    shape), simple vs exact (Table 8 shape), and the sensitivity to unresolved branches. Cells hold numbers (CSV
+    keeps them at full precision; the terminal and Markdown round them)."""
     d = audit.distribution
     tables = []
     if audit.cost is not None:
         tables.append(cost_table(audit.cost, d))
     tables.append(Table("qz_distribution", f"q_hat_Z^MC over retained prefixes (Table 7 shape; n = {d.n})",
-                        ["Diagnostic", "Value"], [
-                            {"Diagnostic": "Mean q_hat_Z^MC [95% CI]", "Value": f"{_f(d.mean)} {_ci(d.ci)}"},
-                            {"Diagnostic": "Median q_hat_Z^MC", "Value": _f(d.median)},
-                            {"Diagnostic": "Fraction with q_hat_Z^MC = 0", "Value": _pct(d.frac_zero)},
-                            {"Diagnostic": "Fraction with q_hat_Z^MC > 0.5", "Value": _pct(d.frac_above_half)},
-                        ], empty_note="No prefix retained."))
+                        ["Diagnostic", "Value", "CI low", "CI high"], [
+                            {"Diagnostic": "Mean q_hat_Z^MC", "Value": d.mean, **_ci_cells(d.ci)},
+                            {"Diagnostic": "Median q_hat_Z^MC", "Value": d.median},
+                            {"Diagnostic": "Fraction with q_hat_Z^MC = 0", "Value": d.frac_zero},
+                            {"Diagnostic": "Fraction with q_hat_Z^MC > 0.5", "Value": d.frac_above_half},
+                        ], empty_note="No prefix retained.", caption="CI: 95% bootstrap interval over prefixes."))
     cmp = audit.comparison
     if cmp is not None:
         tables.append(Table("qz_scores", f"Simple vs exact censored score on retained prefixes (Table 8 shape; "
-                            f"n = {cmp.n})", ["Quantity", "Value", "95% CI"], [
-                                {"Quantity": "TPS^cen,simple", "Value": _f(cmp.simple.mean), "95% CI": _ci(cmp.simple.ci)},
-                                {"Quantity": "TPS^cen,exact-MC", "Value": _f(cmp.exact.mean), "95% CI": _ci(cmp.exact.ci)},
-                                {"Quantity": "Delta exact-simple", "Value": _f(cmp.difference.mean),
-                                 "95% CI": _ci(cmp.difference.ci)},
-                            ]))
+                            f"n = {cmp.n})", ["Quantity", "Value", "CI low", "CI high"], [
+                                {"Quantity": "TPS^cen,simple", "Value": cmp.simple.mean, **_ci_cells(cmp.simple.ci)},
+                                {"Quantity": "TPS^cen,exact-MC", "Value": cmp.exact.mean, **_ci_cells(cmp.exact.ci)},
+                                {"Quantity": "Delta exact-simple", "Value": cmp.difference.mean,
+                                 **_ci_cells(cmp.difference.ci)},
+                            ], caption="CI: 95% paired bootstrap interval over prefixes."))
     if audit.sensitivity:
         tables.append(Table("qz_sensitivity", "Unresolved branches: sensitivity",
-                            ["Unresolved branches", "mean q_hat_Z", "Delta exact-simple", "95% CI"],
-                            [{"Unresolved branches": name, "mean q_hat_Z": _f(row.mean_q),
-                              "Delta exact-simple": _f(row.difference.mean), "95% CI": _ci(row.difference.ci)}
+                            ["Unresolved branches", "mean q_hat_Z", "Delta exact-simple", "CI low", "CI high"],
+                            [{"Unresolved branches": name, "mean q_hat_Z": row.mean_q,
+                              "Delta exact-simple": row.difference.mean, **_ci_cells(row.difference.ci)}
                              for name, row in audit.sensitivity.items()]))
     return tables
 
 
 def cost_table(cost, distribution) -> Table:
-    """The run's branches, calls, prompt tokens (cached / uncached) and cost next to mean q_hat_Z^MC and its CI."""
-    branches = f"{_n(cost.branches)} of {_n(cost.branches_max)}" if cost.branches_max else _n(cost.branches)
-    if cost.branches_max:
-        branches += f" ({100 * cost.branches / cost.branches_max:.0f}%)"
-    if cost.calls_reporting_cache:
-        cached = f"{_n(cost.cached_prompt_tokens)} / {_n(cost.uncached_prompt_tokens)}"
-        if cost.calls_reporting_cache < cost.calls:
-            cached += f" ({cost.calls - cost.calls_reporting_cache} calls did not report)"
-    else:
-        cached = f"not reported / {_n(cost.prompt_tokens)}"
-    if cost.unpriced_calls == cost.calls:
-        price = "n/a (unpriced)"
-    else:
-        price = f"{cost.cost_usd:.4f}" + (f" + {cost.unpriced_calls} unpriced calls" if cost.unpriced_calls else "")
+    """The run's branches, calls, prompt tokens (cached / uncached) and cost next to mean q_hat_Z^MC and its CI;
+    numbers in the cells, None where a provider reported nothing (the caption says which)."""
     d = distribution
     notes = []
     if cost.stop_rule != "fixed":
         note = (f"{cost.stopped_half_width} prefixes stopped at the half-width, {cost.stopped_max_branches} at "
                 f"--branches {cost.max_branches}")
         notes.append(note + (f", {cost.open} open (a branch failed: re-run to resume)" if cost.open else ""))
+    if cost.calls_reporting_cache and cost.calls_reporting_cache < cost.calls:
+        notes.append(f"{cost.calls - cost.calls_reporting_cache} calls did not report cached tokens")
+    elif not cost.calls_reporting_cache:
+        notes.append("no call reported cached tokens")
+    if cost.unpriced_calls:
+        notes.append(f"{cost.unpriced_calls} unpriced calls" + (" (every call)" if cost.unpriced_calls == cost.calls
+                                                                 else ", not in the cost"))
     if cost.cache_write_prompt_tokens:
         notes.append(f"{_n(cost.cache_write_prompt_tokens)} uncached prompt tokens were written to the cache")
     if cost.decision_mismatch:
         notes.append(f"WARNING: {cost.decision_mismatch} recorded stop decisions disagree with the branches found")
-    row = {"Stop rule": cost.stop_rule, "Branches run (of max)": branches, "Model calls": _n(cost.calls),
-           "Prompt tokens cached / uncached": cached, "Completion tokens": _n(cost.completion_tokens),
-           "Cost (USD)": price, "Mean q_hat_Z^MC [95% CI]": f"{_f(d.mean)} {_ci(d.ci)}"}
+    row = {"Stop rule": cost.stop_rule, "Branches run": cost.branches, "Branches max": cost.branches_max or None,
+           "Model calls": cost.calls,
+           "Prompt tokens cached": cost.cached_prompt_tokens if cost.calls_reporting_cache else None,
+           "Prompt tokens uncached": cost.uncached_prompt_tokens if cost.calls_reporting_cache else cost.prompt_tokens,
+           "Completion tokens": cost.completion_tokens,
+           "Cost (USD)": None if cost.unpriced_calls == cost.calls else cost.cost_usd,
+           "Mean q_hat_Z^MC": d.mean, **_ci_cells(d.ci)}
     return Table("qz_cost", "Branches, calls and cost", list(row), [row],
                  caption=f"({'; '.join(notes)}.)" if notes else "")
 
