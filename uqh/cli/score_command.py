@@ -158,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
 
     probes = [ProbeDir.open(d) for d in args.probes or []]
     runs = [load_run(d, probes) for d in args.run_dirs]  # every input is validated before anything is printed
+    for d, r in zip(args.run_dirs, runs):  # as `uqh report` and `uqh certify`: nothing to score is a user error
+        if len(r.episode_ids) == 0:
+            raise UserError(f"{d} has no finished episodes yet; run `uqh run` first (or drop it from the list)")
     opts_of = [opts] * len(runs)
     if opts.censoring == "exact":  # each run gets the q_Z of its own continuation (episode ids repeat across runs)
         from uqh.rundir.qz_file import qz_for_runs
