@@ -371,8 +371,12 @@ def test_a_report_that_fails_half_way_leaves_the_directory_as_it_was(tmp_path, m
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(build, "figure_selection", disk_full)  # fails after the tables were written
-    with pytest.raises(UserError, match="cannot write --out"):
+    from uqh.rundir.errors import OutputWriteError
+
+    with pytest.raises(OutputWriteError, match=f"cannot write {out}: No space left on device"):
         build_report([d], out, ReportOptions(n_bootstrap=10, seed=1))
+    assert main(["report", str(d), "--out", str(out), "--bootstrap", "10", "--seed", "1"]) == 1  # an I/O fault
+
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "notes.txt"}
     assert after == before and first.html.is_file()
     assert (out / "notes.txt").read_text() == "mine"

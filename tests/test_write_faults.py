@@ -265,3 +265,20 @@ def test_truncated_sidecar_reported_on_resume_and_in_score(fake_server, tmp_path
     assert main(["score", str(out), "--bootstrap", "0"]) == 0
     err = capsys.readouterr().err
     assert f"{out}: {note}" in err and "their logprob predictors are missing" in err
+
+
+def test_a_full_disk_under_audit_report_and_export_is_exit_1_naming_the_path(tmpfs, capsys):
+    """Issue 33 item 13: the three commands that write output files agree on a disk that fills while they write
+    (exit 1, an I/O fault, like `uqh run`), and each names the directory; an --out unusable from the start stays a
+    user error (exit 2, test above)."""
+    for cmd, flag in (("audit", "--out"), ("report", "--out"), ("export", "--to")):
+        disk = tmpfs(f"full-{cmd}", "size=64k")
+        target = disk / "out"
+        target.mkdir()  # usable when checked ...
+        _fill(disk)  # ... and full once the command writes
+        extra = ["--bootstrap", "1"] if cmd == "report" else []
+        code = main([cmd, str(PRE_CHANGE), flag, str(target), *extra])
+        line = _one_line(capsys.readouterr().err)
+        assert code == 1, (cmd, line)
+        assert line.startswith(f"uqh {cmd}: error: cannot write {target}") and "No space left on device" in line
+        assert "free disk space" in line

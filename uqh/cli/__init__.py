@@ -18,7 +18,7 @@ import sys
 from uqh.cli import console_log
 from uqh.harness import signals
 from uqh.rundir import secrets
-from uqh.rundir.errors import RunDirWriteError, UserError
+from uqh.rundir.errors import OutputWriteError, RunDirWriteError, UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("uqh.cli.run_command", "run episodes of a domain into a run directory (resumable)"),
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(secrets.redact(f"{name}: error: {exc}"), file=sys.stderr)
         return 2
-    except RunDirWriteError as exc:
+    except (RunDirWriteError, OutputWriteError) as exc:
         print(secrets.redact(f"{name}: error: {exc}; {exc.hint}"), file=sys.stderr)
         return 1
     except BrokenPipeError:  # `uqh score RUN | head`: the reader has what it wanted; no error, no traceback

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
 
     from uqh.reports.audit import audit
     from uqh.reports.render import Output, emit, tables_json
-    from uqh.rundir.errors import UserError
+    from uqh.rundir.errors import OutputWriteError, UserError
 
     from uqh.cli.common import check_distinct_runs, print_reading_notes
 
@@ -34,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
     print_reading_notes("uqh audit", args.run_dirs)
     emit(Output(tables=tables, json_text=tables_json(tables)), args.format)
     if args.out is not None:
-        written = [p for t in tables for p in t.write(args.out)]
+        try:
+            written = [p for t in tables for p in t.write(args.out)]
+        except OSError as exc:  # --out was checked first: a fault on the way (disk full), with its path, exit 1
+            raise OutputWriteError(args.out, exc) from None
         print(f"wrote {len(written)} files to {args.out}", file=sys.stderr if args.format in ("json", "csv")
               else sys.stdout)
     return 0

@@ -38,7 +38,7 @@ def check_destination(to) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from uqh.rundir.errors import UserError
+    from uqh.rundir.errors import OutputWriteError, UserError
     from uqh.scoring.export import FRAMES, export_frames
     from uqh.scoring.pipeline import ScoreOptions
 
@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 frames[name].to_csv(path, index=False)
             written.append(f"{path.name} ({len(frames[name]):,} rows)")
-    except OSError as exc:
-        raise UserError(f"cannot write --to {to}: {exc.strerror or exc}; pick a writable directory") from None
+    except OSError as exc:  # --to was checked before any work: this is a fault on the way (disk full), exit 1
+        raise OutputWriteError(to, exc) from None
     print(f"wrote {', '.join(written)} to {to}")
     print(f"read them with pandas: pd.read_{args.format}('{to / ('steps.' + args.format)}'), or in Python: "
           "from uqh.scoring.export import steps_df")

@@ -35,6 +35,23 @@ class RunDirWriteError(Exception):
         return "fix the cause, then re-run the same command to resume"
 
 
+class OutputWriteError(Exception):
+    """Writing a command's output files (``report --out``, ``export --to``, ``audit --out``) failed half-way with
+    ``cause`` (disk full, I/O error): an I/O fault, not a user mistake, so exit 1 like a run directory's write
+    failure, naming the path. (An output directory that is unusable from the start is a UserError, exit 2.)"""
+
+    def __init__(self, path, cause: BaseException) -> None:
+        self.path, self.cause = path, cause
+        reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else (str(cause) or type(cause).__name__)
+        super().__init__(f"cannot write {path}: {reason}")
+
+    @property
+    def hint(self) -> str:
+        if isinstance(self.cause, OSError) and self.cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "free disk space, then re-run the same command"
+        return "fix the cause (or pick another directory), then re-run the same command"
+
+
 def first_line(exc: BaseException, limit: int = 200) -> str:
     """An exception as one line for a message: its text's first line, cut to ``limit`` characters (its type's
     name when it has no text)."""

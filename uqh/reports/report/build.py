@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from uqh.rundir.atomic import check_creatable
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import OutputWriteError, UserError
 from uqh.reports.audit import load_runs, selection_diagnostic_table, termination_audit
 from uqh.reports.censoring_tables import (
     artificial_censoring_table,
@@ -135,9 +135,8 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
             sr.judgments = judged
     try:
         return _write_staged(runs, scored, out_dir, opts, judges, certificates)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise UserError(f"cannot write --out {out_dir}: {reason}; pick a writable directory with free space") from None
+    except OSError as exc:  # the directory was usable when checked: a fault on the way (disk full), exit 1
+        raise OutputWriteError(out_dir, exc) from None
 
 
 #: Prefix of the folder inside ``--out`` where a report is written before its files are moved into place.
