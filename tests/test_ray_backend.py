@@ -297,3 +297,31 @@ def test_a_killed_driver_resumes_on_rerun(cluster, fake_server, tmp_path):
     ids = [e.episode_id for e in read_episodes(out_dir)]
     assert len(ids) == len(set(ids)) == 24
     assert not alive(proc.pid)
+
+
+def test_sigint_before_any_episode_finishes_still_counts_the_calls_made(fake_server, tmp_path):
+    """Issue 33 item 11: after SIGINT on --backend ray the summary said "model calls 0" while the server had
+    answered many. Actors report the calls no finished episode accounts for (at every poll), so the summary counts
+    them, as the local backend does."""
+    out_dir = tmp_path / "run"
+    with fake_server(calc_then_finish(40), latency_s=0.05) as srv:  # long episodes: none finishes before the signal
+        argv = ["run", "--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks",
+                "4", "--step-budget", "45", "--concurrency", "4", "--out", str(out_dir), "--no-progress",
+                "--backend", "ray"]
+        proc = _uqh(argv, tmp_path)
+        try:
+            deadline = time.monotonic() + 120
+            while len(srv.request_times) < 40 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.1)
+            time.sleep(1.5)  # at least one poll of the actors since those calls
+            answered_before = len(srv.request_times)
+            os.killpg(proc.pid, signal.SIGINT)
+            out, err = (s.decode() for s in proc.communicate(timeout=60))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert not (out_dir / EPISODES_FILE).exists() or not read_episodes(out_dir)  # no episode had finished
+    calls = int(re.search(r"model calls\s+(\d+)", out).group(1))
+    assert answered_before >= 40 and calls >= 40 and calls <= len(srv.request_times), (calls, answered_before)
+    assert re.search(r"\d+ by episodes not finished", out)

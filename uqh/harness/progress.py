@@ -35,6 +35,10 @@ class CallTotals:
     retries: int = 0
     content_null_calls: int = 0
 
+    def minus(self, other: "CallTotals") -> "CallTotals":
+        """These totals less ``other``'s, field by field (the calls of a process not accounted for elsewhere)."""
+        return CallTotals(**{f: getattr(self, f) - getattr(other, f) for f in CALL_TOTAL_FIELDS})
+
     def add_call(self, call: CallRecord) -> None:
         self.calls += 1
         self.retries += call.retries
@@ -47,6 +51,11 @@ class CallTotals:
             self.cost_usd += call.cost_usd
         if not call.has_logprobs:
             self.calls_without_logprobs += 1
+
+
+#: The fields of :class:`CallTotals` (what :meth:`CallTotals.minus` subtracts).
+CALL_TOTAL_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost_usd", "unpriced_calls",
+                     "calls_without_logprobs", "retries", "content_null_calls")
 
 
 @dataclass(kw_only=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 from uqh.harness.backends.context import BatchStopped, RunContext, StopCause, gc_tuned
 from uqh.harness.backends.event_loop import endpoint_counts, run_specs, serialize
+from uqh.harness.progress import CALL_TOTAL_FIELDS, CallTotals, TotallingClient
 
 __all__ = ["EpisodeActor", "EpisodeOutcome", "code_digest"]
 
@@ -78,9 +79,13 @@ class EpisodeActor:
         self.ctx = ctx
         self.domain = domain
         domain.prepare_runtime(ctx.domain_runtime())
-        self.client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
-                                   max_retries=ctx.max_retries, api_bases=ctx.api_bases,
-                          breaker=(ctx.breaker_failures, ctx.breaker_window_s))
+        client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
+                              max_retries=ctx.max_retries, api_bases=ctx.api_bases,
+                              breaker=(ctx.breaker_failures, ctx.breaker_window_s))
+        #: Every call this actor made, and those of the episodes it handed back finished: the difference is what
+        #: the driver must count as made but never written (failed episodes, and those in flight at a stop).
+        self._made, self._handed = CallTotals(), CallTotals()
+        self.client = TotallingClient(client, self._made)
         self._one = dataclasses.replace(ctx, concurrency=1)
         self._lock = threading.Lock()  # checkpoints arrive from run_specs' I/O threads
         self._checkpoints: dict[str, tuple[int, str]] = {}
@@ -114,18 +119,25 @@ class EpisodeActor:
                 pending = self._checkpoints.pop(eid, None)
         if finished:
             _, line, rows, summary = finished[0]
+            for f in CALL_TOTAL_FIELDS:
+                setattr(self._handed, f, getattr(self._handed, f) + getattr(summary, f))
             return EpisodeOutcome("done", eid, attempt, line=line, rows=rows, summary=summary)
         message, retries = failed[0] if failed else ("the episode ended without a result", 0)
         return EpisodeOutcome("error", eid, attempt, message=message, retries=retries,
                               checkpoint=pending[1] if pending and pending[0] == attempt else None)
 
-    async def take_checkpoints(self) -> list[tuple[str, int, str]]:
-        """The newest checkpoint of each running episode made since the last call: (episode id, attempt, JSON)."""
+    async def take_checkpoints(self) -> tuple[list[tuple[str, int, str]], CallTotals]:
+        """The newest checkpoint of each running episode made since the last call: (episode id, attempt, JSON);
+        and the calls made so far that no finished episode accounts for (:meth:`unaccounted_calls`)."""
         with self._lock:
             items, self._checkpoints = self._checkpoints, {}
-        return [(eid, attempt, data) for eid, (attempt, data) in items.items()]
+        return [(eid, attempt, data) for eid, (attempt, data) in items.items()], self.unaccounted_calls()
 
-    async def stats(self) -> tuple[float, list]:
-        """CPU seconds of this worker process so far and its client's per-endpoint counts."""
+    def unaccounted_calls(self) -> CallTotals:
+        """The calls this actor made that no episode it handed back accounts for (failed or unfinished ones)."""
+        return self._made.minus(self._handed)
+
+    async def stats(self) -> tuple[float, list, CallTotals]:
+        """CPU seconds of this worker process so far, its client's per-endpoint counts, and the unaccounted calls."""
         r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime, endpoint_counts(self.client)
+        return r.ru_utime + r.ru_stime, endpoint_counts(self.client), self.unaccounted_calls()

@@ -197,6 +197,8 @@ class _Actor:
     in_flight: int = 0
     polling: bool = False
     node: str = ""
+    #: the calls this actor made that no finished episode accounts for, as of its last poll (or final stats)
+    unaccounted: Any = None
 
 
 class _RayBatch:
@@ -316,6 +318,9 @@ class _RayBatch:
         finally:
             stop_wait.cancel()
             await self._shutdown()
+            for actor in self.actors:  # made and paid for, never written: counted like the local backend's
+                if actor.unaccounted is not None and actor.unaccounted.calls:
+                    self.hooks.unfinished_calls(actor.unaccounted)
 
     def _stop(self, cause: StopCause) -> None:
         if self.cause is None:
@@ -415,9 +420,7 @@ class _RayBatch:
     # ------------------------------------------------------------------ checkpoints and writes
 
     def _poll(self) -> None:
-        if not self.replays:
-            return
-        for actor in self.actors:
+        for actor in self.actors:  # checkpoints (domains that replay) and the calls not yet accounted for
             if actor.ready and not actor.dead and actor.in_flight and not actor.polling:
                 actor.polling = True
                 self.polls[asyncio.ensure_future(self._await(actor.handle.take_checkpoints.remote()))] = actor
@@ -425,7 +428,7 @@ class _RayBatch:
     def _collected(self, fut: asyncio.Future, actor: _Actor) -> None:
         actor.polling = False
         try:
-            items = fut.result()
+            items, actor.unaccounted = fut.result()
         except Exception:  # noqa: BLE001 - a dead actor: its episodes report it themselves
             return
         for eid, attempt, data in items:
@@ -473,7 +476,13 @@ class _RayBatch:
         done, pending = await asyncio.wait(futs, timeout=STATS_TIMEOUT_S)
         for fut in pending:
             fut.cancel()
-        stats = [f.result() for f in done if not f.cancelled() and f.exception() is None]
+        by_actor = {f: a for f, a in zip(futs, live)}
+        stats = []
+        for f in done:
+            if not f.cancelled() and f.exception() is None:
+                cpu, counts, unaccounted = f.result()
+                by_actor[f].unaccounted = unaccounted
+                stats.append((cpu, counts))
         self.result.worker_cpu_s = sum(cpu for cpu, _ in stats)
         self.result.endpoint_calls = merge_counts(*(counts for _, counts in stats))
         if any(a.dead for a in self.actors) and self.result.endpoint_calls:
