@@ -96,3 +96,30 @@ def test_a_bad_line_in_one_run_is_a_message_from_its_route_and_the_others_still_
         assert status == 422 and text.startswith(f"{bad / EPISODES_FILE}:9: not a valid Episode record")
         assert get(srv.url + f"api/run/{keys['good']}/trajectories?since=0")[0] == 200
         assert get(srv.url + f"api/run/{keys['bad']}/trajectory?id=a%230")[0] == 200  # its good episodes still open
+
+
+def test_an_unreadable_directory_is_one_line_and_exit_2(tmp_path):
+    """Checked as the user who runs uqh: as root (CI's user) the command runs without the capabilities that let
+    root ignore file permissions (tests/test_write_faults.py's helper)."""
+    import os
+
+    from test_write_faults import _without_dac_override
+    from environment import unavailable
+
+    run = webshop_like(tmp_path / "runs" / "ws")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o000)
+    try:
+        try:
+            done = subprocess.run([sys.executable, "-m", "uqh.cli", "view", str(locked)], cwd=tmp_path,
+                                  capture_output=True, text=True, timeout=60, preexec_fn=_without_dac_override(),
+                                  env=dict(os.environ))
+        except subprocess.SubprocessError as exc:
+            unavailable(f"cannot run a command subject to file permissions here: {exc}")
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert lines[0] == f"uqh view: error: {locked} cannot be read (permission denied)"
+    finally:
+        locked.chmod(0o755)
+    assert run.is_dir()
