@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from uqh.rundir.errors import UserError, first_line
 from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
-from uqh.rundir.sidecar_dir import SidecarDir, read_dir_manifest
+from uqh.rundir.sidecar_dir import SidecarDir
 
 JUDGE_MANIFEST_FILE = "judge_manifest.json"
 JUDGMENTS_FILE = "judgments.jsonl"
@@ -185,23 +185,16 @@ class Judgment(_Record):
 # --------------------------------------------------------------------------------------- reader
 
 
-def read_judge_manifest(judge_dir: Path) -> JudgeManifest:
-    """The judge manifest of ``judge_dir``; UserError when it is not a judge directory."""
-    return read_dir_manifest(judge_dir, JUDGE_MANIFEST_FILE, JudgeManifest, "judge",
-                             "uqh judge RUN... --judge-model M")
-
-
 @dataclass
 class JudgeDir(SidecarDir[Judgment]):
     """A judge directory opened for reading. Build it with :meth:`open`; it never writes."""
 
+    MANIFEST_FILE: ClassVar[str] = JUDGE_MANIFEST_FILE
+    MANIFEST: ClassVar[type] = JudgeManifest
     RECORDS_FILE: ClassVar[str] = JUDGMENTS_FILE
     RECORD: ClassVar[type] = Judgment
-
-    @classmethod
-    def open(cls, path: str | Path) -> "JudgeDir":
-        path = Path(path)
-        return cls(path=path, manifest=read_judge_manifest(path))
+    KIND: ClassVar[str] = "judge"
+    MADE_BY: ClassVar[str] = "uqh judge RUN... --judge-model M"
 
     def judgments(self) -> list[Judgment]:
         """Judgments in file order, torn-line safe, the first line of each key kept (cached)."""

@@ -17,14 +17,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from uqh.rundir.judgments import JudgedRun
 from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
-from uqh.rundir.sidecar_dir import SidecarDir, read_dir_manifest
+from uqh.rundir.sidecar_dir import SidecarDir
 
 PROBE_MANIFEST_FILE = "probe_manifest.json"
 PROBES_FILE = "probes.jsonl"
@@ -101,22 +100,16 @@ class ProbeValue(_Record):
         return (self.run, self.episode_id, self.t, self.probe.value)
 
 
-def read_probe_manifest(probe_dir: Path) -> ProbeManifest:
-    return read_dir_manifest(probe_dir, PROBE_MANIFEST_FILE, ProbeManifest, "probe",
-                             "uqh probe RUN... --probe p_true --model M")
-
-
 @dataclass
 class ProbeDir(SidecarDir[ProbeValue]):
     """A probe directory opened for reading. Build it with :meth:`open`; it never writes."""
 
+    MANIFEST_FILE: ClassVar[str] = PROBE_MANIFEST_FILE
+    MANIFEST: ClassVar[type] = ProbeManifest
     RECORDS_FILE: ClassVar[str] = PROBES_FILE
     RECORD: ClassVar[type] = ProbeValue
-
-    @classmethod
-    def open(cls, path: str | Path) -> "ProbeDir":
-        path = Path(path)
-        return cls(path=path, manifest=read_probe_manifest(path))
+    KIND: ClassVar[str] = "probe"
+    MADE_BY: ClassVar[str] = "uqh probe RUN... --probe p_true --model M"
 
     def values(self) -> list[ProbeValue]:
         """Probe values in file order, torn-line safe, the first line of each key kept (cached)."""

@@ -29,13 +29,24 @@ def read_dir_manifest(directory: Path, manifest_file: str, model: type[BaseModel
 class SidecarDir(Generic[R]):
     """A sidecar directory opened for reading (subclasses name its files and record type); it never writes."""
 
+    MANIFEST_FILE: ClassVar[str]
+    MANIFEST: ClassVar[type[BaseModel]]
     RECORDS_FILE: ClassVar[str]
     RECORD: ClassVar[type[BaseModel]]
+    #: "judge" / "probe", and the command that makes such a directory (for the one-line error)
+    KIND: ClassVar[str]
+    MADE_BY: ClassVar[str]
 
     path: Path
     manifest: Any
     duplicate_lines: int = 0
     _records: list | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path):
+        """Open the directory at ``path``; UserError (one line) when it is not one of this kind."""
+        path = Path(path)
+        return cls(path=path, manifest=read_dir_manifest(path, cls.MANIFEST_FILE, cls.MANIFEST, cls.KIND, cls.MADE_BY))
 
     @property
     def config(self) -> Any:
