@@ -7,6 +7,8 @@ import importlib.util
 
 import pytest
 
+from environment import unavailable
+
 from uqh.cli import main as uqh
 from uqh.reports.certify_tables import tables as certify_tables
 from uqh.reports.judge_tables import judge_tables
@@ -74,7 +76,7 @@ def test_trace_explorer_shows_a_trajectorys_judgments(reported):
 
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("chromium not installed")
+        unavailable("chromium not installed")
     _, out = reported
     with browser(chromium) as b:
         page, errors = open_report(b, out / "report.html", url_hash="trace=0/e2%230")

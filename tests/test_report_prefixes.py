@@ -9,6 +9,8 @@ import importlib.util
 
 import pytest
 
+from environment import unavailable
+
 from uqh.cli import main as uqh
 from uqh.harness.runner import run_batch
 from uqh.rundir.reader import RunDir
@@ -132,7 +134,7 @@ def test_page_shows_every_new_section_in_chromium(reported):
 
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("chromium not installed")
+        unavailable("chromium not installed")
     _, _, out = reported
     with browser(chromium) as b:
         page, errors = open_report(b, out / "report.html", url_hash="censored-prefixes")
