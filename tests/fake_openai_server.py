@@ -276,6 +276,9 @@ class FakeOpenAIServer:
                 raise ValueError(f"unknown fault {f!r}; known: {', '.join(FAULTS)}")
         self.responder = responder
         self.latency_s = latency_s
+        # while set, a chat request it returns True for waits (re-checked every 10 ms) before it is answered:
+        # tests freeze episodes at a chosen step, then release them by setting it back to None
+        self.hold: Callable[[dict], bool] | None = None
         self.faults: list[str] = list(faults or [])
         self.logprobs = logprobs
         self.timeout_sleep_s = timeout_sleep_s
@@ -439,6 +442,8 @@ class FakeOpenAIServer:
                 self.faults_served.append(fault)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
+        while (hold := self.hold) is not None and hold(body):
+            await asyncio.sleep(0.01)
 
         if fault in _FAULT_ERRORS:
             status, msg, etype, code = _FAULT_ERRORS[fault]

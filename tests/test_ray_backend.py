@@ -119,31 +119,39 @@ def test_a_node_killed_mid_run_ends_with_exactly_the_planned_episodes(cluster, f
                           concurrency=6, progress=False)
     with fake_server(respond, latency_s=0.05) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        killed = threading.Event()
+        killed, frozen = threading.Event(), []
 
-        def checkpoints_with_steps() -> int:
-            n = 0
+        def checkpoints() -> tuple[int, int]:
+            files = with_steps = 0
             for path in (tmp_path / "ray" / "checkpoints").glob("*.json"):
                 try:
-                    n += bool(json.loads(path.read_text())["steps"])
+                    with_steps += bool(json.loads(path.read_text())["steps"])
+                    files += 1
                 except (OSError, ValueError, KeyError):
                     pass  # finished and removed meanwhile
-            return n
+            return files, with_steps
 
         def kill_when_busy() -> None:
-            # every episode in flight (2 per actor) has a collected checkpoint with a step: the killed node's
-            # episodes must resume from theirs
-            while srv.n_requests < 80 or checkpoints_with_steps() < 6:
+            while srv.n_requests < 80:
                 time.sleep(0.005)
+            # freeze every episode at its next call after its first step (none can finish, a new one makes one
+            # step), so that each of the 6 in flight (2 per actor) has a collected checkpoint with a step when the
+            # node dies: the killed node's episodes must resume from theirs
+            srv.hold = lambda body: any(m["role"] == "assistant" for m in body["messages"])
+            deadline = time.monotonic() + 30
+            while checkpoints() != (6, 6) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            frozen.append(checkpoints())
             cluster.remove_node(node, allow_graceful=False)
             killed.set()
+            srv.hold = None
 
         killer = threading.Thread(target=kill_when_busy, daemon=True)
         killer.start()
         summary = run_batch(config, tmp_path / "ray", concurrency=6, progress=False, backend=RayBackend(actors=3),
                             checkpoint_interval_s=0.1)
         killer.join(5)
-    assert killed.is_set() and local.ok
+    assert killed.is_set() and local.ok and frozen == [(6, 6)]
     assert summary.ok and summary.stats.done == 60 and summary.stats.infra_errors == 0
     assert any("re-queued after their Ray worker died" in n for n in summary.notes), summary.notes
     eps = read_episodes(tmp_path / "ray")
