@@ -158,14 +158,17 @@ def run_uqh(srv: Server, task_ids: list[str], samples: int, concurrency: int, wo
 # ------------------------------------------------------------------------------------- tau2 run
 
 
-def _tau2_cmd(url: str, task_ids: list[str], trials: int, concurrency: int, results: Path) -> list[str]:
+def tau2_run_command(url: str, task_ids: list[str], trials: int, concurrency: int, results: Path, *,
+                     llm_args: dict | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``tau2 run`` command line (retail, both models at ``url``; ``llm_args`` added to both models' arguments,
+    ``extra`` appended). Also used by tests/test_import_tau2.py to make a real results file."""
     tau2 = Path(sys.executable).with_name("tau2")
-    llm_args = json.dumps({"api_base": url})
+    args = json.dumps({"api_base": url, **(llm_args or {})})
     return [
-        str(tau2), "run", "--domain", "retail", "--agent-llm", "openai/agent", "--agent-llm-args", llm_args,
-        "--user-llm", "openai/user", "--user-llm-args", llm_args, "--task-ids", *task_ids,
+        str(tau2), "run", "--domain", "retail", "--agent-llm", "openai/agent", "--agent-llm-args", args,
+        "--user-llm", "openai/user", "--user-llm-args", args, "--task-ids", *task_ids,
         "--num-trials", str(trials), "--max-concurrency", str(concurrency), "--results-dir", str(results),
-        "--log-level", "ERROR",
+        "--log-level", "ERROR", *extra,
     ]
 
 
@@ -175,7 +178,7 @@ def _tau2_once(srv: Server, task_ids: list[str], trials: int, concurrency: int) 
         srv.take_answered()
         k0 = _children_cpu()
         t0 = time.perf_counter()
-        proc = subprocess.run(_tau2_cmd(srv.base_url, task_ids, trials, concurrency, Path(tmp)), env=env,
+        proc = subprocess.run(tau2_run_command(srv.base_url, task_ids, trials, concurrency, Path(tmp)), env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
         wall = time.perf_counter() - t0
         cpu = _children_cpu() - k0

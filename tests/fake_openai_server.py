@@ -45,6 +45,9 @@ cached; ``usage`` reports ``cache_read_input_tokens`` (the longest marked prefix
 ``cache_creation_input_tokens`` (up to the last mark, when not cached yet) and ``input_tokens`` (the rest). The
 responder sees the request converted to the chat shape (system + messages, text only).
 
+A responder may return ``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` instead of text: the answer is then
+an OpenAI function call (content and logprobs null), what tau2's own LLM agent expects.
+
 With ``scripted_logprobs={token: [(alt, logprob), ...]}`` every generated token equal to a key gets exactly those
 alternatives (its own logprob is its entry in the list, else the first), so a test can serve, e.g., an answer
 token whose top alternatives include both ``Yes`` and ``No`` with chosen probabilities.
@@ -236,6 +239,20 @@ def build_response_body(
         usage_obj["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     usage = json.dumps(usage_obj)
     return f'{head[:-1]}, "choices": [{choice}], "usage": {usage}}}'.encode()
+
+
+def build_tool_call_body(calls: list[dict], *, model: str, prompt_tokens: int) -> bytes:
+    """A chat.completion whose message is OpenAI function calls (``[{"name": ..., "arguments": {...}}]``), content
+    null and ``logprobs`` null, as OpenAI answers a tool call."""
+    tool_calls = [{"id": f"call_fake_{i}", "type": "function",
+                   "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+                  for i, c in enumerate(calls)]
+    return json.dumps({
+        "id": "chatcmpl-fake-tools", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": tool_calls},
+                     "logprobs": None, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 10, "total_tokens": prompt_tokens + 10},
+    }).encode()
 
 
 def _error_body(status: int, message: str, etype: str, code: str | None = None) -> bytes:
@@ -488,6 +505,11 @@ class FakeOpenAIServer:
                 status=400, body=_error_body(400, msg, "invalid_request_error"), content_type="application/json"
             )
         messages = body.get("messages", [])
+        if isinstance(text, dict):  # a native tool call (tau2's own LLM agent): no content, so no token logprobs
+            payload = build_tool_call_body(text["tool_calls"], model=str(body.get("model", "fake")),
+                                           prompt_tokens=count_prompt_tokens(messages))
+            self.answered_at.append(time.time())
+            return web.Response(body=payload, content_type="application/json")
         cached = self._remember_prefixes(messages) if self.prompt_cache else None
         want_logprobs = bool(body.get("logprobs")) and self.logprobs and fault != "no_logprobs"
         top_n = body.get("top_logprobs")

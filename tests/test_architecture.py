@@ -30,7 +30,7 @@ FORBIDDEN = {
 }
 #: Inside the write path, each part imports only parts of a lower rank (and itself).
 HARNESS_RANK = {
-    "signals": 0, "model": 1, "store": 1, "progress": 1, "episode": 2, "sampling": 3, "config": 4,
+    "signals": 0, "model": 1, "store": 1, "progress": 1, "episode": 2, "importers": 2, "sampling": 3, "config": 4,
     "backends": 5, "judge": 5, "runner": 6, "continuation": 7,
 }
 #: Modules (besides the store) that append to files: the judge's own directory (not a run directory).

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("uqh.cli.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
     "schema": ("uqh.cli.schema_command", "print the JSON schema of the run-directory records"),
     "repair": ("uqh.cli.repair_command", "move lines that are not valid records out of a run directory's files"),
+    "import": ("uqh.cli.import_command", "turn another harness's results (tau2-bench / agentuq) into a run directory"),
 }
 
 

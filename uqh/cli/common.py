@@ -45,9 +45,26 @@ def run_notes(path) -> list[str]:
 
     run = RunDir.open(path)
     notes = run.reading_notes()
+    notes += imported_run_notes(path, run.manifest)
     if is_held(Path(path)):
         notes.append(f"{path}: {len(run.episodes())} of {run.planned} planned episodes, run in progress "
                      f"({holder_text(Path(path))})")
+    return notes
+
+
+def imported_run_notes(path, manifest) -> list[str]:
+    """For a run made by `uqh import`: where it came from, that its source has no verbal confidence (so the
+    verbal predictor has no values), and what of the source was not imported."""
+    from uqh.rundir.schema import IMPORTED_FROM_KEY
+
+    origin = manifest.info.get(IMPORTED_FROM_KEY)
+    if not isinstance(origin, dict):
+        return []
+    source = str(origin.get("source_file", "?")).rsplit("/", 1)[-1]
+    notes = [f"{path}: imported from {origin.get('harness', '?')} results {source} (sha256 "
+             f"{str(origin.get('source_sha256', '?'))[:12]}); no verbal confidence exists in the source: the verbal "
+             "predictor has no values (missing, not 0 or 0.5)"]
+    notes += [f"{path}: import: {note}" for note in origin.get("notes", [])]
     return notes
 
 

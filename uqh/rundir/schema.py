@@ -47,6 +47,9 @@ SKIPPED_SAMPLES_FILE = "skipped_samples.jsonl"
 #: episode finishes: a string, or null for the explicit "no answer" class. Absent in runs recorded before it.
 CANONICAL_ANSWER_KEY = "canonical_answer"
 STOP_FILE = "stop_decisions.jsonl"
+#: ``Manifest.info`` key of a run imported from another harness's results (``uqh import``): where it came from
+#: (source file, sha256, harness) and what the source lacks (no verbal confidence); absent in runs uqh recorded.
+IMPORTED_FROM_KEY = "imported_from"
 AUDIT_JSON = "audit.json"
 AUDIT_MD = "audit.md"
 

@@ -461,3 +461,50 @@ def write_records_file(run_dir: Path, name: str, records: Sequence[Any]) -> None
         atomic_write_text(Path(run_dir) / name, "".join(r.model_dump_json() + "\n" for r in records))
     except OSError as exc:
         raise RunDirWriteError(run_dir, exc) from None
+
+
+def check_new_dir(run_dir: Path, flag: str = "--out") -> None:
+    """Raise UserError unless ``run_dir`` is new (and can be created) or an empty directory: a run written at once
+    (:func:`write_imported_run`) never joins or resumes another. Writes nothing."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        check_creatable(run_dir, flag)
+        return
+    if not run_dir.is_dir():
+        raise UserError(f"{flag} {run_dir} exists and is not a directory; choose a new directory")
+    if any(run_dir.iterdir()):
+        raise UserError(f"{flag} {run_dir} is not empty; choose a new directory")
+    if not os.access(run_dir.parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write {flag} {run_dir}: {run_dir.parent} is not writable; choose another directory")
+
+
+def write_imported_run(
+    run_dir: Path, config: RunConfig, *, system_prompt: str, info: dict[str, Any],
+    episodes: Sequence[tuple[Episode, Sequence[LogprobRow]]],
+) -> None:
+    """A whole finished run written at once (``uqh import``): built through a :class:`RunStore` in a hidden
+    sibling directory and renamed onto ``run_dir`` (new, or an empty directory) when complete, so a failure on the
+    way leaves nothing behind (:class:`RunDirWriteError`) and no reader ever sees half a run."""
+    import shutil
+    import tempfile
+
+    run_dir = Path(run_dir)
+    check_new_dir(run_dir)
+    created = _missing_dirs(run_dir.parent)
+    staging: Path | None = None
+    try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.importing-", dir=run_dir.parent))
+        with RunStore.open_or_create(staging, config, system_prompt=system_prompt, info=info) as store:
+            for episode, rows in episodes:
+                store.append_episode(episode, rows)
+        os.rename(staging, run_dir)  # POSIX rename replaces an empty directory
+    except BaseException as exc:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        for p in created:  # deepest first; rmdir only: anything another process put there stays
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        if isinstance(exc, OSError):
+            raise RunDirWriteError(run_dir, exc) from None
+        raise

@@ -1,0 +1,1 @@
+"""Other harnesses' results turned into uqh run directories (``uqh import``), written through the store."""
