@@ -203,6 +203,16 @@ def _cases() -> list[tuple[list[str], str]]:
     add("", "index", "--out", "i")  # nothing to index
     add("", "index", "--backend", "es", "--corpus", "{empty}")
     add("", "index", "--domain", "nope", "--out", "i")
+    # ---- import
+    add("does not exist", "import", "tau2", "{missing}", "--out", "o")
+    add("not a UTF-8 text file", "import", "tau2", "{bin}", "--out", "o")
+    add("is not JSON", "import", "tau2", "{empty}", "--out", "o")
+    add("is not JSON", "import", "tau2", "{afile}", "--out", "o")
+    add("is a directory", "import", "tau2", "{run}", "--out", "o")
+    add("invalid choice", "import", "nope", "{afile}", "--out", "o")
+    add("see uqh import --help", "import", "tau2", "{afile}")  # no --out
+    add("is not empty", "import", "tau2", "{afile}", "--out", "{run}")
+    add("is not a directory", "import", "tau2", "{afile}", "--out", "{empty}")
     return cases
 
 

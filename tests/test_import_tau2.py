@@ -107,7 +107,10 @@ def digest(root: Path) -> dict[str, str]:
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's one-line usage errors
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -216,3 +219,207 @@ def test_importing_twice_into_the_same_directory_is_refused(tau2_results, tmp_pa
     empty.mkdir()
     assert cli(capsys, "import", "tau2", tau2_results, "--out", empty)[0] == 0  # an empty directory is fine
     assert len(RunDir.open(empty).episodes()) == 8
+
+
+# ------------------------------------------------------------------------------------------ agentuq's format
+
+HAND = json.loads((DATA / "agentuq_parity.json").read_text())["hand"]
+POINTER = {"enabled": True, "format": "jsonl", "path": "uq_logprobs/logprobs_retail_r9_trial0_seed300.jsonl",
+           "num_tokens": 3, "schema_version": "uq_logprobs_v1"}
+
+
+def logprob_entries(call: list[dict]) -> list[dict]:
+    """Token records as OpenAI's ``logprobs.content`` entries (with their ``bytes``, as providers send them)."""
+    return [{**tok, "bytes": list(tok["token"].encode()),
+             "top_logprobs": [{**a, "bytes": list(a["token"].encode())} for a in tok["top_logprobs"]]}
+            for tok in call]
+
+
+def agentuq_raw_data(call: list[dict], text: str, full_response: bool) -> dict:
+    """A message's ``raw_data`` as agentuq's extractor reads it: a full chat.completion response
+    (``choices[0].logprobs.content``) or the choice alone (``logprobs.content``)."""
+    choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text},
+              "logprobs": {"content": logprob_entries(call)}}
+    return {"id": "chatcmpl-x", "object": "chat.completion", "choices": [choice]} if full_response else choice
+
+
+def agentuq_simulation(traj: dict, summary: dict | None) -> dict:
+    """One simulation of an agentuq results file: greeting, the user's opening (its tokens embedded), one
+    assistant message per recorded call (alternating the two raw_data shapes), each answered by the user."""
+    user_call = traj["user"][0]
+    messages = [
+        {"role": "assistant", "content": "Hi! How can I help you today?", "turn_idx": 0},
+        {"role": "user", "content": "I need help.", "turn_idx": 1,
+         "raw_data": agentuq_raw_data(user_call, "I need help.", False)},
+    ]
+    for k, call in enumerate(traj["assistant"]):
+        text = f"Reply {k} of {traj['id']}"
+        raw = agentuq_raw_data(call, text, full_response=k % 2 == 0) if call else {"uq_logprobs": POINTER}
+        messages.append({"role": "assistant", "content": text, "raw_data": raw, "cost": 0.001,
+                         "usage": {"prompt_tokens": 100 + k, "completion_tokens": len(call)}})
+        last = k == len(traj["assistant"]) - 1
+        messages.append({"role": "user", "content": "###STOP###" if last else "Go on."})
+    for i, m in enumerate(messages):
+        m.setdefault("turn_idx", i)
+    sim = {"id": f"sim-{traj['id']}", "task_id": traj["id"], "start_time": "2026-06-16T00:00:00",
+           "end_time": "2026-06-16T00:01:00", "duration": 60.0, "termination_reason": "user_stop",
+           "reward_info": {"reward": traj["reward"]}, "messages": messages, "trial": 0, "seed": 300}
+    if summary is not None:
+        sim["uq_summary"] = summary
+    return sim
+
+
+def agentuq_results(path: Path) -> Path:
+    """An agentuq results file: the hand-made token set of tests/data/agentuq_parity.json, with agentuq's own
+    summaries of it (computed by agentuq's get_trajectory_uq_summary) as each simulation's uq_summary, and one
+    simulation whose assistant message only points to a sidecar file (agentuq's current runs strip the tokens)."""
+    sims = [agentuq_simulation(traj, HAND["summaries"][traj["id"]]) for traj in HAND["trajectories"]]
+    sims.append(agentuq_simulation({"id": "r9", "reward": 0.0, "assistant": [[]], "user": [[]]}, None))
+    llm_args = {"temperature": 0.0, "logprobs": True, "top_logprobs": 4, "api_key": "sk-not-to-be-copied-123"}
+    info = {"git_commit": "364d9a02b68c830c9b7657508173f43afa69e0cc", "num_trials": 1, "max_steps": 200,
+            "max_errors": 10, "seed": 300,
+            "user_info": {"implementation": "user_simulator", "llm": "gpt-4.1", "llm_args": llm_args},
+            "agent_info": {"implementation": "llm_agent", "llm": "gpt-4.1", "llm_args": llm_args},
+            "environment_info": {"domain_name": "retail", "policy": "(policy)", "tool_defs": None}}
+    path.write_text(json.dumps({"timestamp": "2026-06-16T00:00:00", "info": info, "tasks": [], "simulations": sims}))
+    return path
+
+
+def test_an_agentuq_file_imports_its_embedded_tokens_exactly_and_they_score(tmp_path, capsys):
+    from uqh.scoring.token_signals import role_summary
+
+    source = agentuq_results(tmp_path / "gpt-4.1_retail.json")
+    out = tmp_path / "imported"
+    code, text, err = cli(capsys, "import", "tau2", source, "--out", out)
+    assert code == 0, err
+    run = RunDir.open(out)
+    origin = run.manifest.info[IMPORTED_FROM_KEY]
+    assert origin["harness"] == "agentuq" and origin["harness_git_commit"].startswith("364d9a0")
+    assert origin["counts"]["sidecar_pointers"] == 1 and "point to agentuq sidecar files" in err
+    n_user = sum(len(t["user"][0]) for t in HAND["trajectories"])
+    assert origin["counts"]["user_tokens"] == n_user and "user-side logprobs present" in err
+    assert "sk-not-to-be-copied" not in (out / "manifest.json").read_text()  # llm_args' key masked
+    assert origin["agent"]["llm_args"]["api_key"] == "***"
+
+    checked = 0
+    for traj in HAND["trajectories"]:
+        ep = run.episode(f"{traj['id']}#0")
+        assert ep.stop_reason == StopReason.clean and ep.reward == traj["reward"]
+        assert ep.info["agentuq_uq_summary"] == HAND["summaries"][traj["id"]]
+        rows = run.episode_sidecar_rows(ep.episode_id)
+        assert len(rows) == len(traj["assistant"]) == ep.n_steps
+        for row, call in zip(rows, traj["assistant"]):  # every number as embedded; alternatives by logprob
+            assert [(t.token, t.logprob) for t in row.tokens] == [(t["token"], t["logprob"]) for t in call]
+            for ours, theirs in zip(row.tokens, call):
+                expected = sorted(((a["logprob"], a["token"]) for a in theirs["top_logprobs"]), key=lambda x: -x[0])
+                assert [(a.logprob, a.token) for a in ours.top_logprobs] == expected
+        # the per-role summary of the imported rows is agentuq's own, computed by its code on the same tokens
+        ours = role_summary([r.tokens for r in rows])
+        theirs = HAND["summaries"][traj["id"]]["assistant"]
+        assert ours.total_tokens == theirs["total_tokens"]
+        assert ours.avg_token_nll == pytest.approx(theirs["avg_token_nll"], abs=1e-9)
+        assert ours.trajectory_nll == pytest.approx(theirs["trajectory_nll"], abs=1e-9)
+        assert ours.min_chosen_prob == pytest.approx(theirs["min_chosen_prob"], rel=1e-9)
+        if all(t["top_logprobs"] for call in traj["assistant"] for t in call):
+            assert ours.mean_topk_entropy == pytest.approx(theirs["mean_topk_entropy"], abs=1e-9)
+        else:  # deliberate (tests/test_agentuq_parity.py): missing top-k is missing, not entropy 0
+            assert math.isnan(ours.mean_topk_entropy)
+        checked += 1
+    assert checked == len(HAND["trajectories"]) == 12
+    pointer = run.episode("r9#0")
+    assert [r.tokens for r in run.episode_sidecar_rows("r9#0")] == [None] and pointer.n_steps == 1
+
+    code, text, err = cli(capsys, "score", out, "--bootstrap", "20", "--predictor", "all", "--format", "json")
+    assert code == 0, err
+    result = json.loads(text)
+    rows = {r["predictor"]: r for r in result["rows"] if r["calibration"] == "raw"}
+    assert rows["verbal"]["n_used"] == 0 and "no verbal confidence exists" in err
+    for name in ("token_prob", "token_gmean_prob", "token_min_prob", "token_traj_gmean_prob"):
+        assert rows[name]["n_used"] == 12 and rows[name]["n_skipped_missing"] == 1, name  # r9: its tokens missing
+        values = {(m["metric"], m["score"]): m["estimate"]["value"] for m in rows[name]["metrics"]}
+        assert all(math.isfinite(values[key]) for key in (("auroc", None), ("tps", "log"), ("tps", "brier"))), values
+    assert result["counts"]["steps_selected_logprobs_only"] == 1  # missing_topk's call
+    assert result["counts"]["steps_no_logprobs"] == 1  # r9's pointer
+
+
+# ------------------------------------------------------------------------------------------ malformed inputs
+
+
+def bad_sources(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    good = json.loads(agentuq_results(tmp_path / "good.json").read_text())
+    cases = {
+        "missing": (tmp_path / "missing.json", "does not exist"),
+        "directory": (tmp_path, "is a directory"),
+        "binary": (tmp_path / "bin.dat", "not a UTF-8 text file"),
+        "not_json": (tmp_path / "text.json", "is not JSON"),
+        "truncated": (tmp_path / "cut.json", "is not JSON"),
+        "a_list": (tmp_path / "list.json", "is not a tau2 results file"),
+        "other_json": (tmp_path / "other.json", "is not a tau2 results file"),
+        "bad_termination": (tmp_path / "term.json", "termination_reason"),
+        "no_simulations": (tmp_path / "none.json", "holds no simulations"),
+        "all_skipped": (tmp_path / "skipped.json", "every simulation is marked skipped"),
+        "duplicate_trial": (tmp_path / "dup.json", "are both task"),
+    }
+    (tmp_path / "bin.dat").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "text.json").write_text("not json at all\n")
+    (tmp_path / "cut.json").write_text(json.dumps(good)[:500])
+    (tmp_path / "list.json").write_text("[1, 2, 3]")
+    (tmp_path / "other.json").write_text(json.dumps({"episodes": [], "config": {}}))
+    bad = json.loads(json.dumps(good))
+    bad["simulations"][0]["termination_reason"] = "gave_up"
+    (tmp_path / "term.json").write_text(json.dumps(bad))
+    (tmp_path / "none.json").write_text(json.dumps({**good, "simulations": []}))
+    (tmp_path / "skipped.json").write_text(json.dumps({**good, "simulations": [
+        {**s, "skipped": True} for s in good["simulations"]]}))
+    (tmp_path / "dup.json").write_text(json.dumps({**good, "simulations": [
+        {**s, "task_id": "same"} for s in good["simulations"][:2]]}))
+    (tmp_path / "good.json").unlink()
+    return cases
+
+
+def test_a_malformed_file_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    cases = bad_sources(src)
+    for name, (source, fragment) in cases.items():
+        before = digest(tmp_path)
+        code, text, err = cli(capsys, "import", "tau2", source, "--out", tmp_path / "out" / name)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("uqh import: error:"), (name, err)
+        assert fragment in lines[0] and "Traceback" not in err and text == "", (name, lines[0])
+        assert digest(tmp_path) == before and not (tmp_path / "out").exists(), name  # no DIR, nothing written
+
+
+def test_an_unusable_out_is_refused_before_reading(tmp_path, capsys):
+    source = agentuq_results(tmp_path / "good.json")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "something").write_text("x")
+    (tmp_path / "afile").write_text("x")
+    for out, fragment in ((tmp_path / "full", "is not empty"), (tmp_path / "afile", "is not a directory")):
+        before = digest(tmp_path)
+        code, text, err = cli(capsys, "import", "tau2", source, "--out", out)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and fragment in err, err
+        assert digest(tmp_path) == before
+    code, text, err = cli(capsys, "import", "nope", source, "--out", tmp_path / "x")
+    assert code == 2 and "invalid choice" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_write_failure_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
+    from uqh.harness.store import writer
+
+    source = agentuq_results(tmp_path / "good.json")
+    real = writer.append_fsync
+    calls = {"n": 0}
+
+    def failing(fd, data):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError(28, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(writer, "append_fsync", failing)
+    before = digest(tmp_path)
+    code, text, err = cli(capsys, "import", "tau2", source, "--out", tmp_path / "deep" / "out")
+    assert code == 1 and "No space left on device" in err and len(err.strip().splitlines()) == 1, err
+    assert digest(tmp_path) == before and not (tmp_path / "deep").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["good.json"]  # no hidden staging directory left either
