@@ -32,7 +32,7 @@ def _uqh(argv: list[str], cwd: Path) -> tuple[int, str, str, list[str]]:
     return result["rc"], out, proc.stderr, result["heavy"]
 
 
-HELP = [[], ["run"], ["score"], ["continue"], ["audit"], ["report"], ["index"], ["repair"], ["view"]]
+HELP = [[], ["run"], ["score"], ["continue"], ["audit"], ["report"], ["index"], ["repair"], ["view"], ["import"]]
 ERRORS = [
     (["run", "--domain", "nope", "--out", "{tmp}/x"], "unknown domain 'nope'", "x"),
     (["score", "/nonexistent"], "/nonexistent", None),

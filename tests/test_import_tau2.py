@@ -423,3 +423,18 @@ def test_a_write_failure_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
     assert code == 1 and "No space left on device" in err and len(err.strip().splitlines()) == 1, err
     assert digest(tmp_path) == before and not (tmp_path / "deep").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["good.json"]  # no hidden staging directory left either
+
+
+def test_unreadable_embedded_tokens_are_recorded_missing_and_counted(tmp_path, capsys):
+    data = json.loads(agentuq_results(tmp_path / "good.json").read_text())
+    first = next(m for m in data["simulations"][0]["messages"][2:] if m["role"] == "assistant")
+    first["raw_data"]["choices"][0]["logprobs"]["content"][0]["logprob"] = None  # a token without a logprob
+    source = tmp_path / "one-bad-token.json"
+    source.write_text(json.dumps(data))
+    code, text, err = cli(capsys, "import", "tau2", source, "--out", tmp_path / "out")
+    assert code == 0 and "1 assistant message(s) with unreadable embedded logprobs: recorded as missing" in err
+    run = RunDir.open(tmp_path / "out")
+    assert run.manifest.info[IMPORTED_FROM_KEY]["counts"]["unreadable_token_lists"] == 1
+    episode_id = f"{data['simulations'][0]['task_id']}#0"
+    (row,) = run.episode_sidecar_rows(episode_id)[:1]
+    assert row.tokens is None and not run.episode(episode_id).steps[0].attempts[0].call.has_logprobs
