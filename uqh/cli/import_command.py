@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     imported = import_tau2_results(args.results, args.out)
     counts, config = imported.counts, imported.config
-    origin = next(iter(imported.info.values()))
+    origin = imported.origin
     stops: dict[str, int] = {}
     for episode, _ in imported.episodes:
         stops[episode.stop_reason.value] = stops.get(episode.stop_reason.value, 0) + 1

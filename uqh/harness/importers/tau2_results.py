@@ -119,6 +119,11 @@ class ImportedRun:
     episodes: list[tuple[Episode, list[LogprobRow]]]
     counts: ImportCounts
 
+    @property
+    def origin(self) -> dict[str, Any]:
+        """The manifest's ``info['imported_from']``."""
+        return self.info[IMPORTED_FROM_KEY]
+
 
 def import_tau2_results(path: Path, out: Path) -> ImportedRun:
     """Convert ``path`` and write it as the run directory ``out`` (new or empty). A malformed file or an unusable
