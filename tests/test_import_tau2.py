@@ -281,7 +281,8 @@ def agentuq_results(path: Path) -> Path:
             "user_info": {"implementation": "user_simulator", "llm": "gpt-4.1", "llm_args": llm_args},
             "agent_info": {"implementation": "llm_agent", "llm": "gpt-4.1", "llm_args": llm_args},
             "environment_info": {"domain_name": "retail", "policy": "(policy)", "tool_defs": None}}
-    path.write_text(json.dumps({"timestamp": "2026-06-16T00:00:00", "info": info, "tasks": [], "simulations": sims}))
+    tasks = [{"id": "uniform", "a_field_of_another_tau2_version": True}]  # not read: task schemas change
+    path.write_text(json.dumps({"timestamp": "2026-06-16T00:00:00", "info": info, "tasks": tasks, "simulations": sims}))
     return path
 
 
