@@ -439,3 +439,16 @@ def test_unreadable_embedded_tokens_are_recorded_missing_and_counted(tmp_path, c
     episode_id = f"{data['simulations'][0]['task_id']}#0"
     (row,) = run.episode_sidecar_rows(episode_id)[:1]
     assert row.tokens is None and not run.episode(episode_id).steps[0].attempts[0].call.has_logprobs
+
+
+def test_only_a_fixed_greeting_is_the_opening_an_agent_speaking_first_has_none(tmp_path, capsys):
+    data = json.loads(agentuq_results(tmp_path / "good.json").read_text())
+    sim = data["simulations"][0]
+    generated = [m for m in sim["messages"] if m["role"] == "assistant" and m.get("raw_data")]
+    sim["messages"] = sim["messages"][2:]  # no greeting, no user opening: the agent speaks first
+    source = tmp_path / "agent-first.json"
+    source.write_text(json.dumps(data))
+    assert cli(capsys, "import", "tau2", source, "--out", tmp_path / "out")[0] == 0
+    ep = RunDir.open(tmp_path / "out").episode(f"{sim['task_id']}#0")
+    assert ep.task_prompt == "" and ep.n_steps == len(generated)
+    assert ep.steps[0].action == json.dumps(generated[0]["content"]).join(("Respond[", "]"))

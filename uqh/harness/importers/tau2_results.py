@@ -7,7 +7,7 @@ mapped as follows (docs/import.md):
 - one simulation -> one :class:`Episode`, id ``<task_id>#<trial>`` (``sample_index`` = trial; no trial: 0); a
   simulation tau2 marked ``skipped`` (a failed sample, no conversation) is infrastructure, not data: not imported,
   counted in the manifest;
-- the opening (tau2's fixed greeting up to the first user message) -> ``task_prompt``, rendered as uqh's own Tau2
+- the opening (tau2's fixed greeting up to the first generated assistant message) -> ``task_prompt``, rendered as uqh's own Tau2
   domain renders it (``Assistant: ...`` / ``User: ...``);
 - every later assistant message -> one :class:`Step`: ``action`` = its tool calls as ``Tool[name, {json}]`` (one per
   line; text beside them becomes ``think``) or its text as ``Respond["..."]``, the grammar of uqh's Tau2 agent;
@@ -346,9 +346,12 @@ def flat_messages(messages: list[Any]) -> list[Any]:
 
 def split_turns(messages: list[Any]) -> tuple[list[Any], list[tuple[Any, list[Any]]]]:
     """(the opening, [(assistant message, the messages after it up to the next one)]): the opening runs to the
-    first assistant message that answers someone (tau2's greeting is fixed text, not a generated turn)."""
-    start = next((i for i, m in enumerate(messages) if m.role == "assistant" and i > 0 and
-                  any(p.role != "assistant" for p in messages[:i])), len(messages))
+    first generated assistant message. tau2's greeting (a first assistant message without ``raw_data``, which tau2
+    keeps for every generated message) is fixed text, not a turn; an agent that speaks first (tau2's solo mode)
+    has no opening."""
+    first = messages[0] if messages else None
+    greeting = first is not None and first.role == "assistant" and first.raw_data is None and not first.tool_calls
+    start = next((i for i in range(int(greeting), len(messages)) if messages[i].role == "assistant"), len(messages))
     turns: list[tuple[Any, list[Any]]] = []
     for m in messages[start:]:
         if m.role == "assistant":
