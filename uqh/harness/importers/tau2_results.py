@@ -52,7 +52,6 @@ from uqh.rundir.schema import (
     Step,
     StopReason,
     TokenLogprob,
-    TopLogprob,
     Usage,
 )
 
@@ -438,6 +437,7 @@ def finish_reason(raw_data: Any) -> str | None:
 
 def token_logprob(item: dict) -> TokenLogprob:
     """One OpenAI-style logprob entry; the alternatives sorted by logprob, descending (ValueError if malformed)."""
-    alternatives = [TopLogprob(token=a.get("token"), logprob=a.get("logprob")) for a in item.get("top_logprobs") or []]
-    alternatives.sort(key=lambda a: -a.logprob)
-    return TokenLogprob(token=item.get("token"), logprob=item.get("logprob"), top_logprobs=alternatives)
+    alternatives = sorted(({"token": a.get("token"), "logprob": a.get("logprob")} for a in item.get("top_logprobs") or []),
+                          key=lambda a: -a["logprob"])  # a missing logprob: TypeError, an unreadable list
+    return TokenLogprob.model_validate(  # one validation per token (provider extras such as bytes left out)
+        {"token": item.get("token"), "logprob": item.get("logprob"), "top_logprobs": alternatives})
