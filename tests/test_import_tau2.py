@@ -135,6 +135,9 @@ def test_a_tau2_run_file_round_trips_rewards_terminations_and_tokens(tau2_result
     assert "verbal_confidence is null" in origin["verbal_confidence"]
     assert run.manifest.config.domain == "tau2-retail" and run.manifest.config.model == "openai/agent"
     assert run.manifest.config.decoding.top_logprobs == 5 and run.manifest.config.samples_per_task == 2
+    # llm_args named no temperature: the provider's default applied, recorded as sampled (G-NLL refused)
+    assert run.manifest.config.decoding.temperature == 1.0 and "not in llm_args" in origin["agent"]["temperature"]
+    assert "dummy_key" in tau2_results.read_text() and "dummy_key" not in (out / "manifest.json").read_text()
 
     episodes = {ep.episode_id: ep for ep in run.episodes()}
     assert len(episodes) == len(sims) == 8
@@ -301,6 +304,7 @@ def test_an_agentuq_file_imports_its_embedded_tokens_exactly_and_they_score(tmp_
     assert origin["counts"]["user_tokens"] == n_user and "user-side logprobs present" in err
     assert "sk-not-to-be-copied" not in (out / "manifest.json").read_text()  # llm_args' key masked
     assert origin["agent"]["llm_args"]["api_key"] == "***"
+    assert run.manifest.config.decoding.temperature == 0.0 and origin["agent"]["temperature"] == "from llm_args"
 
     checked = 0
     for traj in HAND["trajectories"]:

@@ -68,8 +68,10 @@ STOP_REASONS = {
 }
 NO_VERBAL_CONFIDENCE = ("none: a tau2 agent states no confidence, so every step's verbal_confidence is null "
                         "(the verbal stream is missing, not 0 or 0.5)")
-#: tau2's agent temperature when the file's llm_args name none (tau2.config.DEFAULT_LLM_TEMPERATURE_AGENT / _USER)
-TAU2_DEFAULT_TEMPERATURE = 0.0
+#: The temperature recorded when a model's llm_args name none. tau2 writes its own default (0.0) into llm_args
+#: unless ``--agent-llm-args`` / ``--user-llm-args`` replaced them; then no temperature was sent and the provider's
+#: default applied (OpenAI's: 1.0). Recorded as sampled, so greedy-only predictors (G-NLL) are refused, not trusted.
+UNSTATED_TEMPERATURE = 1.0
 
 
 @dataclass
@@ -222,10 +224,10 @@ def build_config(results: Any, episodes: list[tuple[Episode, list[LogprobRow]]])
 
 
 def decoding_from(llm_args: dict | None, seed: int | None) -> DecodingConfig:
-    """A model's decoding settings from tau2's ``llm_args`` (tau2's defaults where the file names none)."""
+    """A model's decoding settings from tau2's ``llm_args`` (:data:`UNSTATED_TEMPERATURE` where they name none)."""
     args = llm_args or {}
     return DecodingConfig(
-        temperature=float(args.get("temperature", TAU2_DEFAULT_TEMPERATURE)),
+        temperature=float(args.get("temperature", UNSTATED_TEMPERATURE)),
         top_p=float(args.get("top_p", 1.0)),
         logprobs=bool(args.get("logprobs", False)),
         top_logprobs=int(args.get("top_logprobs") or 0),
@@ -264,16 +266,24 @@ def import_record(path: Path, raw: bytes, payload: dict, results: Any, counts: I
         "verbal_confidence": NO_VERBAL_CONFIDENCE,
         "system_prompt": "not in the file (tau2's agent builds it from the domain policy); manifest system_prompt "
                          "is empty",
-        "agent": {"implementation": info.agent_info.implementation, "llm": info.agent_info.llm,
-                  "llm_args": safe_llm_args(info.agent_info.llm_args)},
-        "user": {"implementation": info.user_info.implementation, "llm": info.user_info.llm,
-                 "llm_args": safe_llm_args(info.user_info.llm_args)},
+        "agent": model_record(info.agent_info),
+        "user": model_record(info.user_info),
         "max_steps": info.max_steps,
         "max_errors": info.max_errors,
         "seed": info.seed,
         "counts": asdict(counts),
         "notes": counts.notes(),
     }
+
+
+def model_record(model_info: Any) -> dict[str, Any]:
+    """The agent's or user's implementation, model and masked ``llm_args``, and whether the temperature in the
+    run config is the file's or :data:`UNSTATED_TEMPERATURE`."""
+    args = model_info.llm_args or {}
+    stated = "temperature" in args
+    return {"implementation": model_info.implementation, "llm": model_info.llm, "llm_args": safe_llm_args(args),
+            "temperature": "from llm_args" if stated else
+            f"not in llm_args (the provider's default applied): recorded as {UNSTATED_TEMPERATURE:g}, sampled"}
 
 
 # ------------------------------------------------------------------------------------------ one simulation
