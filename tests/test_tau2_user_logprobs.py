@@ -327,3 +327,43 @@ def test_last_step_values_are_agentuqs_per_role_summaries(traj):
         assert last["traj_prob"] == pytest.approx(math.exp(-ref["trajectory_nll"]), abs=1e-9)
         assert last["min_prob"] == pytest.approx(ref["min_chosen_prob"], rel=1e-9)
         assert last["tokens"] == pytest.approx(1 / (1 + ref["total_tokens"] / 1000), abs=1e-12)
+
+
+def test_uqh_score_says_once_why_user_predictors_are_missing(tmp_path, capsys):
+    from scoring_fixtures import write_run_dir
+
+    from uqh.cli import main
+
+    eps = [make_episode("a#0", "clean", [0.9], outcome=1), make_episode("b#0", "clean", [0.2], outcome=0)]
+    rows = [make_row("a#0", 1, make_tokens([(0.9, [0.9, 0.1])])), make_row("b#0", 1, make_tokens([(0.4, [0.4, 0.6])]))]
+    path = write_run_dir(tmp_path / "r", eps, rows)
+    assert main(["score", str(path), "--predictor", "user_gmean_prob,combined_traj_prob,assistant_min_prob"]) == 0
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert text.count("the user and combined per-role predictors are missing: the run has no "
+                      "user_logprobs.jsonl") == 1, text
+    assert main(["score", str(path), "--predictor", "assistant_min_prob"]) == 0
+    captured = capsys.readouterr()
+    assert "per-role predictors are missing" not in captured.out + captured.err
+
+
+def test_resuming_with_a_different_user_logprobs_setting_is_refused(tmp_path):
+    from scoring_fixtures import write_run_dir
+
+    from uqh.harness.store.writer import check_resumable
+    from uqh.rundir.errors import UserError
+
+    path = write_run_dir(tmp_path / "r", [make_episode("a#0", "clean", [0.5], outcome=1)])
+    config = RunDir.open(path).manifest.config
+    assert config.user_logprobs is None
+    check_resumable(path, config)  # a run written before the field existed opens and resumes as it is
+    with pytest.raises(UserError, match="differs in: user_logprobs"):
+        check_resumable(path, config.model_copy(update={"user_logprobs": 5}))
+
+
+def test_running_max_within_restarts_per_trajectory_and_keeps_missing():
+    terms = np.array([[0.5, 1], [-np.inf, 0], [2.0, 1], [1.0, 1], [0.1, 1], [np.nan, np.nan], [5.0, 1]])
+    offsets = np.array([0, 3, 3, 7])  # an empty trajectory in the middle
+    out = role_signals.running_max_within(terms, offsets)
+    np.testing.assert_allclose(out[:5], [[0.5, 1], [0.5, 1], [2.0, 2], [1.0, 1], [1.0, 2]])
+    assert np.isnan(out[5:]).all()  # missing from the call without logprobs on

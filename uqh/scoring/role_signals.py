@@ -131,15 +131,24 @@ def empty_terms(n: int, accumulate: str) -> np.ndarray:
 
 
 def running_max_within(terms: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Running (max of the values, sum of the counts) within each trajectory; a NaN count stays NaN to its end
-    (the ``max`` accumulation; sums use :func:`uqh.scoring.streams.cumulative_within`)."""
-    out = np.empty_like(terms)
-    for i in range(len(offsets) - 1):
-        a, b = int(offsets[i]), int(offsets[i + 1])
-        if a == b:
-            continue
-        seg = terms[a:b]
-        bad = np.cumsum(~np.isfinite(seg[:, 1])) > 0
-        out[a:b, 0] = np.where(bad, np.nan, np.fmax.accumulate(seg[:, 0]))
-        out[a:b, 1] = np.where(bad, np.nan, np.cumsum(np.nan_to_num(seg[:, 1])))
+    """Running (max of the values, sum of the counts) within each trajectory; a step whose count is NaN (a call
+    without logprobs) makes it and every later step of its trajectory NaN (the ``max`` accumulation; sums use
+    :func:`uqh.scoring.streams.cumulative_within`). Vectorised over a (trajectories, longest) grid."""
+    terms = np.asarray(terms, dtype=float)
+    out = np.full_like(terms, np.nan)
+    lengths = np.diff(offsets)
+    if terms.shape[0] == 0:
+        return out
+    row = np.repeat(np.arange(lengths.size), lengths)
+    col = np.arange(terms.shape[0]) - np.repeat(offsets[:-1], lengths)
+    values = np.full((lengths.size, int(lengths.max())), -np.inf)
+    values[row, col] = np.where(np.isnan(terms[:, 0]), -np.inf, terms[:, 0])
+    counts = np.zeros_like(values)
+    missing = np.zeros(values.shape, dtype=bool)
+    counts[row, col] = np.nan_to_num(terms[:, 1])
+    missing[row, col] = ~np.isfinite(terms[:, 1])
+    bad = np.logical_or.accumulate(missing, axis=1)[row, col]
+    out[:, 0] = np.maximum.accumulate(values, axis=1)[row, col]
+    out[:, 1] = np.cumsum(counts, axis=1)[row, col]
+    out[bad] = np.nan
     return out
