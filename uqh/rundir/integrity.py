@@ -1,11 +1,12 @@
 """Integrity reads of a run directory's JSONL files: what the writer must know before it appends, and where the
 lines are that are not records. Reading only; :class:`uqh.rundir.reader.RunDir` exposes these as methods.
 
-- :func:`scan_for_writer` -- one pass over ``episodes.jsonl``, ``logprobs.jsonl`` and, where a run has one,
-  ``user_logprobs.jsonl`` (the simulated user's sidecar, checked as the agent's but without missing rows; lines parsed as JSON, not
-  validated into records, so a resume stays fast): the complete length of each file (a torn tail after it), the
-  finished episode ids, the sidecar rows at the end that belong to no finished episode (a crash between the two
-  appends), and the finished episodes whose own calls have no sidecar row (a sidecar cut from outside). Any line
+- :func:`scan_for_writer` -- one pass over ``episodes.jsonl``, ``logprobs.jsonl`` and, where a run has one, the
+  user sidecar ``user_logprobs.jsonl`` (lines parsed as JSON, not validated into records, so a resume stays fast):
+  the complete length of each file (a torn tail after it), the finished episode ids, the sidecar rows at the end
+  that belong to no finished episode (a crash between the appends), and the finished episodes whose own calls have
+  no sidecar row (a sidecar cut from outside; not checked for the user sidecar, whose rows the episode record does
+  not list). Any line
   that is not a record, and any sidecar row of an unfinished episode before that tail, is a UserError naming the
   file and line, which says how to repair it -- before anything is touched.
 - :func:`invalid_lines` -- every complete line of a file that does not validate as its record type (the explicit

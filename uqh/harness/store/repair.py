@@ -5,8 +5,9 @@ record (one line naming file and line number; nothing is touched), because guess
 data. :func:`repair_run_dir` is the explicit step a user takes then, under the writer lock:
 
 - every complete line of ``episodes.jsonl`` that does not validate as an Episode, and every line of
-  ``logprobs.jsonl`` (and of the user sidecar ``user_logprobs.jsonl``) that does not validate as a LogprobRow or belongs to an episode without an episode line (its
-  rows would otherwise shadow the rows of the re-run), is appended verbatim to ``<file>.quarantine`` (fsynced);
+  ``logprobs.jsonl`` (and of the user sidecar, ``user_logprobs.jsonl``) that does not validate as a LogprobRow or
+  belongs to an episode without an episode line (its rows would otherwise shadow the rows of the re-run), is
+  appended verbatim to ``<file>.quarantine`` (fsynced);
 - then the file is rewritten without those lines (temp file + ``os.replace``: the original stays whole until the
   new one is complete).
 
