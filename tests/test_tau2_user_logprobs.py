@@ -367,3 +367,18 @@ def test_running_max_within_restarts_per_trajectory_and_keeps_missing():
     out = role_signals.running_max_within(terms, offsets)
     np.testing.assert_allclose(out[:5], [[0.5, 1], [0.5, 1], [2.0, 2], [1.0, 1], [1.0, 2]])
     assert np.isnan(out[5:]).all()  # missing from the call without logprobs on
+
+
+def test_uqh_repair_quarantines_bad_and_stray_user_sidecar_lines(tmp_path):
+    from scoring_fixtures import write_run_dir
+
+    from uqh.harness.store.repair import repair_run_dir
+
+    path = write_run_dir(tmp_path / "r", [make_episode("a#0", "clean", [0.5], outcome=1)])
+    kept = make_row("a#0", 0, make_tokens([(0.9, [0.9, 0.1])])).model_dump_json() + "\n"
+    stray = make_row("zz#0", 0, make_tokens([(0.9, [0.9, 0.1])])).model_dump_json() + "\n"
+    (path / USER_SIDECAR_FILE).write_text(stray + "not json\n" + kept)
+    report = repair_run_dir(path)
+    assert [b.lineno for b in report.moved[USER_SIDECAR_FILE]] == [1, 2]
+    assert (path / USER_SIDECAR_FILE).read_text() == kept
+    assert (path / (USER_SIDECAR_FILE + ".quarantine")).read_text() == stray + "not json\n"
