@@ -37,8 +37,8 @@ HARNESS_RANK = {
 APPENDERS = {"uqh.harness.store.writer", "uqh.harness.store.repair", "uqh.harness.judge.runner"}
 #: Modules in uqh/cli that are not commands: the entry point and the pieces every command shares.
 CLI_SHARED = {"uqh.cli", "uqh.cli.__main__", "uqh.cli.arg_types", "uqh.cli.console_log", "uqh.cli.common"}
-RUN_FILES = {"episodes.jsonl", "logprobs.jsonl", "manifest.json"}
-RUN_FILE_NAMES = {"EPISODES_FILE", "SIDECAR_FILE", "MANIFEST_FILE"}
+RUN_FILES = {"episodes.jsonl", "logprobs.jsonl", "manifest.json", "user_logprobs.jsonl"}
+RUN_FILE_NAMES = {"EPISODES_FILE", "SIDECAR_FILE", "MANIFEST_FILE", "USER_SIDECAR_FILE"}
 
 
 def _modules():

@@ -61,11 +61,14 @@ def _incoming_sequence(t2, with_tools: bool) -> list:
     return seq
 
 
-def _both_paths(srv, responder, domain_name: str, task_id: str, *, with_tools: bool, user_decoding, model=None):
+def _both_paths(srv, responder, domain_name: str, task_id: str, *, with_tools: bool, user_decoding, model=None,
+                user_logprobs=None):
     """(requests, messages, states) from tau2's path, then the same from the direct path."""
     domain = make_domain(domain_name, srv, user_decoding=user_decoding)
     if model:
         domain.prepare_runtime({**domain.runtime, "user_model": model})
+    if user_logprobs is not None:  # uqh run --user-logprobs
+        domain.prepare_runtime({**domain.runtime, "user_logprobs": user_logprobs})
     direct = domain.direct_user()
     assert isinstance(direct, DirectUserGenerator)
     t2 = Tau2.load()
@@ -126,6 +129,20 @@ def test_direct_path_sends_and_builds_what_tau2_generate_does(fake_server, name)
             "temperature": 0.7, "top_p": 0.9, "max_tokens": 48}
     if name == "empty_then_text":  # 3 turns: "", "", "Hello again."; "Bye ###STOP###"; "", "", "Hello again."
         assert len(ours_req) == 7 and ours_msgs[0]["content"] == "Hello again."
+
+
+def test_user_logprobs_are_asked_and_returned_the_same_on_both_paths(fake_server):
+    """With --user-logprobs both paths send logprobs/top_logprobs and keep the reply's logprobs in raw_data (what
+    the episode takes the user sidecar's tokens from)."""
+    responder = Turns([USER_OPEN, "Yes, order #W5272531.", "###STOP###"])
+    with ToolCallingServer.make(fake_server, responder) as srv:
+        (theirs_req, theirs_msgs, _), (ours_req, ours_msgs, _) = _both_paths(
+            srv, responder, "tau2-retail", RETAIL_TASK, with_tools=False, user_decoding=None, user_logprobs=3)
+    assert theirs_req and ours_req == theirs_req
+    assert all(r["logprobs"] is True and r["top_logprobs"] == 3 for r in ours_req)
+    assert ours_msgs == theirs_msgs
+    content = ours_msgs[0]["raw_data"]["logprobs"]["content"]
+    assert "".join(e["token"] for e in content) == USER_OPEN and len(content[0]["top_logprobs"]) == 3
 
 
 def test_priced_model_costs_the_same_on_both_paths(fake_server):

@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a file of endpoint URLs for --model, one per line (as --api-base repeated)")
     m.add_argument("--user-model", metavar="M", help="user-simulator model (Tau2)")
     m.add_argument("--user-api-base", metavar="URL", help="OpenAI-compatible endpoint for --user-model (Tau2)")
+    m.add_argument("--user-logprobs", action="store_true", default=None,
+                   help="ask the simulated user's model for token logprobs (top --top-logprobs, default 5) and write "
+                        "them to user_logprobs.jsonl (Tau2)")
     m.add_argument("--temperature", type=finite_float)
     m.add_argument("--top-p", type=finite_float)
     m.add_argument("--seed", type=int, help="run seed (default 42); per-episode seeds derive from it")
@@ -154,7 +157,7 @@ def overrides_from_args(args: argparse.Namespace):
         domain=args.domain, split=args.split, tasks=args.tasks, task_ids=task_ids, samples=args.samples,
         step_budget=args.step_budget, observation_chars=args.observation_chars, model=args.model,
         **endpoint_overrides(args.api_base, args.endpoints), user_model=args.user_model,
-        user_api_base=args.user_api_base, decoding=decoding,
+        user_api_base=args.user_api_base, user_logprobs=args.user_logprobs, decoding=decoding,
         domain_options=domain_options, out=Path(args.out) if args.out else None,
         stop_on_consensus=args.stop_on_consensus, stop_rule=args.stop_rule,
     )

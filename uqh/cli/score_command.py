@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
             if left_out:
                 notes.append(f"{r.run_dir}: greedy-only predictors not scored (temperature "
                              f"{r.manifest.config.decoding.temperature:g} > 0): {', '.join(left_out)}")
+    notes += user_role_notes(runs, opts.predictor_names())
     for d in args.run_dirs:  # a sidecar cut from outside: say so, not only "skipped" in the counts
         notes += run_notes(d)
         missing = RunDir.open(d).episodes_missing_sidecar_rows()
@@ -215,3 +216,16 @@ def run(args: argparse.Namespace) -> int:
             notes.append(f"{res.run_dir}: {no_complete_reason(res.counts, opts.censoring)}")
     emit(score_output(results, comparisons, notes), args.format)
     return 0
+
+
+def user_role_notes(runs, names) -> list[str]:
+    """One line per run without a user sidecar when user or combined per-role predictors are scored: why their
+    values are all missing."""
+    from uqh.rundir.schema import USER_SIDECAR_FILE
+    from uqh.scoring.registry import PREDICTORS
+
+    asked = [n for n in names if PREDICTORS[n].role is not None and PREDICTORS[n].role.role != "assistant"]
+    if not asked:
+        return []
+    return [f"{r.run_dir}: the user and combined per-role predictors are missing: the run has no {USER_SIDECAR_FILE} "
+            "(Tau2 runs record it with `uqh run --user-logprobs`)" for r in runs if not r.has_user_sidecar]

@@ -157,6 +157,8 @@ class Runtime(TypedDict, total=False):
     user_decoding: DecodingConfig | None
     #: the per-call timeout of the simulated user's model calls (the run's --timeout)
     user_timeout_s: float
+    #: top alternatives per token the simulated user's model is asked for (RunConfig.user_logprobs); absent: none
+    user_logprobs: int
 
 
 class Environment(abc.ABC):
@@ -185,6 +187,12 @@ class Environment(abc.ABC):
                 )
             if resp.done:
                 raise ReplayMismatch(f"step {i}: the episode ended during replay; the prefix is not censored")
+
+    def take_user_logprobs(self) -> list[Any]:
+        """The provider's raw ``choices[0].logprobs`` of each simulated-user model call made since the last take, in
+        call order (None for a call that returned none), and forget them. The loop converts them, as it converts the
+        agent's, into the user sidecar's rows. Default: no simulated user, nothing."""
+        return []
 
     def close(self) -> None:
         """Release resources (override if needed)."""

@@ -1,10 +1,12 @@
 """Integrity reads of a run directory's JSONL files: what the writer must know before it appends, and where the
 lines are that are not records. Reading only; :class:`uqh.rundir.reader.RunDir` exposes these as methods.
 
-- :func:`scan_for_writer` -- one pass over ``episodes.jsonl`` and ``logprobs.jsonl`` (lines parsed as JSON, not
-  validated into records, so a resume stays fast): the complete length of each file (a torn tail after it), the
-  finished episode ids, the sidecar rows at the end that belong to no finished episode (a crash between the two
-  appends), and the finished episodes whose own calls have no sidecar row (a sidecar cut from outside). Any line
+- :func:`scan_for_writer` -- one pass over ``episodes.jsonl``, ``logprobs.jsonl`` and, where a run has one, the
+  user sidecar ``user_logprobs.jsonl`` (lines parsed as JSON, not validated into records, so a resume stays fast):
+  the complete length of each file (a torn tail after it), the finished episode ids, the sidecar rows at the end
+  that belong to no finished episode (a crash between the appends), and the finished episodes whose own calls have
+  no sidecar row (a sidecar cut from outside; not checked for the user sidecar, whose rows the episode record does
+  not list). Any line
   that is not a record, and any sidecar row of an unfinished episode before that tail, is a UserError naming the
   file and line, which says how to repair it -- before anything is touched.
 - :func:`invalid_lines` -- every complete line of a file that does not validate as its record type (the explicit
@@ -20,7 +22,10 @@ from pathlib import Path
 from typing import Iterator
 
 from uqh.rundir.errors import UserError, first_line
-from uqh.rundir.schema import EPISODES_FILE, SIDECAR_FILE, Episode, LogprobRow
+from uqh.rundir.schema import EPISODES_FILE, SIDECAR_FILE, USER_SIDECAR_FILE, Episode, LogprobRow
+
+#: The JSONL files of LogprobRow records: the agent's sidecar and the simulated user's.
+SIDECAR_FILES = (SIDECAR_FILE, USER_SIDECAR_FILE)
 
 _ROW_KEY = re.compile(rb'^\{"schema_version":\d+,"episode_id":("(?:[^"\\]|\\.)*"),"t":(\d+),"attempt":(\d+),')
 
@@ -53,6 +58,9 @@ class WriterScan:
     missing_rows: dict[str, int] = field(default_factory=dict)
     #: Finished episode id -> its stop reason (the first line of an id, as readers keep it).
     stop_reasons: dict[str, str] = field(default_factory=dict)
+    #: As ``orphan_tail_offset`` / ``orphan_tail_rows``, for the user sidecar (0, 0 without one).
+    user_orphan_tail_offset: int = 0
+    user_orphan_tail_rows: int = 0
 
 
 def _repair_hint(run_dir: Path) -> str:
@@ -127,7 +135,8 @@ def scan_for_writer(run_dir: Path, *, strict: bool = True) -> WriterScan:
     before the tail."""
     run_dir = Path(run_dir)
     ep_path, sc_path = run_dir / EPISODES_FILE, run_dir / SIDECAR_FILE
-    lengths = {EPISODES_FILE: complete_length(ep_path), SIDECAR_FILE: complete_length(sc_path)}
+    lengths = {EPISODES_FILE: complete_length(ep_path), SIDECAR_FILE: complete_length(sc_path),
+               USER_SIDECAR_FILE: complete_length(run_dir / USER_SIDECAR_FILE)}
     ids: list[str] = []
     expected: dict[str, set[RowKey]] = {}
     stop_reasons: dict[str, str] = {}
@@ -142,19 +151,32 @@ def scan_for_writer(run_dir: Path, *, strict: bool = True) -> WriterScan:
         ids.append(eid)
         expected.setdefault(eid, keys)  # readers keep the first line of an id
         stop_reasons.setdefault(eid, stop_reason)
+    present, tail_offset, tail_rows = _scan_sidecar(run_dir, SIDECAR_FILE, lengths, expected, strict)
+    _, user_tail_offset, user_tail_rows = _scan_sidecar(run_dir, USER_SIDECAR_FILE, lengths, expected, strict)
+    missing = {eid: len(keys - present) for eid, keys in expected.items() if keys - present}
+    return WriterScan(complete_length=lengths, episode_ids=ids, orphan_tail_offset=tail_offset,
+                      orphan_tail_rows=tail_rows, missing_rows=missing, stop_reasons=stop_reasons,
+                      user_orphan_tail_offset=user_tail_offset, user_orphan_tail_rows=user_tail_rows)
+
+
+def _scan_sidecar(run_dir: Path, name: str, lengths: dict[str, int], expected: dict[str, set[RowKey]],
+                  strict: bool) -> tuple[set[RowKey], int, int]:
+    """One sidecar file's row keys of finished episodes, and where its tail of rows of unfinished episodes starts
+    (offset, rows); UserError for a line that is not a record and (``strict``) a stray row before that tail."""
+    path = run_dir / name
     present: set[RowKey] = set()
     tail_offset, tail_rows, stray = 0, 0, None
-    for lineno, offset, raw in _lines(sc_path, lengths[SIDECAR_FILE]):
+    for lineno, offset, raw in _lines(path, lengths[name]):
         if not raw.strip():
             continue
         try:
             key = row_key(raw)
         except (ValueError, KeyError, TypeError) as exc:
-            raise UserError(f"{sc_path}:{lineno}: not a valid LogprobRow record ({first_line(exc)}); "
+            raise UserError(f"{path}:{lineno}: not a valid LogprobRow record ({first_line(exc)}); "
                             f"{_repair_hint(run_dir)}") from None
         if key[0] in expected:
             if stray is not None and strict:  # a row of an unfinished episode with finished ones after it: not a crash tail
-                raise UserError(f"{sc_path}:{stray[0]}: a row of episode {stray[1]!r}, which has no episode line; "
+                raise UserError(f"{path}:{stray[0]}: a row of episode {stray[1]!r}, which has no episode line; "
                                 f"{_repair_hint(run_dir)}")
             present.add(key)
             tail_offset, tail_rows = offset + len(raw) + 1, 0
@@ -163,15 +185,13 @@ def scan_for_writer(run_dir: Path, *, strict: bool = True) -> WriterScan:
                 stray = (lineno, key[0])
             tail_rows += 1
     if tail_rows == 0:
-        tail_offset = lengths[SIDECAR_FILE]
-    missing = {eid: len(keys - present) for eid, keys in expected.items() if keys - present}
-    return WriterScan(complete_length=lengths, episode_ids=ids, orphan_tail_offset=tail_offset,
-                      orphan_tail_rows=tail_rows, missing_rows=missing, stop_reasons=stop_reasons)
+        tail_offset = lengths[name]
+    return present, tail_offset, tail_rows
 
 
 def invalid_lines(run_dir: Path, name: str) -> list[BadLine]:
     """Every complete line of ``name`` (episodes or sidecar file) that does not validate as its record type."""
-    model = {EPISODES_FILE: Episode, SIDECAR_FILE: LogprobRow}[name]
+    model = {EPISODES_FILE: Episode, SIDECAR_FILE: LogprobRow, USER_SIDECAR_FILE: LogprobRow}[name]
     path = Path(run_dir) / name
     out = []
     for lineno, offset, raw in _lines(path, complete_length(path)):
@@ -195,16 +215,17 @@ def episode_ids(run_dir: Path, skip: set[int] = frozenset()) -> set[str]:
     return out
 
 
-def stray_sidecar_rows(run_dir: Path, finished: set[str], skip: set[int] = frozenset()) -> list[BadLine]:
-    """Complete sidecar lines (not numbered in ``skip``) whose episode is not in ``finished``."""
-    path = Path(run_dir) / SIDECAR_FILE
+def stray_sidecar_rows(run_dir: Path, finished: set[str], skip: set[int] = frozenset(),
+                       name: str = SIDECAR_FILE) -> list[BadLine]:
+    """Complete lines of the sidecar ``name`` (not numbered in ``skip``) whose episode is not in ``finished``."""
+    path = Path(run_dir) / name
     out = []
     for lineno, offset, raw in _lines(path, complete_length(path)):
         if lineno in skip or not raw.strip():
             continue
         eid = row_key(raw)[0]
         if eid not in finished:
-            out.append(BadLine(SIDECAR_FILE, lineno, offset, len(raw) + 1,
+            out.append(BadLine(name, lineno, offset, len(raw) + 1,
                                f"a row of episode {eid!r}, which has no episode line"))
     return out
 

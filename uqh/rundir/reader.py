@@ -39,6 +39,7 @@ from uqh.rundir.schema import (
     SKIPPED_FILE,
     SKIPPED_SAMPLES_FILE,
     STOP_FILE,
+    USER_SIDECAR_FILE,
     Episode,
     LogprobRow,
     Manifest,
@@ -104,6 +105,15 @@ def read_jsonl_first_per_key(path: Path, model: type[M], key: Callable[[M], Hash
     return out, repeats
 
 
+def _first_rows(path: Path) -> Iterator[tuple[LogprobRow, bool]]:
+    """(row, whether an earlier row had its (episode_id, t, attempt)) of a sidecar file, torn-line safe."""
+    seen: set[tuple[str, int, int]] = set()
+    for row in read_jsonl(path, LogprobRow):
+        key = (row.episode_id, row.t, row.attempt)
+        yield row, key in seen
+        seen.add(key)
+
+
 def read_versioned_json(path: Path, model: type[M], what: str, *, hint: str = "") -> M:
     """A JSON document of ``model`` (a manifest) checked: readable, JSON, ``schema_version`` known, valid.
 
@@ -159,6 +169,8 @@ class RunDir:
     #: Filled by :meth:`episodes`: ids of episode lines the manifest does not plan (left out, never counted).
     foreign_episode_ids: list[str] = field(default_factory=list)
     duplicate_sidecar_rows: int = 0
+    #: Filled by :meth:`user_sidecar`: user-sidecar lines dropped by the de-duplication rule.
+    duplicate_user_sidecar_rows: int = 0
     _episodes: list[Episode] | None = field(default=None, repr=False)
     _indexes: dict[str, LineIndex] = field(default_factory=dict, repr=False)
     #: Whether the episodes file's line index keeps each episode's head (stop reason, outcome, steps, cost): a
@@ -245,15 +257,30 @@ class RunDir:
 
     def sidecar(self) -> Iterator[LogprobRow]:
         """Sidecar rows in file order, torn-line safe, the first row of each (episode_id, t, attempt) kept."""
-        seen: set[tuple[str, int, int]] = set()
         self.duplicate_sidecar_rows = 0
-        for row in read_jsonl(self.path / SIDECAR_FILE, LogprobRow):
-            key = (row.episode_id, row.t, row.attempt)
-            if key in seen:
+        for row, repeat in _first_rows(self.path / SIDECAR_FILE):
+            if repeat:
                 self.duplicate_sidecar_rows += 1
-                continue
-            seen.add(key)
-            yield row
+            else:
+                yield row
+
+    @property
+    def has_user_sidecar(self) -> bool:
+        """Whether the run recorded the simulated user's tokens (``uqh run --user-logprobs``: the config says so and
+        ``user_logprobs.jsonl`` exists)."""
+        return self.manifest.config.user_logprobs is not None and (self.path / USER_SIDECAR_FILE).is_file()
+
+    def user_sidecar(self) -> Iterator[LogprobRow]:
+        """The simulated user's rows (``user_logprobs.jsonl``; none without one), read as :meth:`sidecar` reads the
+        agent's: torn-line safe, the first row of each (episode_id, t, attempt) kept, rows of episodes without an
+        episode line (a crash before the episode was written) left out."""
+        self.duplicate_user_sidecar_rows = 0
+        finished = {ep.episode_id for ep in self.episodes()}
+        for row, repeat in _first_rows(self.path / USER_SIDECAR_FILE):
+            if repeat:
+                self.duplicate_user_sidecar_rows += 1
+            elif row.episode_id in finished:
+                yield row
 
     # ------------------------------------------------------------------ one episode at a time (uqh view)
 
@@ -406,6 +433,7 @@ class RunDir:
         """Ids of the complete episode lines, those numbered in ``invalid`` left out."""
         return integrity.episode_ids(self.path, invalid)
 
-    def stray_sidecar_rows(self, finished: set[str], skip: set[int] = frozenset()) -> list[integrity.BadLine]:
-        """Sidecar lines (not numbered in ``skip``) of episodes not in ``finished``."""
-        return integrity.stray_sidecar_rows(self.path, finished, skip)
+    def stray_sidecar_rows(self, finished: set[str], skip: set[int] = frozenset(),
+                           name: str = SIDECAR_FILE) -> list[integrity.BadLine]:
+        """Lines of the sidecar ``name`` (not numbered in ``skip``) of episodes not in ``finished``."""
+        return integrity.stray_sidecar_rows(self.path, finished, skip, name)

@@ -5,6 +5,10 @@ A run directory holds
 - ``manifest.json``    -- :class:`Manifest`: the complete run config and its hash;
 - ``episodes.jsonl``   -- one :class:`Episode` per line, written only when the episode has finished;
 - ``logprobs.jsonl``   -- the sidecar: one :class:`LogprobRow` per model call (every attempt, repairs included);
+- ``user_logprobs.jsonl`` -- the simulated user's sidecar (Tau2 with ``uqh run --user-logprobs``): one
+  :class:`LogprobRow` per user-model call, ``t`` the agent step whose observation holds the user's turn (0: the
+  user's opening turn, shown in the task prompt), ``attempt`` the call's index within that turn (a telecom user may
+  call its own tools before it speaks), ``action_token_range`` null; absent in runs without the flag;
 - ``checkpoints/``     -- one :class:`PartialEpisode` per in-flight episode, removed when the episode finishes;
 - ``writer.lock``      -- the writer's lock file (who writes the directory now; never data);
 - ``*.quarantine``     -- lines ``uqh repair`` moved out of a JSONL file because they were not valid records;
@@ -257,7 +261,7 @@ class DecodingConfig(_Record):
 #: its corpus sha256 (in the manifest's info), not by its directory, so moving it does not make a different run.
 HASH_EXCLUDED_OPTIONS = frozenset({"index_dir"})
 #: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
-_LATER_FIELDS = ("user_api_base", "consensus_stopping", "api_bases")
+_LATER_FIELDS = ("user_api_base", "consensus_stopping", "api_bases", "user_logprobs")
 #: Where the models are served from: not part of what a run produces, so out of the config hash (a server moved to
 #: another port, ``localhost`` for ``127.0.0.1``, a dead replica dropped -- the run still resumes). The latest
 #: session's endpoints stay in the config; every session's are in ``Manifest.sessions``.
@@ -310,6 +314,13 @@ class RunConfig(_Record):
     consensus_stopping: Annotated[
         ConsensusStopping | None,
         Field(description="Sequential sampling: stop a task's samples once its mode is certified (None: draw all)."),
+    ] = None
+    user_logprobs: Annotated[
+        int | None,
+        Field(description="Tau2 (uqh run --user-logprobs): the simulated user's model is asked for token logprobs "
+                          "with this many top alternatives (the run's --top-logprobs) and its tokens are written to "
+                          "user_logprobs.jsonl; null: not asked. Left out (and out of the hash) while null.",
+              exclude_if=_is_none, ge=0),
     ] = None
 
     @property
@@ -423,6 +434,7 @@ class PartialEpisode(BaseModel):
     task_prompt: str
     steps: list[Step]
     sidecar: list[LogprobRow]  # rows of this episode's own calls so far (not of a copied prefix)
+    user_sidecar: list[LogprobRow] = []  # the simulated user's rows so far (uqh run --user-logprobs)
     prefix_steps: int = 0
     source_episode_id: str | None = None
     branch_index: int | None = None

@@ -26,7 +26,7 @@ import numpy as np
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
-from uqh.scoring import self_consistency, signals, token_signals as ts, truth
+from uqh.scoring import role_signals, self_consistency, signals, token_signals as ts, truth
 
 MetricKind = Literal["diagnostic", "tps", "censored_tps", "truth_gap", "truth_distance"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
@@ -92,12 +92,15 @@ class Predictor:
     #: the probe (``uqh probe --probe NAME``) whose per-step values, read from a probe directory given to
     #: ``uqh score --probes DIR``, are this predictor's stream (missing without one)
     probe: str | None = None
+    #: a running per-role value (agentuq's per-role summaries, :mod:`uqh.scoring.role_signals`): from the accepted
+    #: calls' tokens (assistant), the user sidecar's (user) or both (combined)
+    role: role_signals.RoleRunning | None = None
 
     def __post_init__(self) -> None:
-        kinds = (self.step_value, self.constant, self.trajectory_value, self.running, self.probe)
+        kinds = (self.step_value, self.constant, self.trajectory_value, self.running, self.probe, self.role)
         if sum(f is not None for f in kinds) != 1:
             raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, running, "
-                             "constant and probe")
+                             "constant, probe and role")
 
     @property
     def is_constant(self) -> bool:
@@ -159,6 +162,16 @@ def token_signal_predictors() -> list[Predictor]:
     return out
 
 
+def role_predictors() -> list[Predictor]:
+    """agentuq's five per-role summaries for the assistant, the simulated user and both (``{role}_{summary}``)."""
+    return [
+        Predictor(f"{role}_{name}", f"{role.capitalize()} {label}",
+                  role=role_signals.RoleRunning(role, terms, accumulate, confidence), default=False)
+        for role in role_signals.ROLES
+        for name, (label, terms, accumulate, confidence) in role_signals.SUMMARIES.items()
+    ]
+
+
 TPS, TPS_COMPLETE_ONLY, DELTA_PRACTICE = "tps", "tps_complete_only", "delta_practice"
 BASE_RATE = "base_rate"
 TPS_GAP, TRUTH_MAE = "tps_gap", "truth_mae"
@@ -199,6 +212,7 @@ PREDICTORS: dict[str, Predictor] = {
         Predictor("action_prob", "Action-span token probability", signals.action_prob_value),
         Predictor("action_entropy", "Action-span entropy confidence", signals.action_entropy_value),
         *token_signal_predictors(),
+        *role_predictors(),
         Predictor("sc_mode_freq", "Self-consistency mode frequency", trajectory_value=self_consistency.mode_frequency),
         Predictor("sc_agreement", "Self-consistency agreement", trajectory_value=self_consistency.agreement),
         Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),

@@ -21,6 +21,7 @@ from uqh.rundir.probes import ProbeDir
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import CAPABILITY_TIERS, NO_LOGPROBS, Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
+from uqh.scoring import role_signals
 from uqh.scoring.registry import PREDICTORS, get_predictor
 from uqh.scoring.truth import TRUTH
 
@@ -51,6 +52,9 @@ class RunData:
     task_ids: np.ndarray | None = None  # object array of str per episode (None: read from the episode ids)
     #: per parsed step, its logprob capability tier (uqh.rundir.schema.CAPABILITY_TIERS; None: not read)
     step_tier: np.ndarray | None = None
+    #: whether the run recorded the simulated user's tokens (user_logprobs.jsonl): without them the user and
+    #: combined per-role predictors are missing
+    has_user_sidecar: bool = False
 
     def tier_counts(self) -> dict[str, int]:
         """Parsed steps per logprob capability tier (full / selected_only / none)."""
@@ -80,6 +84,7 @@ class RunData:
             offsets=np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64),
             streams={k: v[step_mask] for k, v in self.streams.items()}, task_ids=self.tasks[mask],
             step_tier=None if self.step_tier is None else self.step_tier[step_mask],
+            has_user_sidecar=self.has_user_sidecar,
         )
 
     def count(self, stop_reason: str) -> int:
@@ -98,7 +103,9 @@ def load_run(run_dir: "str | Path | RunDir", probes: Sequence[ProbeDir] = ()) ->
     if not reader.has_episodes_file:
         raise UserError(f"{reader.path} has no episodes yet (no finished episode); run `uqh run` first")
     episodes = reader.episodes()
-    data = run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted))
+    user_rows = reader.user_sidecar() if reader.has_user_sidecar else None
+    data = run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted),
+                                 user_rows=user_rows)
     fill_probe_streams(data, probes)
     return data
 
@@ -123,10 +130,12 @@ def fill_probe_streams(data: RunData, probes: Sequence[ProbeDir]) -> None:
 
 
 def run_data_from_records(
-    run_dir: Path, manifest: Manifest, episodes: list[Episode], accepted_rows: Iterable[LogprobRow]
+    run_dir: Path, manifest: Manifest, episodes: list[Episode], accepted_rows: Iterable[LogprobRow],
+    user_rows: Iterable[LogprobRow] | None = None,
 ) -> RunData:
     """Assemble :class:`RunData` from episodes (unique ids, as :meth:`rundir.RunDir.episodes` gives them) and the
-    sidecar rows of accepted attempts (streamed: only the per-step values are kept, not the tokens)."""
+    sidecar rows of accepted attempts (streamed: only the per-step values are kept, not the tokens); ``user_rows``:
+    the user sidecar's rows (None: the run has none, so the user and combined per-role predictors are missing)."""
     episodes = sorted(episodes, key=lambda e: e.episode_id)
     lengths = np.array([len(ep.steps) for ep in episodes], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -139,9 +148,11 @@ def run_data_from_records(
     terms = {p.name: np.full((int(offsets[-1]), 2), np.nan) for p in running}
     has_row = np.zeros(len(steps), dtype=bool)
     step_tier = np.full(len(steps), NO_LOGPROBS, dtype=object)
+    roles = RoleTerms(len(steps))
     for row in accepted_rows:
         k = where.get((row.episode_id, row.t))
         if k is not None:  # a later accepted row of the same step overwrites
+            roles.assistant_call(k, row.tokens)
             step_tier[k] = row.capability_tier
             for p in predictors:
                 streams[p.name][k] = p.step_value(steps[k], row)
@@ -156,6 +167,12 @@ def run_data_from_records(
     for p in running:
         cum = cumulative_within(terms[p.name], offsets)
         streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
+    if user_rows is not None:
+        for row in user_rows:  # the opening turn (t = 0) is in step 1's task prompt: it counts at step 1
+            k = where.get((row.episode_id, max(row.t, 1)))
+            if k is not None:
+                roles.user_call(k, row.tokens)
+    roles.fill(streams, offsets, has_user_sidecar=user_rows is not None)
     if manifest is not None and manifest.config.decoding.temperature > 0:
         for p in PREDICTORS.values():  # greedy-only values of sampled tokens are not what they claim: missing
             if p.greedy_only:
@@ -179,7 +196,42 @@ def run_data_from_records(
         streams=streams,
         task_ids=np.array([ep.task_id for ep in episodes], dtype=object),
         step_tier=step_tier,
+        has_user_sidecar=user_rows is not None,
     )
+
+
+class RoleTerms:
+    """The per-step terms of the per-role predictors (:mod:`uqh.scoring.role_signals`), gathered call by call."""
+
+    def __init__(self, n_steps: int) -> None:
+        self.predictors = [p for p in PREDICTORS.values() if p.role is not None]
+        kinds = {(p.role.terms, p.role.accumulate) for p in self.predictors}
+        self.assistant = {kind: np.full((n_steps, 2), np.nan) for kind in kinds}  # no accepted row: missing
+        self.user = {kind: role_signals.empty_terms(n_steps, kind[1]) for kind in kinds}  # no user turn: nothing
+
+    def assistant_call(self, k: int, tokens) -> None:
+        for (terms, acc), arr in self.assistant.items():
+            arr[k] = terms(tokens)
+
+    def user_call(self, k: int, tokens) -> None:
+        for (terms, acc), arr in self.user.items():
+            arr[k] = role_signals.combine(arr[k : k + 1], np.array([terms(tokens)]), acc)[0]
+
+    def fill(self, streams: dict[str, np.ndarray], offsets: np.ndarray, *, has_user_sidecar: bool) -> None:
+        n = int(offsets[-1])
+        for p in self.predictors:
+            kind = (p.role.terms, p.role.accumulate)
+            if p.role.role != "assistant" and not has_user_sidecar:
+                streams[p.name] = np.full(n, np.nan)
+                continue
+            per_step = {"assistant": self.assistant[kind], "user": self.user[kind]}.get(p.role.role)
+            if per_step is None:
+                per_step = role_signals.combine(self.assistant[kind], self.user[kind], p.role.accumulate)
+            if p.role.accumulate == "max":
+                cum = role_signals.running_max_within(per_step, offsets)
+            else:
+                cum = cumulative_within(per_step, offsets)
+            streams[p.name] = np.asarray(p.role.confidence(cum[:, 0], cum[:, 1]), dtype=float)
 
 
 def cumulative_within(terms: np.ndarray, offsets: np.ndarray) -> np.ndarray:

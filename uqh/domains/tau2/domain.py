@@ -150,7 +150,8 @@ class Tau2Domain(Domain):
         '"Tool[" [a-z_]{1,40} ", {" [^<\\n]{0,200} "}]" | "Respond[\\"" [^"<\\n]{1,200} "\\"]"'
     )
     needs_user_model: ClassVar[bool] = True  # `uqh run` refuses to start without --user-model
-    runtime_keys: ClassVar[frozenset[str]] = frozenset({"user_model", "user_api_base", "user_decoding"})
+    runtime_keys: ClassVar[frozenset[str]] = frozenset({"user_model", "user_api_base", "user_decoding",
+                                                        "user_logprobs"})
     Options = Tau2Options
     unknown_options_message: ClassVar[str] = "unknown option(s) for {domain}: {unknown}; known: {known}"
     default_observation_chars: ClassVar[int | None] = None  # observations are never cut (see __init__)
@@ -238,6 +239,12 @@ class Tau2Domain(Domain):
             raise UserError(f"{self.name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
         return model
 
+    @property
+    def user_logprobs(self) -> int | None:
+        """Top alternatives per token asked of the user's model (``uqh run --user-logprobs``); None: no logprobs."""
+        k = self.runtime.get("user_logprobs")
+        return None if k is None else int(k)
+
     def user_executor(self) -> ThreadPoolExecutor:
         """The threads the simulated users' synchronous litellm calls run in (one pool per domain instance)."""
         with self._user_pool_lock:
@@ -270,7 +277,8 @@ class Tau2Domain(Domain):
         ``randint(0, 10**6)`` per trial) and gives it to every task of that trial, agent and user alike
         (``set_seed`` overrides any seed in the LLM arguments).
 
-        No logprobs are requested: user-side tokens are not the agent's and never reach the agent sidecar.
+        Logprobs are requested only with ``uqh run --user-logprobs`` (runtime ``user_logprobs`` = top-k): the user's
+        tokens then go to their own sidecar (``user_logprobs.jsonl``), never to the agent's.
         """
         rt = self.runtime
         dec = rt.get("user_decoding")
@@ -287,6 +295,9 @@ class Tau2Domain(Domain):
             args["temperature"] = 0.0  # tau2.config.DEFAULT_LLM_TEMPERATURE_USER; no max_tokens, as in tau2
             base_seed = 0
         args["seed"] = (base_seed + episode_seed) % (2**31)
+        if self.user_logprobs is not None:  # OpenAI's fields, sent as they are by litellm and the direct path
+            args["logprobs"] = True
+            args["top_logprobs"] = self.user_logprobs
         if rt.get("user_timeout_s"):  # the run's --timeout (litellm's default, 600 s, is also uqh's)
             args["timeout"] = float(rt["user_timeout_s"])
         # The runner's endpoint wins: the local:* server's address, or RunConfig.user_api_base (`uqh run

@@ -29,6 +29,7 @@ class Tau2EpisodeHost(Protocol):
     max_errors: int
     user_model: str | None
     transfer_as_env_terminated: bool
+    user_logprobs: int | None
 
     def shared_db(self) -> Any: ...
 
@@ -64,6 +65,7 @@ class Tau2Environment(Environment):
         self._ended: EnvResponse | None = None  # an ending reached before the agent's first action
         self.done = False
         self._started_at = ""
+        self._user_logprobs: list[Any] = []  # raw logprobs of the user's calls not yet taken (--user-logprobs)
 
     # ------------------------------------------------------------------ construction
 
@@ -127,6 +129,8 @@ class Tau2Environment(Environment):
                 raise EnvironmentUnavailable(f"tau2 user simulator call failed: {type(e).__name__}: {e}") from e
             self.hops += 1
             self._append(user_msg)
+            if self.domain.user_logprobs is not None:
+                self._user_logprobs.append((user_msg.raw_data or {}).get("logprobs"))
             if not (user_msg.has_text_content() or user_msg.is_tool_call()):
                 # An empty user message after tau2's own retries (its ``generate`` retries an empty reply
                 # num_retries=3 times). tau2 26.3's orchestrator raises here (``user_msg.validate()``) and
@@ -197,6 +201,13 @@ class Tau2Environment(Environment):
         return EnvResponse(observation, done=True, outcome=None, reward=None, reward_info=info, stop_reason=stop)
 
     # ------------------------------------------------------------------ Environment interface
+
+    def take_user_logprobs(self) -> list[Any]:
+        """The raw ``logprobs`` of the user's kept replies since the last take (tau2 keeps ``choices[0]`` of the
+        HTTP reply, converted by litellm, as the message's ``raw_data``, on both call paths). An empty reply tau2's
+        ``generate`` asks again is discarded inside it, before we see it: only kept replies have rows."""
+        out, self._user_logprobs = self._user_logprobs, []
+        return out
 
     def tool_names(self) -> list[str]:
         return self._shared.tool_names
@@ -288,6 +299,7 @@ class Tau2Environment(Environment):
         )
         self.trajectory = messages
         self._pending = []
+        self._user_logprobs = []  # the reset's opening turn was replaced by the recorded one: not this episode's
         self._ended = None
         self.done = False
         self.hops, self.errors = count_hops_and_errors(messages)

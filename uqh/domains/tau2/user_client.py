@@ -23,7 +23,7 @@ from uqh.domains.tau2.access import Tau2
 
 #: The user simulator's litellm arguments that become request fields (everything else in ``user_llm_args`` is
 #: how litellm sends: retries, timeout, endpoint, key).
-BODY_FIELDS = ("temperature", "top_p", "max_tokens", "seed")
+BODY_FIELDS = ("temperature", "top_p", "max_tokens", "seed", "logprobs", "top_logprobs")
 TRANSPORT_FIELDS = frozenset({"num_retries", "drop_params", "timeout", "api_base", "api_key"})
 #: HTTP statuses worth another attempt (the rest are the request's fault: a retry would get the same answer).
 TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})

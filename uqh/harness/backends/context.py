@@ -122,4 +122,6 @@ class RunContext:
                 user_model=self.user_model, user_api_base=self.user_api_base, user_decoding=self.config.user_decoding,
                 user_timeout_s=self.timeout_s,  # --timeout bounds the simulated user's calls too
             )
+            if self.config.user_logprobs is not None:
+                runtime["user_logprobs"] = self.config.user_logprobs
         return runtime

@@ -20,7 +20,7 @@ from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, PartialEpisode,
 from uqh.harness.model.errors import EndpointsDown, EndpointUnreachable, ModelCallFailed
 from uqh.harness.progress import CallTotals, CountingClient, EpisodeSummary, TotallingClient
 from uqh.harness.sampling.scheduler import annotate_canonical_answer
-from uqh.harness.store.writer import CheckpointEncoder, write_checkpoint_json
+from uqh.harness.store.writer import CheckpointEncoder, SidecarBytes, write_checkpoint_json
 from uqh.rundir.errors import RunDirWriteError, first_line
 
 log = logging.getLogger(__name__)
@@ -259,11 +259,14 @@ def endpoint_counts(client) -> list:
     return list(counts()) if callable(counts) else []
 
 
-def serialize(result: EpisodeResult) -> tuple[str, bytes, bytes, EpisodeSummary]:
-    """A finished episode as (id, episode line, sidecar bytes, accounting), ready for the store."""
+def serialize(result: EpisodeResult) -> tuple[str, bytes, bytes | SidecarBytes, EpisodeSummary]:
+    """A finished episode as (id, episode line, sidecar bytes, accounting), ready for the store; the sidecar bytes
+    are :class:`SidecarBytes` when the episode has user-sidecar rows."""
     ep = result.episode
     line = ep.model_dump_json().encode() + b"\n"
     k = len(result.sidecar_json_prefix)
     rows = "".join(j + "\n" for j in result.sidecar_json_prefix).encode()
     rows += b"".join(r.model_dump_json().encode() + b"\n" for r in result.sidecar[k:])
+    if result.user_sidecar:
+        rows = SidecarBytes(rows, b"".join(r.model_dump_json().encode() + b"\n" for r in result.user_sidecar))
     return ep.episode_id, line, rows, EpisodeSummary.of(ep)

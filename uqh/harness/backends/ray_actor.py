@@ -51,7 +51,7 @@ class EpisodeOutcome:
     attempt: int
     #: done: the serialized episode (as :func:`uqh.harness.runner.serialize` makes it).
     line: bytes = b""
-    rows: bytes = b""
+    rows: Any = b""  # bytes, or SidecarBytes when the episode has user-sidecar rows (uqh.harness.store.writer)
     summary: Any = None
     #: error: the infrastructure failure, its retries, and the episode's last checkpoint not yet collected.
     message: str = ""

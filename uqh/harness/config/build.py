@@ -80,6 +80,8 @@ class RunOverrides(BaseModel):
         "api_base is then the first")
     user_model: str | None = None
     user_api_base: str | None = None
+    user_logprobs: bool | None = Field(
+        None, description="ask the simulated user's model for logprobs (top-k: the run's top_logprobs)")
     decoding: DecodingOverrides = DecodingOverrides()
     domain_options: dict[str, Any] = Field(
         default_factory=dict, description="-D key=value and the QA alias flags (--data, --top-k, ...), as given")
@@ -306,6 +308,10 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     else:
         raise UserError("choose the tasks: --tasks N or --task-ids A,B")
 
+    if overrides.user_logprobs and not cls.needs_user_model:
+        raise UserError(f"--user-logprobs needs a domain with a simulated user (tau2-airline, tau2-retail, "
+                        f"tau2-telecom); {domain_name} has none")
+    user_logprobs = decoding_cfg.top_logprobs if overrides.user_logprobs else None
     user_decoding = preset.user_decoding if preset and user_model else None
     if user_model and user_model.startswith("local:") and user_decoding is None:
         user_decoding = local_user_decoding()
@@ -326,6 +332,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         user_model=user_model,
         user_decoding=user_decoding,
         user_api_base=user_api_base,
+        user_logprobs=user_logprobs,
         prompt_sha256="",
         package_version=__version__,
         consensus_stopping=consensus_stopping_for(cls, overrides, samples),

@@ -7,7 +7,9 @@ environment (the one place that does), and :func:`run_episode` runs the steps.
 Each step sends the conversation to the model, parses the four tags and applies the action to the
 environment. A malformed output or an action the environment rejects (``InvalidAction``) triggers a
 repair attempt (the model is told what was wrong and asked again), at most ``MAX_REPAIRS`` per step; then the
-episode ends ``parse_error``. Every model call becomes one sidecar :class:`LogprobRow`.
+episode ends ``parse_error``. Every model call becomes one sidecar :class:`LogprobRow`; a simulated user's calls
+(Tau2 with ``--user-logprobs``) become rows of the user sidecar, numbered by the step whose observation holds them
+(:func:`user_rows`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, ClassVar
 
 from uqh.domains.base import Domain, Environment, InvalidAction, RecordedStep, ReplayMismatch
+from uqh.harness.model.client import convert_logprobs
 from uqh.harness.model.types import ModelClient
 from uqh.harness.episode.parsing import (
     ParseError,
@@ -34,6 +37,9 @@ log = logging.getLogger(__name__)
 
 MAX_REPAIRS = 2  # Appendix K: up to two repair attempts per step
 OBSERVATION_PREFIX = "Observation: "
+#: Alternatives kept per user token: every one the server returned (it was asked for RunConfig.user_logprobs;
+#: providers return at most 20).
+USER_TOP_K_KEPT = 20
 
 
 def derive_seed(run_seed: int, episode_id: str) -> int:
@@ -103,6 +109,7 @@ class Fresh:
     task_prompt: ClassVar[str | None] = None
     copied_steps: ClassVar[int] = 0
     sidecar: ClassVar[tuple[LogprobRow, ...]] = ()
+    user_sidecar: ClassVar[tuple[LogprobRow, ...]] = ()
     started_at: ClassVar[str | None] = None
     source_episode_id: ClassVar[str | None] = None
     branch_index: ClassVar[int | None] = None
@@ -129,6 +136,7 @@ class Branch:
         return len(self.prefix.steps)
 
     sidecar: ClassVar[tuple[LogprobRow, ...]] = ()
+    user_sidecar: ClassVar[tuple[LogprobRow, ...]] = ()  # the prefix's user turns are replayed, not this episode's
     started_at: ClassVar[str | None] = None
 
     @property
@@ -164,6 +172,10 @@ class Resume:
     @property
     def sidecar(self) -> list[LogprobRow]:
         return self.partial.sidecar
+
+    @property
+    def user_sidecar(self) -> list[LogprobRow]:
+        return self.partial.user_sidecar
 
     @property
     def started_at(self) -> str | None:
@@ -203,6 +215,8 @@ class EpisodeResult:
     sidecar: list[LogprobRow]
     # JSON of the first len(...) sidecar rows when a writer already serialized them (checkpoints); saves a re-dump.
     sidecar_json_prefix: list[str] = field(default_factory=list)
+    #: the simulated user's rows (Tau2 with --user-logprobs; empty otherwise)
+    user_sidecar: list[LogprobRow] = field(default_factory=list)
 
 
 async def open_episode(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, EpisodeSpec]:
@@ -244,6 +258,15 @@ async def _open(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, Ep
 
 
 OnStep = Callable[[PartialEpisode], Any | Awaitable[Any]]
+
+
+def user_rows(env: Environment, episode_id: str, t: int) -> list[LogprobRow]:
+    """The user sidecar's rows of the simulated-user calls ``env`` made since the last take, as step ``t``'s: ``t``
+    is the step whose observation holds the user's turn (0: the opening turn, in the task prompt), ``attempt`` the
+    call's index within the turn. Converted from the provider's JSON as the agent's tokens are."""
+    return [LogprobRow(episode_id=episode_id, t=t, attempt=i, accepted=True,
+                       tokens=None if raw is None else convert_logprobs(raw, USER_TOP_K_KEPT))
+            for i, raw in enumerate(env.take_user_logprobs())]
 
 
 @dataclass
@@ -311,6 +334,10 @@ async def run_episode(
         task_prompt = start.task_prompt if start.task_prompt is not None else await env.reset()
     steps: list[Step] = list(start.steps)
     sidecar: list[LogprobRow] = list(start.sidecar)
+    user_sidecar: list[LogprobRow] = list(start.user_sidecar)
+    opening = user_rows(env, spec.episode_id, 0)
+    if not start.steps:  # after a replay the reset's opening turn is replaced by the recorded one: not kept
+        user_sidecar.extend(opening)
     messages = build_messages(system_prompt, task_prompt, steps)
     ending = EpisodeEnding()
     t = len(steps)
@@ -318,6 +345,7 @@ async def run_episode(
         t += 1
         step_calls = await attempt_step(env, client, messages, spec=spec, t=t, system_prompt=system_prompt)
         sidecar.extend(step_calls.rows)
+        user_sidecar.extend(user_rows(env, spec.episode_id, t))
         if step_calls.accepted is None:
             ending = EpisodeEnding(stop_reason=StopReason.parse_error, failed_step=step_calls.attempts)
             break
@@ -338,7 +366,7 @@ async def run_episode(
             maybe = on_step(PartialEpisode.model_construct(
                 episode_id=spec.episode_id, task_id=spec.task_id, sample_index=spec.sample_index, seed=spec.seed,
                 step_budget=step_budget, task_prompt=task_prompt, steps=steps, sidecar=sidecar,
-                prefix_steps=start.copied_steps, source_episode_id=start.source_episode_id,
+                user_sidecar=user_sidecar, prefix_steps=start.copied_steps, source_episode_id=start.source_episode_id,
                 branch_index=start.branch_index, started_at=started_at,
             ))
             if hasattr(maybe, "__await__"):
@@ -350,7 +378,7 @@ async def run_episode(
         failed_step=ending.failed_step, source_episode_id=start.source_episode_id, branch_index=start.branch_index,
         prefix_steps=start.copied_steps, started_at=started_at, finished_at=now_iso(), info={},
     )
-    return EpisodeResult(episode=episode, sidecar=sidecar)
+    return EpisodeResult(episode=episode, sidecar=sidecar, user_sidecar=user_sidecar)
 
 
 @dataclass

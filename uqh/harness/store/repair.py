@@ -5,8 +5,9 @@ record (one line naming file and line number; nothing is touched), because guess
 data. :func:`repair_run_dir` is the explicit step a user takes then, under the writer lock:
 
 - every complete line of ``episodes.jsonl`` that does not validate as an Episode, and every line of
-  ``logprobs.jsonl`` that does not validate as a LogprobRow or belongs to an episode without an episode line (its
-  rows would otherwise shadow the rows of the re-run), is appended verbatim to ``<file>.quarantine`` (fsynced);
+  ``logprobs.jsonl`` (and of the user sidecar, ``user_logprobs.jsonl``) that does not validate as a LogprobRow or
+  belongs to an episode without an episode line (its rows would otherwise shadow the rows of the re-run), is
+  appended verbatim to ``<file>.quarantine`` (fsynced);
 - then the file is rewritten without those lines (temp file + ``os.replace``: the original stays whole until the
   new one is complete).
 
@@ -24,7 +25,7 @@ from uqh.rundir.atomic import atomic_write_bytes
 from uqh.rundir.errors import RunDirWriteError
 from uqh.rundir.integrity import BadLine
 from uqh.rundir.reader import RunDir
-from uqh.rundir.schema import EPISODES_FILE, QUARANTINE_SUFFIX, SIDECAR_FILE
+from uqh.rundir.schema import EPISODES_FILE, QUARANTINE_SUFFIX, SIDECAR_FILE, USER_SIDECAR_FILE
 
 __all__ = ["RepairReport", "repair_run_dir"]
 
@@ -50,9 +51,12 @@ def repair_run_dir(run_dir: Path | str, *, dry_run: bool = False) -> RepairRepor
     with run_lock.hold(reader.path):
         bad_episodes = reader.invalid_lines(EPISODES_FILE)
         finished = reader.valid_episode_ids({b.lineno for b in bad_episodes})
-        bad_rows = reader.invalid_lines(SIDECAR_FILE)
-        bad_rows += reader.stray_sidecar_rows(finished, {b.lineno for b in bad_rows})
-        for name, bad in ((EPISODES_FILE, bad_episodes), (SIDECAR_FILE, sorted(bad_rows, key=lambda b: b.lineno))):
+        to_move = [(EPISODES_FILE, bad_episodes)]
+        for sidecar in (SIDECAR_FILE, USER_SIDECAR_FILE):
+            bad_rows = reader.invalid_lines(sidecar)
+            bad_rows += reader.stray_sidecar_rows(finished, {b.lineno for b in bad_rows}, sidecar)
+            to_move.append((sidecar, sorted(bad_rows, key=lambda b: b.lineno)))
+        for name, bad in to_move:
             if not bad:
                 continue
             report.moved[name] = bad

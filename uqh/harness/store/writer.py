@@ -5,9 +5,11 @@ One writer
   its first write until it is closed; a second writer is refused with one line naming the holder.
 
 Crash safety
-- ``episodes.jsonl`` and ``logprobs.jsonl`` are append-only. A finished episode is written as its sidecar rows
-  first, then its episode line; each append is ``write`` (all bytes, unbuffered) + ``os.fsync``. An episode is
-  therefore finished iff its episode line is complete.
+- ``episodes.jsonl``, ``logprobs.jsonl`` and (runs with ``--user-logprobs``) ``user_logprobs.jsonl`` are
+  append-only. A finished episode is written as its sidecar rows first, then its user-sidecar rows, then its episode
+  line; each append is ``write`` (all bytes, unbuffered) + ``os.fsync``. An episode is therefore finished iff its
+  episode line is complete. The user sidecar is repaired on open as the agent's is (torn tail, rows of an
+  unfinished episode at the end); it has no "missing rows" check (an episode's user turns are not in its record).
 - On open for writing, both files are first checked without touching them (:meth:`rundir.RunDir.scan_for_writer`):
   a line that is not a record is a UserError naming file and line (``uqh repair`` moves such lines aside). Then a
   torn last line (crash mid-write) is truncated away, and sidecar rows at the end that belong to no finished
@@ -31,7 +33,7 @@ import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from uqh.harness.store import lock as run_lock
 from uqh.rundir.atomic import atomic_write_text, check_creatable
@@ -48,6 +50,7 @@ from uqh.rundir.schema import (
     MANIFEST_FILE,
     SIDECAR_FILE,
     SKIPPED_SAMPLES_FILE,
+    USER_SIDECAR_FILE,
     Episode,
     ExecutionSettings,
     LogprobRow,
@@ -60,8 +63,15 @@ from uqh.rundir.schema import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunStore", "CheckpointEncoder", "check_out_dir", "check_resumable", "write_checkpoint_json",
-           "atomic_write_text", "checkpoint_path"]
+__all__ = ["RunStore", "CheckpointEncoder", "SidecarBytes", "check_out_dir", "check_resumable",
+           "write_checkpoint_json", "atomic_write_text", "checkpoint_path"]
+
+
+class SidecarBytes(NamedTuple):
+    """A finished episode's serialized rows for both sidecars (newline-terminated JSON lines)."""
+
+    agent: bytes
+    user: bytes = b""
 
 
 def check_out_dir(run_dir: Path) -> None:
@@ -79,7 +89,7 @@ def check_out_dir(run_dir: Path) -> None:
                 f"--out {run_dir} is a non-empty directory that is not a run directory; choose a new directory"
             )
         if (run_dir / MANIFEST_FILE).exists():
-            for name in (EPISODES_FILE, SIDECAR_FILE):
+            for name in (EPISODES_FILE, SIDECAR_FILE, USER_SIDECAR_FILE):
                 p = run_dir / name
                 if p.exists() and not os.access(p, os.R_OK | os.W_OK):
                     raise UserError(f"{p} is not readable and writable; fix its permissions or use a new --out")
@@ -184,8 +194,11 @@ class RunStore:
         return store
 
     def _open_files(self) -> None:
+        names = [EPISODES_FILE, SIDECAR_FILE]
+        if self.manifest.config.user_logprobs is not None:  # only such runs have the file (scoring tells by it)
+            names.append(USER_SIDECAR_FILE)
         try:
-            for name in (EPISODES_FILE, SIDECAR_FILE):
+            for name in names:
                 self._fds[name] = os.open(self.run_dir / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                           0o644)
         except OSError as exc:
@@ -199,13 +212,15 @@ class RunStore:
     def _repair(self) -> None:
         scan = RunDir(self.run_dir, self.manifest).scan_for_writer()  # raises before anything is touched
         try:
-            for name in (EPISODES_FILE, SIDECAR_FILE):
+            for name in (EPISODES_FILE, SIDECAR_FILE, USER_SIDECAR_FILE):
                 cut = truncate_to(self.run_dir / name, scan.complete_length[name])
                 if cut:
                     self._note(f"{name}: removed a torn last line ({cut} bytes) left by an interrupted write")
-            if scan.orphan_tail_rows:
-                truncate_to(self.run_dir / SIDECAR_FILE, scan.orphan_tail_offset)
-                self._note(f"{SIDECAR_FILE}: removed {scan.orphan_tail_rows} rows of an episode that was not finished")
+            for name, offset, rows in ((SIDECAR_FILE, scan.orphan_tail_offset, scan.orphan_tail_rows),
+                                       (USER_SIDECAR_FILE, scan.user_orphan_tail_offset, scan.user_orphan_tail_rows)):
+                if rows:
+                    truncate_to(self.run_dir / name, offset)
+                    self._note(f"{name}: removed {rows} rows of an episode that was not finished")
         except OSError as exc:
             raise RunDirWriteError(self.run_dir, exc) from None
         ids = scan.episode_ids
@@ -226,13 +241,17 @@ class RunStore:
 
     # ------------------------------------------------------------------ writing
 
-    def append_episode(self, episode: Episode, sidecar: Iterable[LogprobRow]) -> None:
-        """Write one finished episode: sidecar rows first, then the episode line (each append fsynced)."""
-        rows = b"".join(r.model_dump_json().encode() + b"\n" for r in sidecar)
+    def append_episode(self, episode: Episode, sidecar: Iterable[LogprobRow],
+                       user_sidecar: Iterable[LogprobRow] = ()) -> None:
+        """Write one finished episode: sidecar rows first, then user-sidecar rows, then the episode line (each
+        append fsynced)."""
+        rows = SidecarBytes(b"".join(r.model_dump_json().encode() + b"\n" for r in sidecar),
+                            b"".join(r.model_dump_json().encode() + b"\n" for r in user_sidecar))
         self.append_serialized(episode.episode_id, episode.model_dump_json().encode() + b"\n", rows)
 
-    def append_serialized(self, episode_id: str, episode_line: bytes, sidecar_bytes: bytes) -> None:
-        """As :meth:`append_episode` for already serialized records (newline-terminated JSON lines).
+    def append_serialized(self, episode_id: str, episode_line: bytes, sidecar_bytes: bytes | SidecarBytes) -> None:
+        """As :meth:`append_episode` for already serialized records (newline-terminated JSON lines); plain bytes
+        are the agent sidecar's rows only.
 
         On a write failure both files are cut back to where this append started and RunDirWriteError is
         raised; every later append raises it again (the run must stop: nothing more can be written safely)."""
@@ -240,11 +259,17 @@ class RunStore:
             raise ValueError(f"episode {episode_id} is already in {EPISODES_FILE}")
         if self._failed is not None:
             raise self._failed
+        rows = sidecar_bytes if isinstance(sidecar_bytes, SidecarBytes) else SidecarBytes(sidecar_bytes)
+        if rows.user and USER_SIDECAR_FILE not in self._fds:
+            raise ValueError(f"user-sidecar rows for {episode_id}, but the run does not record the user's logprobs")
         ep_fd, sc_fd = self._fds[EPISODES_FILE], self._fds[SIDECAR_FILE]
-        sizes = {fd: os.fstat(fd).st_size for fd in (ep_fd, sc_fd)}
+        user_fd = self._fds.get(USER_SIDECAR_FILE)
+        sizes = {fd: os.fstat(fd).st_size for fd in (ep_fd, sc_fd, user_fd) if fd is not None}
         try:
-            if sidecar_bytes:
-                append_fsync(sc_fd, sidecar_bytes)
+            if rows.agent:
+                append_fsync(sc_fd, rows.agent)
+            if rows.user:
+                append_fsync(user_fd, rows.user)
             append_fsync(ep_fd, episode_line)
         except OSError as exc:
             for fd, size in sizes.items():
@@ -380,7 +405,7 @@ class CheckpointEncoder:
     cached pieces (the sidecar rows with their top-k logprobs dominate the size).
     """
 
-    _HEAD = tuple(f for f in PartialEpisode.model_fields if f not in ("steps", "sidecar"))
+    _HEAD = tuple(f for f in PartialEpisode.model_fields if f not in ("steps", "sidecar", "user_sidecar"))
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[list[str], list[str]]] = {}
@@ -393,7 +418,8 @@ class CheckpointEncoder:
         steps_j.extend(st.model_dump_json() for st in partial.steps[len(steps_j) :])
         rows_j.extend(r.model_dump_json() for r in partial.sidecar[len(rows_j) :])
         head = json.dumps({k: getattr(partial, k) for k in self._HEAD}, separators=(",", ":"))
-        return f'{head[:-1]},"steps":[{",".join(steps_j)}],"sidecar":[{",".join(rows_j)}]}}'
+        user = ",".join(r.model_dump_json() for r in getattr(partial, "user_sidecar", None) or ())
+        return f'{head[:-1]},"steps":[{",".join(steps_j)}],"sidecar":[{",".join(rows_j)}],"user_sidecar":[{user}]}}'
 
     def cached_rows(self, episode_id: str) -> list[str]:
         """The JSON of the sidecar rows serialized so far for this episode (in order)."""
