@@ -483,7 +483,7 @@ def test_user_messages_are_numbered_as_a_live_run_numbers_them(tmp_path, capsys)
     source = tmp_path / "turns.json"
     source.write_text(json.dumps(data))
     code, text, err = cli(capsys, "import", "tau2", source, "--out", tmp_path / "out")
-    assert code == 0, err
+    assert code == 0 and "user logprobs  15 of 17 generated user messages" in text, err
     run = RunDir.open(tmp_path / "out")
     rows = [r for r in run.user_sidecar() if r.episode_id == "r0#0"]
     assert [(r.t, r.attempt) for r in rows] == [(0, 0), (1, 0), (2, 0), (2, 1), (2, 2)]

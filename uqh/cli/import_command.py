@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
     print("stop reasons   " + " ".join(f"{k}={v}" for k, v in sorted(stops.items())))
     print(f"token logprobs {counts.steps_with_tokens} of {counts.steps} steps ({counts.assistant_tokens:,} tokens)")
     if config.user_logprobs is not None:
-        print(f"user logprobs  {counts.user_rows - counts.user_rows_without_tokens} of {counts.user_rows} user "
-              f"messages ({counts.user_tokens:,} tokens) -> user_logprobs.jsonl")
+        with_tokens = counts.user_rows - counts.user_rows_without_tokens
+        print(f"user logprobs  {with_tokens} of {counts.user_rows} generated user messages "
+              f"({counts.user_tokens:,} tokens) -> user_logprobs.jsonl")
     else:
         print("user logprobs  none in the source: user and combined per-role predictors have no values")
     print("verbal conf.   none in the source (missing, not 0 or 0.5): verbal-confidence predictors have no values")

@@ -115,8 +115,8 @@ class ImportCounts:
                        f"conversation) not imported, e.g. {self.skipped_simulations[0]!r}")
         if self.user_rows_without_tokens:
             out.append(f"{self.user_rows_without_tokens} of {self.user_rows} generated user message(s) have no "
-                       "readable embedded tokens: their user-sidecar rows have tokens null, so the user and combined per-role "
-                       "predictors are missing from that step on")
+                       "readable embedded tokens: their user-sidecar rows have tokens null, so the user and "
+                       "combined per-role predictors are missing from that step on")
         if self.user_messages_without_raw_data and self.user_rows:
             out.append(f"{self.user_messages_without_raw_data} user message(s) without raw_data (no model call "
                        "recorded, as a replayed turn): no user-sidecar row")
