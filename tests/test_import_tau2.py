@@ -4,12 +4,17 @@
   benchmark uses: ``benchmarks/tau2_throughput.py``'s ``tau2_run_command``) against the fake server, with tau2's own
   LLM agent making native tool calls; four retail tasks x two trials ending four different ways (a solved return,
   a user stop without the work, tau2's hop cap, too many tool errors). Imported, then ``uqh score``, ``audit``,
-  ``export`` and ``report``: rewards and terminations match the file, token rows equal the served logprobs.
+  ``export`` and ``report``: rewards and terminations match the file, token rows equal the served logprobs, the
+  user's (tau2's simulated user was asked for logprobs too) in the user sidecar, numbered as a live
+  ``uqh run --user-logprobs`` run numbers them.
 - agentuq: a file in agentuq's documented format (per-message ``raw_data`` with a full response's
   ``choices[0].logprobs.content``, or the choice alone; ``uq_summary`` per simulation; ``raw_data.uq_logprobs``
   pointers to sidecar files) built from the hand-made token records of ``tests/data/agentuq_parity.json``: the
-  imported token rows equal the embedded numbers, the per-role summary of the imported rows equals agentuq's own
-  ``get_trajectory_uq_summary`` output for them, and the token-signal predictors score.
+  imported token rows equal the embedded numbers (the user's in the user sidecar), the per-role summaries of the
+  imported rows and the per-role predictors (assistant, user, combined) equal agentuq's own
+  ``get_trajectory_uq_summary`` output for them, and the token-signal predictors score; a file without user tokens
+  has no user sidecar and its user and combined predictors are missing; user messages of several calls per turn are
+  numbered (t, attempt) as a live run numbers them.
 - Malformed inputs: one line, exit 2, nothing written (also in tests/test_bad_inputs.py's table).
 """
 from __future__ import annotations
@@ -127,7 +132,7 @@ def test_a_tau2_run_file_round_trips_rewards_terminations_and_tokens(tau2_result
     out = tmp_path / "imported"
     code, text, err = cli(capsys, "import", "tau2", tau2_results, "--out", out)
     assert code == 0, err
-    assert "8 episodes" in text and "user-side logprobs present" in err and "not imported" in err
+    assert "8 episodes" in text and "not imported" not in err and "user_logprobs.jsonl" in text
     run = RunDir.open(out)
     origin = run.manifest.info[IMPORTED_FROM_KEY]
     assert origin["source_sha256"] == hashlib.sha256(tau2_results.read_bytes()).hexdigest()
@@ -183,6 +188,25 @@ def test_a_tau2_run_file_round_trips_rewards_terminations_and_tokens(tau2_result
                 assert [a.token for a in tok.top_logprobs] == [t for t, _ in served]
                 assert [a.logprob for a in tok.top_logprobs] == pytest.approx([lp for _, lp in served], abs=1e-12)
 
+    # the user's tokens (tau2's user simulator was asked for top-5 too): the user sidecar, numbered as a live
+    # --user-logprobs run numbers them: t = the step whose observation holds the user's message (0: the opening)
+    assert run.has_user_sidecar and run.manifest.config.user_logprobs == 5
+    user_rows = list(run.user_sidecar())
+    n_user = sum(1 for s in sims for m in s["messages"] if m["role"] == "user")
+    assert len(user_rows) == n_user == origin["counts"]["user_rows"]
+    assert origin["counts"]["user_rows_without_tokens"] == 0
+    for row in user_rows:
+        ep = episodes[row.episode_id]
+        text = "".join(t.token for t in row.tokens)
+        transcript = ep.task_prompt if row.t == 0 else ep.steps[row.t - 1].observation
+        assert f"User: {text}" in transcript.splitlines() and row.attempt == 0 and row.action_token_range is None
+        for tok in row.tokens:
+            served = top_logprobs_for(tok.token)
+            assert tok.logprob == pytest.approx(served[0][1], abs=1e-12)
+            assert [a.token for a in tok.top_logprobs] == [t for t, _ in served]
+            assert [a.logprob for a in tok.top_logprobs] == pytest.approx([lp for _, lp in served], abs=1e-12)
+    assert [(r.t, r.attempt) for r in run.user_sidecar() if r.episode_id == "73#0"] == [(0, 0), (3, 0)]
+
     # scored, audited, exported and reported like any run; the verbal stream is said to be missing
     code, text, err = cli(capsys, "score", out, "--bootstrap", "20", "--predictor", "all", "--format", "json")
     assert code == 0, err
@@ -194,6 +218,8 @@ def test_a_tau2_run_file_round_trips_rewards_terminations_and_tokens(tau2_result
     # tokens, so its episodes are skipped as missing
     assert rows["token_prob"]["n_used"] == 2 and rows["token_prob"]["n_skipped_missing"] == 2
     assert rows["token_prob"]["metrics"] and rows["token_gmean_prob"]["n_used"] == 2
+    # the user's turns are text with tokens in every episode: the user predictors score all four clean ones
+    assert rows["user_gmean_prob"]["n_used"] == 4 and rows["combined_gmean_prob"]["n_used"] == 2
     n_text = sum(1 for ep in episodes.values() for st in ep.steps if st.action.startswith("Respond["))
     assert result["counts"]["steps_full_logprobs"] == n_text
     assert result["counts"]["steps_no_logprobs"] == sum(ep.n_steps for ep in episodes.values()) - n_text
@@ -301,7 +327,9 @@ def test_an_agentuq_file_imports_its_embedded_tokens_exactly_and_they_score(tmp_
     assert origin["harness"] == "agentuq" and origin["harness_git_commit"].startswith("364d9a0")
     assert origin["counts"]["sidecar_pointers"] == 1 and "point to agentuq sidecar files" in err
     n_user = sum(len(t["user"][0]) for t in HAND["trajectories"])
-    assert origin["counts"]["user_tokens"] == n_user and "user-side logprobs present" in err
+    assert origin["counts"]["user_tokens"] == n_user and "not imported" not in err
+    assert "1 of 13 generated user message(s) have no readable embedded tokens" in err  # r9's empty token list
+    assert "user message(s) without raw_data (no model call recorded" in err  # the hand-written later replies
     assert "sk-not-to-be-copied" not in (out / "manifest.json").read_text()  # llm_args' key masked
     assert origin["agent"]["llm_args"]["api_key"] == "***"
     assert run.manifest.config.decoding.temperature == 0.0 and origin["agent"]["temperature"] == "from llm_args"
@@ -334,6 +362,22 @@ def test_an_agentuq_file_imports_its_embedded_tokens_exactly_and_they_score(tmp_
     pointer = run.episode("r9#0")
     assert [r.tokens for r in run.episode_sidecar_rows("r9#0")] == [None] and pointer.n_steps == 1
 
+    # the user's embedded tokens: the user sidecar, as a live --user-logprobs run writes it (the opening: t = 0)
+    assert run.has_user_sidecar and run.manifest.config.user_logprobs == 4  # the user's llm_args top_logprobs
+    user = {}
+    for row in run.user_sidecar():
+        user.setdefault(row.episode_id, []).append(row)
+    for traj in HAND["trajectories"]:
+        (row,) = user[f"{traj['id']}#0"]
+        assert (row.t, row.attempt, row.accepted, row.action_token_range) == (0, 0, True, None)
+        (call,) = traj["user"]
+        assert [(t.token, t.logprob) for t in row.tokens] == [(t["token"], t["logprob"]) for t in call]
+        for ours, theirs in zip(row.tokens, call):
+            assert [(a.token, a.logprob) for a in ours.top_logprobs] == [
+                (a["token"], a["logprob"]) for a in sorted(theirs["top_logprobs"], key=lambda a: -a["logprob"])]
+    assert [(r.t, r.tokens) for r in user["r9#0"]] == [(0, None)]  # an empty token list: missing, not 0 tokens
+    check_role_predictors_equal_agentuq(out)
+
     code, text, err = cli(capsys, "score", out, "--bootstrap", "20", "--predictor", "all", "--format", "json")
     assert code == 0, err
     result = json.loads(text)
@@ -345,6 +389,121 @@ def test_an_agentuq_file_imports_its_embedded_tokens_exactly_and_they_score(tmp_
         assert all(math.isfinite(values[key]) for key in (("auroc", None), ("tps", "log"), ("tps", "brier"))), values
     assert result["counts"]["steps_selected_logprobs_only"] == 1  # missing_topk's call
     assert result["counts"]["steps_no_logprobs"] == 1  # r9's pointer
+    for role in ("user", "combined"):  # r9: its user tokens (and its assistant's) missing, never imputed
+        for name in ("gmean_prob", "traj_prob", "min_prob", "tokens"):
+            row = rows[f"{role}_{name}"]
+            assert row["n_used"] == 12 and row["n_skipped_missing"] == 1, (role, name)
+            values = {(m["metric"], m["score"]): m["estimate"]["value"] for m in row["metrics"]}
+            assert all(math.isfinite(values[key]) for key in (("auroc", None), ("tps", "brier"))), (role, name)
+
+
+def check_role_predictors_equal_agentuq(run_dir: Path) -> None:
+    """The per-role predictors of the imported run at each trajectory's last step are agentuq's own per-role
+    summaries (``get_trajectory_uq_summary``, committed in tests/data/agentuq_parity.json), mapped as
+    uqh/scoring/role_signals.py maps them."""
+    from uqh.scoring.diagnostics import phi_last
+    from uqh.scoring.streams import load_run
+
+    data = load_run(run_dir)
+    assert data.has_user_sidecar
+    last = {name: phi_last(values, data.offsets) for name, values in data.streams.items()}
+    where = {eid: i for i, eid in enumerate(data.episode_ids)}
+    checked = 0
+    for traj in HAND["trajectories"]:
+        i = where[f"{traj['id']}#0"]
+        summaries = HAND["summaries"][traj["id"]]
+        for role, parts in (("assistant", ["assistant"]), ("user", ["user"]), ("combined", ["assistant", "user"])):
+            ref = summaries[role]
+            assert last[f"{role}_gmean_prob"][i] == pytest.approx(math.exp(-ref["avg_token_nll"]), abs=1e-9)
+            assert last[f"{role}_traj_prob"][i] == pytest.approx(math.exp(-ref["trajectory_nll"]), abs=1e-9)
+            assert last[f"{role}_min_prob"][i] == pytest.approx(ref["min_chosen_prob"], rel=1e-9)
+            assert last[f"{role}_tokens"][i] == pytest.approx(1 / (1 + ref["total_tokens"] / 1000), abs=1e-12)
+            topk = [t["top_logprobs"] for r in parts for call in traj[r] for t in call]
+            if not all(topk):  # deliberate (tests/test_agentuq_parity.py): missing top-k is missing, not entropy 0
+                assert math.isnan(last[f"{role}_entropy"][i]), (traj["id"], role)
+            elif role == "user":  # one call of width K: 1 - agentuq's mean top-k entropy / ln K
+                assert last["user_entropy"][i] == pytest.approx(
+                    1 - ref["mean_topk_entropy"] / math.log(len(topk[0])), abs=1e-9)
+            checked += 1
+    assert checked == 3 * len(HAND["trajectories"])
+    r9 = where["r9#0"]
+    assert all(math.isnan(last[f"{role}_gmean_prob"][r9]) for role in ("assistant", "user", "combined"))
+
+
+def test_a_file_without_user_tokens_has_no_user_sidecar_and_missing_user_predictors(tmp_path, capsys):
+    data = json.loads(agentuq_results(tmp_path / "good.json").read_text())
+    for sim in data["simulations"]:
+        for m in sim["messages"]:
+            if m["role"] == "user":
+                m["raw_data"] = {"index": 0, "finish_reason": "stop", "message": {"content": m["content"]}}
+    source = tmp_path / "no-user-tokens.json"
+    source.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    code, text, err = cli(capsys, "import", "tau2", source, "--out", out)
+    assert code == 0, err
+    assert "user logprobs  none in the source" in text and "user message" not in err
+    run = RunDir.open(out)
+    assert run.manifest.config.user_logprobs is None and "user_logprobs" not in (out / "manifest.json").read_text()
+    assert not (out / "user_logprobs.jsonl").exists() and not run.has_user_sidecar
+    assert run.manifest.info[IMPORTED_FROM_KEY]["counts"]["user_rows"] == 0
+    code, text, err = cli(capsys, "score", out, "--bootstrap", "0", "--predictor", "all", "--format", "json")
+    assert code == 0, err
+    assert "the user and combined per-role predictors are missing: the run has no user_logprobs.jsonl" in err
+    rows = {r["predictor"]: r for r in json.loads(text)["rows"] if r["calibration"] == "raw"}
+    for role in ("user", "combined"):
+        assert rows[f"{role}_gmean_prob"]["n_used"] == 0 and rows[f"{role}_gmean_prob"]["n_skipped_missing"] == 13
+    assert rows["assistant_gmean_prob"]["n_used"] == 12  # the assistant's own still score
+
+
+def tokens_of(call: list[dict]) -> list[tuple[str, float]]:
+    return [(t["token"], t["logprob"]) for t in call]
+
+
+def test_user_messages_are_numbered_as_a_live_run_numbers_them(tmp_path, capsys):
+    """t = the step whose observation holds the user's message (0: the opening), attempt = its index among the
+    user's generated messages of that turn (a user's own tool call is a call too: telecom); a message without
+    raw_data made no call here (as a replayed turn) and has no row; one without tokens has a row with tokens null."""
+    data = json.loads(agentuq_results(tmp_path / "good.json").read_text())
+    sim = data["simulations"][3]  # r0: two assistant calls
+    calls = [c for traj in HAND["trajectories"] for c in traj["assistant"] if c][:5]
+    user_raw = [agentuq_raw_data(c, "u", full_response=i % 2 == 1) for i, c in enumerate(calls)]
+    greeting, opening, step1, reply1, step2, _ = sim["messages"]
+    phone_call = {"role": "user", "content": None, "raw_data": user_raw[2],
+                  "tool_calls": [{"id": "c1", "name": "check_status_bar", "arguments": {}, "requestor": "user"}]}
+    result = {"role": "tool", "id": "c1", "content": "Status: ok", "requestor": "user"}
+    sim["messages"] = [
+        greeting, {**opening, "raw_data": user_raw[0]},
+        step1, {**reply1, "raw_data": user_raw[1]},  # t = 1
+        step2, phone_call, result, {"role": "user", "content": "Done.", "raw_data": user_raw[3]},  # t = 2: 0, 1
+        {"role": "user", "content": "(a hand-written line)"},  # no raw_data: no row
+        {"role": "user", "content": "###STOP###", "raw_data": {"index": 0, "message": {}}},  # no tokens: null
+    ]
+    for i, m in enumerate(sim["messages"]):
+        m["turn_idx"] = i
+    source = tmp_path / "turns.json"
+    source.write_text(json.dumps(data))
+    code, text, err = cli(capsys, "import", "tau2", source, "--out", tmp_path / "out")
+    assert code == 0 and "user logprobs  15 of 17 generated user messages" in text, err
+    run = RunDir.open(tmp_path / "out")
+    rows = [r for r in run.user_sidecar() if r.episode_id == "r0#0"]
+    assert [(r.t, r.attempt) for r in rows] == [(0, 0), (1, 0), (2, 0), (2, 1), (2, 2)]
+    assert [tokens_of_row(r) for r in rows] == [tokens_of(calls[0]), tokens_of(calls[1]), tokens_of(calls[2]),
+                                                tokens_of(calls[3]), None]
+    ep = run.episode("r0#0")
+    assert "Tool (user): Status: ok" in ep.steps[1].observation and "User: Done." in ep.steps[1].observation
+    # step 2's reply came without tokens: the user predictors are missing from there on, step 1's are not
+    from uqh.scoring.streams import load_run
+
+    data_ = load_run(tmp_path / "out")
+    k = int(data_.offsets[list(data_.episode_ids).index("r0#0")])
+    user_gmean = data_.streams["user_gmean_prob"][k:k + 2]
+    opening_and_reply = [lp for c in calls[:2] for _, lp in tokens_of(c)]
+    assert user_gmean[0] == pytest.approx(math.exp(sum(opening_and_reply) / len(opening_and_reply)), abs=1e-12)
+    assert math.isnan(user_gmean[1])
+
+
+def tokens_of_row(row) -> list[tuple[str, float]] | None:
+    return None if row.tokens is None else [(t.token, t.logprob) for t in row.tokens]
 
 
 # ------------------------------------------------------------------------------------------ malformed inputs

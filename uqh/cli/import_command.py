@@ -29,14 +29,20 @@ def run(args: argparse.Namespace) -> int:
     counts, config = imported.counts, imported.config
     origin = imported.origin
     stops: dict[str, int] = {}
-    for episode, _ in imported.episodes:
-        stops[episode.stop_reason.value] = stops.get(episode.stop_reason.value, 0) + 1
+    for item in imported.episodes:
+        stops[item.episode.stop_reason.value] = stops.get(item.episode.stop_reason.value, 0) + 1
     print(f"run directory  {args.out}")
     print(f"imported       {counts.episodes} episodes ({counts.steps} steps) of {counts.simulations} simulations "
           f"from {args.results} ({origin['harness']}, sha256 {origin['source_sha256'][:12]})")
     print(f"domain, model  {config.domain} · {config.model}")
     print("stop reasons   " + " ".join(f"{k}={v}" for k, v in sorted(stops.items())))
     print(f"token logprobs {counts.steps_with_tokens} of {counts.steps} steps ({counts.assistant_tokens:,} tokens)")
+    if config.user_logprobs is not None:
+        with_tokens = counts.user_rows - counts.user_rows_without_tokens
+        print(f"user logprobs  {with_tokens} of {counts.user_rows} generated user messages "
+              f"({counts.user_tokens:,} tokens) -> user_logprobs.jsonl")
+    else:
+        print("user logprobs  none in the source: user and combined per-role predictors have no values")
     print("verbal conf.   none in the source (missing, not 0 or 0.5): verbal-confidence predictors have no values")
     for note in counts.notes():
         print(f"uqh import: note: {note}", file=sys.stderr)

@@ -22,11 +22,19 @@ mapped as follows (docs/import.md):
   reads a full response (``{"choices": [{"logprobs": ...}]}``); both are read. A step without tokens gets a row
   with ``tokens`` null (missing, capability tier ``none``). The action span is the whole completion: a
   function-calling agent generates nothing but its action;
+- token logprobs embedded in the user's messages (agentuq records both roles) -> the user sidecar
+  (``user_logprobs.jsonl``), numbered as a live ``uqh run --user-logprobs`` run numbers them
+  (:func:`uqh.harness.episode.loop.user_rows`): ``t`` is the step whose observation holds the user's message (0:
+  the opening, in the task prompt), ``attempt`` the message's index among the user's generated messages of that
+  turn. Every generated user message (one with ``raw_data``: tau2 keeps it for each model call) gets a row, with
+  ``tokens`` null where it embeds none; a user message without ``raw_data`` made no call in this file (as a
+  replayed turn of a live run) and gets none. A file whose user messages embed no tokens at all has no user
+  sidecar (``config.user_logprobs`` null), as a live run without ``--user-logprobs``;
 - no verbal confidence exists: every step's ``verbal_confidence`` is null (missing, not 0 or 0.5).
 
-Nothing is dropped silently: what is not imported (skipped simulations, user-side logprobs, agentuq's pointers to
-sidecar files it did not embed, unreadable token lists) is counted in the manifest (``info['imported_from']``) and
-in :meth:`ImportCounts.notes`.
+Nothing is dropped silently: what is not imported (skipped simulations, agentuq's pointers to sidecar files it did
+not embed, unreadable token lists, user messages without tokens) is counted in the manifest
+(``info['imported_from']``) and in :meth:`ImportCounts.notes`.
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from uqh.domains.tau2.access import OUT_OF_SCOPE, STOP, TRANSFER, message_to_dict
 from uqh.harness.store.writer import check_new_dir, write_imported_run
@@ -72,6 +80,8 @@ NO_VERBAL_CONFIDENCE = ("none: a tau2 agent states no confidence, so every step'
 #: unless ``--agent-llm-args`` / ``--user-llm-args`` replaced them; then no temperature was sent and the provider's
 #: default applied (OpenAI's: 1.0). Recorded as sampled, so greedy-only predictors (G-NLL) are refused, not trusted.
 UNSTATED_TEMPERATURE = 1.0
+#: Why a message has no tokens (:func:`read_tokens`): a malformed token list, or agentuq's pointer to a sidecar file.
+UNREADABLE, POINTER = "unreadable", "pointer"
 
 
 @dataclass
@@ -88,6 +98,12 @@ class ImportCounts:
     sidecar_pointers: int = 0
     user_messages_with_tokens: int = 0
     user_tokens: int = 0
+    #: user-sidecar rows written: the user's generated messages (with ``raw_data``), when any embeds tokens
+    user_rows: int = 0
+    user_rows_without_tokens: int = 0
+    user_messages_without_raw_data: int = 0
+    user_sidecar_pointers: int = 0
+    user_unreadable_token_lists: int = 0
     uq_summaries: int = 0
     clean_without_reward: int = 0
 
@@ -97,9 +113,19 @@ class ImportCounts:
         if self.skipped_simulations:
             out.append(f"{len(self.skipped_simulations)} simulation(s) tau2 marked skipped (a failed sample, no "
                        f"conversation) not imported, e.g. {self.skipped_simulations[0]!r}")
-        if self.user_messages_with_tokens:
-            out.append(f"user-side logprobs present ({self.user_messages_with_tokens} user messages, "
-                       f"{self.user_tokens} tokens) but not imported: uqh has no writer for the user sidecar yet")
+        if self.user_rows_without_tokens:
+            out.append(f"{self.user_rows_without_tokens} of {self.user_rows} generated user message(s) have no "
+                       "readable embedded tokens: their user-sidecar rows have tokens null, so the user and "
+                       "combined per-role predictors are missing from that step on")
+        if self.user_messages_without_raw_data and self.user_rows:
+            out.append(f"{self.user_messages_without_raw_data} user message(s) without raw_data (no model call "
+                       "recorded, as a replayed turn): no user-sidecar row")
+        if self.user_sidecar_pointers:
+            out.append(f"{self.user_sidecar_pointers} user message(s) point to agentuq sidecar files "
+                       "(raw_data.uq_logprobs) instead of embedding their tokens: their logprobs are missing")
+        if self.user_unreadable_token_lists:
+            out.append(f"{self.user_unreadable_token_lists} user message(s) with unreadable embedded logprobs: "
+                       "recorded as missing")
         if self.sidecar_pointers:
             out.append(f"{self.sidecar_pointers} assistant message(s) point to agentuq sidecar files "
                        "(raw_data.uq_logprobs) instead of embedding their tokens: their logprobs are missing")
@@ -112,13 +138,21 @@ class ImportCounts:
         return out
 
 
+class ImportedEpisode(NamedTuple):
+    """One simulation converted: the episode, its sidecar rows and its user-sidecar rows (empty: none)."""
+
+    episode: Episode
+    rows: list[LogprobRow]
+    user_rows: list[LogprobRow]
+
+
 @dataclass
 class ImportedRun:
     """A results file converted, before anything is written."""
 
     config: RunConfig
     info: dict[str, Any]
-    episodes: list[tuple[Episode, list[LogprobRow]]]
+    episodes: list[ImportedEpisode]
     counts: ImportCounts
 
     @property
@@ -177,45 +211,56 @@ def convert_results(path: Path) -> ImportedRun:
     raw, payload, results = read_results(path)
     counts = ImportCounts(simulations=len(results.simulations))
     model = results.info.agent_info.llm or results.info.agent_info.implementation
-    episodes: list[tuple[Episode, list[LogprobRow]]] = []
+    episodes: list[ImportedEpisode] = []
     seen: dict[str, str] = {}
     for sim, sim_json in zip(results.simulations, payload["simulations"]):
         if sim.skipped:
             counts.skipped_simulations.append(sim.id)
             continue
-        episode, rows = convert_simulation(sim, sim_json, model=model, max_steps=results.info.max_steps,
-                                           counts=counts)
+        imported = convert_simulation(sim, sim_json, model=model, max_steps=results.info.max_steps, counts=counts)
+        episode = imported.episode
         if episode.episode_id in seen:
             raise UserError(f"{path}: simulations {seen[episode.episode_id]!r} and {sim.id!r} are both task "
                             f"{sim.task_id!r} trial {episode.sample_index}; import one results file per run")
         seen[episode.episode_id] = sim.id
-        episodes.append((episode, rows))
+        episodes.append(imported)
     if not episodes:
         raise UserError(f"{path}: every simulation is marked skipped; nothing to import")
+    if not counts.user_messages_with_tokens:  # no user tokens anywhere: no user sidecar, as a run without the flag
+        episodes = [ep._replace(user_rows=[]) for ep in episodes]
+        counts.user_rows = counts.user_rows_without_tokens = 0
     counts.episodes = len(episodes)
-    counts.steps = sum(ep.n_steps for ep, _ in episodes)
+    counts.steps = sum(ep.episode.n_steps for ep in episodes)
     config = build_config(results, episodes)
     info = {IMPORTED_FROM_KEY: import_record(Path(path), raw, payload, results, counts)}
     return ImportedRun(config, info, episodes, counts)
 
 
-def build_config(results: Any, episodes: list[tuple[Episode, list[LogprobRow]]]) -> RunConfig:
-    """The run config the file implies: its domain, tasks, trials, models and decoding (llm_args)."""
+def build_config(results: Any, episodes: list[ImportedEpisode]) -> RunConfig:
+    """The run config the file implies: its domain, tasks, trials, models and decoding (llm_args); with user
+    tokens, ``user_logprobs`` as a live ``--user-logprobs`` run records it (the top-k the user's model was asked
+    for: ``top_logprobs`` of its llm_args, else the widest top-k found in the user's tokens)."""
     from uqh import __version__
 
     info = results.info
     user_llm = info.user_info.llm
+    user_rows = [row for ep in episodes for row in ep.user_rows]
+    user_logprobs = None
+    if user_rows:
+        user_logprobs = int((info.user_info.llm_args or {}).get("top_logprobs") or 0) or max(
+            (len(tok.top_logprobs) for row in user_rows for tok in row.tokens or ()), default=0)
     try:
         return RunConfig(
             domain=f"tau2-{info.environment_info.domain_name}",
-            task_ids=list(dict.fromkeys(ep.task_id for ep, _ in episodes)),
-            samples_per_task=1 + max(ep.sample_index for ep, _ in episodes),
+            task_ids=list(dict.fromkeys(ep.episode.task_id for ep in episodes)),
+            samples_per_task=1 + max(ep.episode.sample_index for ep in episodes),
             model=info.agent_info.llm or info.agent_info.implementation,
             decoding=decoding_from(info.agent_info.llm_args, info.seed),
             step_budget=info.max_steps,
             observation_chars=None,
             user_model=user_llm,
             user_decoding=decoding_from(info.user_info.llm_args, info.seed) if user_llm else None,
+            user_logprobs=user_logprobs,
             prompt_sha256=hashlib.sha256(b"").hexdigest(),  # the system prompt is not in the file
             package_version=__version__,
         )
@@ -252,7 +297,7 @@ def import_record(path: Path, raw: bytes, payload: dict, results: Any, counts: I
     from importlib import metadata
 
     info = results.info
-    agentuq = counts.uq_summaries > 0 or counts.sidecar_pointers > 0
+    agentuq = counts.uq_summaries > 0 or counts.sidecar_pointers > 0 or counts.user_sidecar_pointers > 0
     return {
         "format": "tau2 results",
         "harness": HARNESS_AGENTUQ if agentuq else HARNESS_TAU2,
@@ -290,8 +335,8 @@ def model_record(model_info: Any) -> dict[str, Any]:
 
 
 def convert_simulation(sim: Any, sim_json: dict, *, model: str, max_steps: int,
-                       counts: ImportCounts) -> tuple[Episode, list[LogprobRow]]:
-    """One tau2 simulation as an episode and its sidecar rows."""
+                       counts: ImportCounts) -> ImportedEpisode:
+    """One tau2 simulation as an episode, its sidecar rows and its user-sidecar rows."""
     trial = sim.trial if sim.trial is not None else 0
     episode_id = f"{sim.task_id}#{trial}"
     messages = flat_messages(sim.messages)
@@ -301,10 +346,7 @@ def convert_simulation(sim: Any, sim_json: dict, *, model: str, max_steps: int,
         step, row = convert_turn(episode_id, t, msg, following, model=model, counts=counts)
         steps.append(step)
         rows.append(row)
-    for m in messages:
-        if m.role == "user" and (tokens := embedded_tokens(m.raw_data)):
-            counts.user_messages_with_tokens += 1
-            counts.user_tokens += len(tokens)
+    user_rows = convert_user_messages(episode_id, opening, turns, counts)
     summary = sim_json.get("uq_summary") if isinstance(sim_json, dict) else None
     counts.uq_summaries += summary is not None
     stop, reward, reward_info = ending(sim, messages)
@@ -322,7 +364,7 @@ def convert_simulation(sim: Any, sim_json: dict, *, model: str, max_steps: int,
         step_budget=max_steps, seed=sim.seed, task_prompt="\n".join(render(m) for m in opening), steps=steps,
         started_at=sim.start_time, finished_at=sim.end_time, info=info,
     )
-    return episode, rows
+    return ImportedEpisode(episode, rows, user_rows)
 
 
 def ending(sim: Any, messages: list[Any]) -> tuple[StopReason, float | None, dict[str, Any]]:
@@ -373,15 +415,9 @@ def split_turns(messages: list[Any]) -> tuple[list[Any], list[tuple[Any, list[An
 def convert_turn(episode_id: str, t: int, msg: Any, following: list[Any], *, model: str,
                  counts: ImportCounts) -> tuple[Step, LogprobRow]:
     """One assistant message and what answered it: the step and its sidecar row."""
-    tokens = None
-    items = embedded_tokens(msg.raw_data)
-    if items:
-        try:
-            tokens = [token_logprob(item) for item in items]
-        except (TypeError, ValueError, AttributeError):
-            counts.unreadable_token_lists += 1
-    elif isinstance(msg.raw_data, dict) and isinstance(msg.raw_data.get("uq_logprobs"), dict):
-        counts.sidecar_pointers += 1
+    tokens, problem = read_tokens(msg.raw_data)
+    counts.unreadable_token_lists += problem == UNREADABLE
+    counts.sidecar_pointers += problem == POINTER
     if tokens:
         counts.steps_with_tokens += 1
         counts.assistant_tokens += len(tokens)
@@ -404,6 +440,44 @@ def convert_turn(episode_id: str, t: int, msg: Any, following: list[Any], *, mod
     row = LogprobRow(episode_id=episode_id, t=t, attempt=0, accepted=True, tokens=tokens or None,
                      action_token_range=(0, len(tokens)) if tokens else None)
     return step, row
+
+
+def convert_user_messages(episode_id: str, opening: list[Any], turns: list[tuple[Any, list[Any]]],
+                          counts: ImportCounts) -> list[LogprobRow]:
+    """The user-sidecar rows of one simulation, numbered as a live run numbers them
+    (:func:`uqh.harness.episode.loop.user_rows`): ``t`` = 0 for the opening, else the step whose observation holds
+    the message; ``attempt`` = the message's index among the user's generated messages of that turn. Only generated
+    messages (with ``raw_data``) are calls; one without tokens gets ``tokens`` null (missing)."""
+    rows = []
+    for t, messages in [(0, opening), *((t, following) for t, (_, following) in enumerate(turns, start=1))]:
+        calls = [m for m in messages if m.role == "user"]
+        counts.user_messages_without_raw_data += sum(1 for m in calls if m.raw_data is None)
+        for attempt, m in enumerate(m for m in calls if m.raw_data is not None):
+            tokens, problem = read_tokens(m.raw_data)
+            counts.user_unreadable_token_lists += problem == UNREADABLE
+            counts.user_sidecar_pointers += problem == POINTER
+            if embedded_tokens(m.raw_data):
+                counts.user_messages_with_tokens += 1
+            counts.user_tokens += len(tokens or ())
+            counts.user_rows += 1
+            counts.user_rows_without_tokens += tokens is None
+            rows.append(LogprobRow(episode_id=episode_id, t=t, attempt=attempt, accepted=True, tokens=tokens,
+                                   action_token_range=None))
+    return rows
+
+
+def read_tokens(raw_data: Any) -> tuple[list[TokenLogprob] | None, str | None]:
+    """(the tokens a message's ``raw_data`` embeds or None, why there are none: :data:`UNREADABLE` (a malformed
+    token list), :data:`POINTER` (agentuq's pointer to a sidecar file) or None)."""
+    items = embedded_tokens(raw_data)
+    if items:
+        try:
+            return [token_logprob(item) for item in items], None
+        except (TypeError, ValueError, AttributeError):
+            return None, UNREADABLE
+    if isinstance(raw_data, dict) and isinstance(raw_data.get("uq_logprobs"), dict):
+        return None, POINTER
+    return None, None
 
 
 def action_text(msg: Any) -> str:

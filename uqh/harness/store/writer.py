@@ -506,11 +506,14 @@ def check_new_dir(run_dir: Path, flag: str = "--out") -> None:
 
 def write_imported_run(
     run_dir: Path, config: RunConfig, *, system_prompt: str, info: dict[str, Any],
-    episodes: Sequence[tuple[Episode, Sequence[LogprobRow]]],
+    episodes: Sequence[tuple[Episode, Sequence[LogprobRow], Sequence[LogprobRow]]],
 ) -> None:
     """A whole finished run written at once (``uqh import``): built through a :class:`RunStore` in a hidden
     sibling directory and renamed onto ``run_dir`` (new, or an empty directory) when complete, so a failure on the
-    way leaves nothing behind (:class:`RunDirWriteError`) and no reader ever sees half a run."""
+    way leaves nothing behind (:class:`RunDirWriteError`) and no reader ever sees half a run.
+
+    ``episodes``: (episode, its sidecar rows, its user-sidecar rows). User rows need ``config.user_logprobs`` set
+    (the run then has ``user_logprobs.jsonl``, as a live ``--user-logprobs`` run); ValueError otherwise."""
     import shutil
     import tempfile
 
@@ -522,8 +525,8 @@ def write_imported_run(
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.importing-", dir=run_dir.parent))
         with RunStore.open_or_create(staging, config, system_prompt=system_prompt, info=info) as store:
-            for episode, rows in episodes:
-                store.append_episode(episode, rows)
+            for episode, rows, user_rows in episodes:
+                store.append_episode(episode, rows, user_rows)
         os.rename(staging, run_dir)  # POSIX rename replaces an empty directory
     except BaseException as exc:
         if staging is not None:
