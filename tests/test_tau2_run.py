@@ -58,7 +58,7 @@ def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path
         partial = PartialEpisode.model_validate_json(checkpoint_path(run, f"{RETAIL_TASK}#0").read_text())
         assert [s.t for s in partial.steps] == [1, 2] and partial.steps[1].info["kind"] == "tool"
         n_user_before = len(script.user_requests)
-        # 2. Resume: reset + tau2 replay of the checkpoint (DB write re-executed by set_state), then step 3.
+        # 2. Resume: tau2 replay of the checkpoint (DB write re-executed by set_state), no reset, then step 3.
         second = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(),
                            checkpoint_interval_s=0.0)
     assert second.ok
@@ -67,12 +67,13 @@ def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path
     assert ep.steps[:2] == partial.steps
     assert_tau2_scores_it_the_same(build_domain(config), ep)  # tau2's own evaluator on the resumed conversation
     assert ep.reward_info["tau2"]["db_check"]["db_match"] is True  # the replayed write counted in the evaluation
-    # Resume: one user call for reset's opening, one for the reply to step 3; the replay itself made none.
-    assert len(script.user_requests) - n_user_before == 2
+    # Resume: one user call, the reply to step 3; the recorded opening turn is replayed, not asked again.
+    assert len(script.user_requests) - n_user_before == 1
+    assert next(openings) == f"{USER_OPEN} (take 2)"  # the opening was asked once, in the first run
     last_user = script.user_requests[-1]["messages"]
     assert [m["content"] for m in last_user[2:]] == [
         f"{USER_OPEN} (take 1)", "Your return is processed; the refund goes to your credit card."]
-    # The resumed agent call continued the recorded conversation, not reset's new opening ("take 2").
+    # The resumed agent call continued the recorded conversation.
     assert ep.task_prompt.endswith(f"{USER_OPEN} (take 1)")
     assert script.agent_requests[-1]["messages"][1]["content"] == ep.task_prompt
     # Agent sidecar only: three accepted agent calls, no user-side rows.

@@ -124,12 +124,13 @@ def test_resume_keeps_the_checkpointed_opening_and_records_no_replayed_turn(fake
         assert first.remaining == 1 and not (run / USER_SIDECAR_FILE).read_bytes()
         partial = PartialEpisode.model_validate_json(checkpoint_path(run, f"{RETAIL_TASK}#0").read_text())
         assert [(r.t, tokens_of(r)) for r in partial.user_sidecar] == [(0, served(f"{USER_OPEN} (take 1)"))]
+        n_user = len(script.user_requests)
         second = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(),
                            checkpoint_interval_s=0.0)
     assert second.ok
+    assert len(script.user_requests) - n_user == 1  # the reply to step 3: the opening was not asked again
     rows = list(RunDir.open(run).user_sidecar())
-    # The resumed reset asked the user again ("take 2"), but the replayed conversation holds "take 1": that turn's
-    # tokens come from the checkpoint, and the superseded call left none.
+    # The replayed conversation holds "take 1": that turn's tokens come from the checkpoint.
     assert [(r.t, r.attempt) for r in rows] == [(0, 0), (3, 0)]
     assert tokens_of(rows[0]) == served(f"{USER_OPEN} (take 1)")
     lines = [json.loads(x) for x in (run / USER_SIDECAR_FILE).read_bytes().splitlines()]

@@ -188,6 +188,20 @@ class Environment(abc.ABC):
             if resp.done:
                 raise ReplayMismatch(f"step {i}: the episode ended during replay; the prefix is not censored")
 
+    async def restore(self, task_prompt: str, steps: list[RecordedStep]) -> None:
+        """Open the episode at the state after ``steps``, recorded after ``task_prompt`` (a resumed checkpoint, a
+        continuation branch's prefix).
+
+        The default resets, then replays; when the default :meth:`replay` re-executes the actions, the reset's task
+        prompt must be the recorded one. A domain whose reset calls a model (Tau2's simulated user's opening turn)
+        overrides this to restore from the record alone, which holds that turn.
+        """
+        reset_prompt = await self.reset()
+        await self.replay(steps)
+        # A replay that restores state from the record validates the recorded conversation itself.
+        if reset_prompt != task_prompt and type(self).replay is Environment.replay:
+            raise ReplayMismatch("the reset environment's task prompt differs from the recorded one")
+
     def take_user_logprobs(self) -> list[Any]:
         """The provider's raw ``choices[0].logprobs`` of each simulated-user model call made since the last take, in
         call order (None for a call that returned none), and forget them. The loop converts them, as it converts the

@@ -263,7 +263,7 @@ async def check_replays(domain, config: RunConfig, prefixes: Sequence[Episode]) 
             if reason is not None:
                 skipped.append(SkippedPrefix(episode_id=ep.episode_id, reason=reason))
     finally:
-        await domain.aclose()  # e.g. Tau2's user sessions opened by reset(), bound to this event loop
+        await domain.aclose()  # e.g. Tau2's user sessions, bound to this event loop
     return skipped
 
 

@@ -53,7 +53,8 @@ running hop / tool-error counts. Replay checks the record against itself, rebuil
 ``set_state(initialization_data, initialization_actions, messages)`` -- which re-executes every recorded tool call
 and raises on any differing output -- compares the replayed error flags and DB hashes with the recorded ones
 (-> :class:`ReplayMismatch`), and restores the user simulator state from the recorded messages, with no model
-calls.
+calls. A resumed or continued episode is not reset first (``Tau2Environment.restore``): the record holds the user's
+opening turn, so it is not asked for again.
 """
 from __future__ import annotations
 

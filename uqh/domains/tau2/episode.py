@@ -21,6 +21,21 @@ from uqh.domains.tau2.replay import check_recorded_prefix, count_hops_and_errors
 
 
 
+def task_prompt_for(opening_user_text: str) -> str:
+    """The agent's first user message: tau2's greeting and the user's opening turn (the text it ends with)."""
+    return f"Assistant: {GREETING}\nUser: {opening_user_text}"
+
+
+def recorded_opening_text(messages: list[Any]) -> str:
+    """The text of a recorded conversation's opening user turn: its first user message that is not a tool call
+    (the user's own tool calls and results, telecom, come before it), as :meth:`Tau2Environment.reset` returns it."""
+    t2 = Tau2.load()
+    for m in messages:
+        if isinstance(m, t2.msg.UserMessage) and not m.is_tool_call():
+            return m.content or ""
+    raise ReplayMismatch("the recorded conversation has no opening user turn")
+
+
 class Tau2EpisodeHost(Protocol):
     """What an episode asks of its Tau2 domain (:class:`uqh.domains.tau2.domain.Tau2Domain`): limits, the shared
     environment, and the simulated user's model and executor."""
@@ -221,10 +236,24 @@ class Tau2Environment(Environment):
         greeting = t2.msg.AssistantMessage(role="assistant", content=GREETING, cost=0.0)
         self._append(greeting)
         user_msg, reason = await self._user_turn(greeting)
-        first = user_msg.content or ""
         if reason is not None:
             self._ended = self._finish(reason, user_msg, observation="")
-        return f"Assistant: {GREETING}\nUser: {first}"
+        return task_prompt_for(user_msg.content or "")
+
+    async def restore(self, task_prompt: str, steps: list[RecordedStep]) -> None:
+        """The state after ``steps`` from the record alone, without :meth:`reset`: a reset would ask the user's model
+        for an opening turn the record already holds (step 1's ``tau2_messages``: the greeting, the user's opening
+        turn, then the agent's first message), so a resumed or continued episode makes no user call for it and
+        records none of its tokens. :meth:`replay` gives the user simulator the state tau2 keeps; the recorded task
+        prompt must be the one the recorded opening turn gives (the agent and the user then see the same opening).
+        """
+        if not steps:
+            raise ValueError("restore() needs recorded steps; a new episode is reset()")
+        await self.replay(steps)
+        recorded = task_prompt_for(recorded_opening_text(self.trajectory))
+        if task_prompt != recorded:
+            raise ReplayMismatch(
+                f"the recorded task prompt {task_prompt[-80:]!r} is not the recorded opening turn's {recorded[-80:]!r}")
 
     def _step_info(self, kind: str, **extra: Any) -> dict[str, Any]:
         info = {
@@ -299,7 +328,7 @@ class Tau2Environment(Environment):
         )
         self.trajectory = messages
         self._pending = []
-        self._user_logprobs = []  # the reset's opening turn was replaced by the recorded one: not this episode's
+        self._user_logprobs = []  # a reset's opening turn, if one was made, is replaced by the recorded one
         self._ended = None
         self.done = False
         self.hops, self.errors = count_hops_and_errors(messages)

@@ -1,7 +1,7 @@
 """Run one episode: the ReAct loop. Knows nothing about files, processes or concurrency.
 
 An :class:`EpisodeSpec` says what to run and how it starts (:class:`Fresh`, :class:`Resume` from its own
-checkpoint, :class:`Branch` of a recorded episode); :func:`open_episode` makes, resets and replays its
+checkpoint, :class:`Branch` of a recorded episode); :func:`open_episode` makes, resets or restores its
 environment (the one place that does), and :func:`run_episode` runs the steps.
 
 Each step sends the conversation to the model, parses the four tags and applies the action to the
@@ -220,11 +220,11 @@ class EpisodeResult:
 
 
 async def open_episode(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, EpisodeSpec]:
-    """Make the episode's environment, reset it and replay ``spec.start``'s recorded steps into it.
+    """Make the episode's environment and reset it, or, when ``spec.start`` has recorded steps, restore it to the
+    state after them (:meth:`Environment.restore`: Tau2's makes no model call, its opening turn is in the record).
 
     Returns the environment (the caller closes it), the task prompt to continue with (the recorded one when steps
-    were replayed: a reset whose opening is sampled, as Tau2's simulated user's, may differ from it, and the
-    replayed state already holds the recorded conversation) and the spec actually opened. A :class:`Resume` whose
+    were replayed: the restored state holds the recorded conversation) and the spec actually opened. A :class:`Resume` whose
     checkpoint does not replay (``ReplayMismatch``) is opened as its ``restart`` instead; every other failure
     closes the environment and propagates (a :class:`Branch` that does not replay raises ``ReplayMismatch``).
     """
@@ -241,15 +241,12 @@ async def open_episode(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, 
 async def _open(domain: Domain, spec: EpisodeSpec) -> tuple[Environment, str, EpisodeSpec]:
     env = domain.make_env(spec.task_id, episode_seed=spec.seed)
     try:
-        task_prompt = await env.reset()
         start = spec.start
         if start.steps:
-            await env.replay(recorded_steps(start.steps))
-            # The default replay re-executes the actions, so the reset must be the recorded one too; a domain that
-            # restores state from the record (Tau2) validates the recorded conversation itself.
-            if task_prompt != start.task_prompt and type(env).replay is Environment.replay:
-                raise ReplayMismatch("the reset environment's task prompt differs from the recorded one")
+            await env.restore(start.task_prompt, recorded_steps(start.steps))
             task_prompt = start.task_prompt
+        else:
+            task_prompt = await env.reset()
     except BaseException:
         with contextlib.suppress(Exception):
             env.close()
@@ -336,7 +333,7 @@ async def run_episode(
     sidecar: list[LogprobRow] = list(start.sidecar)
     user_sidecar: list[LogprobRow] = list(start.user_sidecar)
     opening = user_rows(env, spec.episode_id, 0)
-    if not start.steps:  # after a replay the reset's opening turn is replaced by the recorded one: not kept
+    if not start.steps:  # a started episode's opening turn is the recorded one (its rows, if any, carried on above)
         user_sidecar.extend(opening)
     messages = build_messages(system_prompt, task_prompt, steps)
     ending = EpisodeEnding()
