@@ -7,7 +7,8 @@ probed run), by the runner ``uqh judge`` uses:
   decoding and the sha256 of its prompt template; its hash guards resume;
 - ``probes.jsonl``        -- one :class:`ProbeValue` per line: one probe at one step of one episode.
 
-A value the provider could not give (no logprobs, neither answer option among the top alternatives) is recorded
+A value the provider could not give (no logprobs, neither answer option among the top alternatives; for
+observation_surprise also an echo or a chat replay whose tokens do not spell the observation exactly) is recorded
 with ``value`` null and its ``missing_reason`` -- never guessed. A failed call (after the model client's retries)
 is not a value: nothing is written and re-running the command picks it up again.
 """
