@@ -274,3 +274,20 @@ def test_user_mistakes_are_one_line_and_write_nothing(urn_run, tmp_path, capsys)
         assert probe(urn_run, out, srv) == 2
     err = capsys.readouterr().err
     assert "different probe config (differs in: " in err and "probe" in err and digest(out) == before
+
+
+def test_local_llama_server_refuses_echo_and_only_an_exact_replay_counts(urn_run, tmp_path):
+    """The real local model (llama.cpp's llama-server): echo is refused (HTTP 500), so every value of the first
+    episode is a chat replay, recorded with the refusal, and it has a value only where the replay was exact."""
+    out = tmp_path / "local"
+    assert main(["probe", str(urn_run), "--probe", "observation_surprise", "--model", "local:smollm2", "--out",
+                 str(out), "--limit", "1", "--concurrency", "1", "--no-progress"]) == 0
+    lines = probe_lines(out)
+    assert lines and all(v["method"] == "chat_replay" and v["scorer_mode"] == "auxiliary" for v in lines)
+    assert all("HTTP 500: Only no echo is supported" in v["echo_refused"] for v in lines)
+    ep = next(e for e in read_episodes(urn_run) if e.episode_id == lines[0]["episode_id"])
+    for v in lines:
+        if v["value"] is None:
+            assert v["missing_reason"].startswith("chat replay: the greedy reply is not the observation")
+        else:  # an exact replay: the reply is the observation
+            assert v["raw_text"] == observations(ep)[v["t"]] and v["n_tokens"] >= 1
