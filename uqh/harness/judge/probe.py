@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from uqh.harness.episode.loop import build_messages, derive_seed
+from uqh.harness.judge.runner import JudgeSummary, SidecarLayout, run_sidecar
 from uqh.harness.model.echo import EchoTransport, EchoUnsupported
 from uqh.harness.model.errors import ModelCallFailed
 from uqh.harness.model.transports import Endpoint
-from uqh.harness.judge.runner import JudgeSummary, SidecarLayout, run_sidecar
+from uqh.harness.model.types import Completion
 from uqh.harness.progress import EpisodeSummary
 from uqh.prompts import PROMPTS_DIR
 from uqh.rundir.judgments import JudgedRun
@@ -67,6 +68,8 @@ def prompt_sha256(probe: ProbeKind) -> str:
 #: observation_surprise's chat-replay fallback: the reply may run this many tokens (an observation longer than
 #: that cannot be reproduced, and is missing with the reason).
 REPLAY_MAX_TOKENS = 256
+#: seconds an echo call may take (the model client's default timeout)
+ECHO_TIMEOUT_S = 600.0
 
 
 def probe_decoding(top_logprobs: int, seed: int = 42, probe: ProbeKind = ProbeKind.p_true) -> DecodingConfig:
@@ -118,7 +121,7 @@ def plan_probes(config: ProbeConfig, readers: list[RunDir], *, limit: int | None
     return tasks
 
 
-def scorer_mode(probing_model: str, run_model: str) -> str | None:
+def scorer_mode(probing_model: str, run_model: str) -> str:
     """observation_surprise's mode: ``agent`` when the probing model is the probed run's, else ``auxiliary``."""
     return "agent" if probing_model == run_model else "auxiliary"
 
@@ -156,8 +159,8 @@ def p_true_from_tokens(tokens: list[TokenLogprob] | None) -> tuple[float | None,
 
 
 def observation_messages(task: ProbeTask) -> list[dict]:
-    """The conversation before the observation step t's reply followed (system prompt by mode), then the
-    observation itself as the last message (its content bare, without the harness's ``Observation:`` prefix)."""
+    """What the agent had seen before the observation that step t's reply answered (the system prompt chosen by
+    the mode), then that observation as the last message, bare (without the harness's ``Observation:`` prefix)."""
     ep = task.episode
     if task.t == 1:
         context, observation = build_messages(task.system_prompt, ep.task_prompt, [])[:1], ep.task_prompt
@@ -169,7 +172,9 @@ def observation_messages(task: ProbeTask) -> list[dict]:
     return context + [{"role": "user", "content": observation}]
 
 
-def surprise_from_completion(completion, observation: str, method: str) -> tuple[float | None, float | None, int | None, str | None]:
+def surprise_from_completion(
+    completion: Completion, observation: str, method: str
+) -> tuple[float | None, float | None, int | None, str | None]:
     """(mean NLL per token, min token probability, token count, missing reason) of the observation.
 
     The tokens count only when they spell the observation exactly: an echo whose first target token straddles the
@@ -223,7 +228,7 @@ def surprise_clients_factory(decoding: DecodingConfig, chat_factory: Callable[[s
         echo, refused = None, None
         if litellm_model.startswith("openai/") and api_base is not None:
             key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
-            endpoint = Endpoint(litellm_model, api_base, key, 600.0, decoding)
+            endpoint = Endpoint(litellm_model, api_base, key, ECHO_TIMEOUT_S, decoding)
             echo = make_model_client(litellm_model, api_base=api_base, decoding=decoding, api_key=key,
                                      transport=EchoTransport(endpoint))
         else:
