@@ -78,6 +78,19 @@ def test_completion_prompt_is_role_lines_then_the_marker_then_the_target():
     assert prompt[start:] == "Draw 1 of 3: red."
 
 
+def test_target_tokens_start_at_the_observation_and_a_straddling_token_is_left_out():
+    from uqh.harness.model.echo import target_tokens
+
+    prompt, start = "X:\nBc", 3  # the observation is "Bc"
+    straddling = {"tokens": ["X", ":\nB", "c"], "token_logprobs": [None, -1.0, -2.0],
+                  "top_logprobs": [None, {":\nB": -1.0}, {"c": -2.0, "d": -3.0}], "text_offset": [0, 1, 4]}
+    assert target_tokens({"logprobs": straddling}, prompt, start) == [
+        {"token": "c", "logprob": -2.0, "top_logprobs": [{"token": "c", "logprob": -2.0}, {"token": "d", "logprob": -3.0}]}]
+    clean = {"tokens": ["X", ":", "\n", "B", "c"], "token_logprobs": [None, -1.0, -0.5, -0.1, -2.0]}  # no offsets
+    assert [t["token"] for t in target_tokens({"logprobs": clean}, prompt, start)] == ["B", "c"]
+    assert target_tokens({"logprobs": None}, prompt, start) is None
+
+
 def test_echo_of_one_observation_equals_the_literal_hand_computation():
     """Through the model client and the echo transport: Draw(0.9) 1(0.7) of(0.8) 3(0.7) :(0.6) red(0.25) .(0.6)."""
     from fake_openai_server import FakeOpenAIServer
