@@ -84,8 +84,9 @@ def test_target_tokens_start_at_the_observation_and_a_straddling_token_is_left_o
     prompt, start = "X:\nBc", 3  # the observation is "Bc"
     straddling = {"tokens": ["X", ":\nB", "c"], "token_logprobs": [None, -1.0, -2.0],
                   "top_logprobs": [None, {":\nB": -1.0}, {"c": -2.0, "d": -3.0}], "text_offset": [0, 1, 4]}
+    alternatives = [{"token": "c", "logprob": -2.0}, {"token": "d", "logprob": -3.0}]
     assert target_tokens({"logprobs": straddling}, prompt, start) == [
-        {"token": "c", "logprob": -2.0, "top_logprobs": [{"token": "c", "logprob": -2.0}, {"token": "d", "logprob": -3.0}]}]
+        {"token": "c", "logprob": -2.0, "top_logprobs": alternatives}]
     clean = {"tokens": ["X", ":", "\n", "B", "c"], "token_logprobs": [None, -1.0, -0.5, -0.1, -2.0]}  # no offsets
     assert [t["token"] for t in target_tokens({"logprobs": clean}, prompt, start)] == ["B", "c"]
     assert target_tokens({"logprobs": None}, prompt, start) is None
