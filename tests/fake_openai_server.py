@@ -50,10 +50,10 @@ alternatives (its own logprob is its entry in the list, else the first), so a te
 token whose top alternatives include both ``Yes`` and ``No`` with chosen probabilities.
 
 ``POST /v1/completions`` (legacy text completions) serves teacher-forced scoring: with ``echo`` and ``logprobs``
-(``max_tokens`` 0) it returns the prompt's tokens with ``token_logprobs`` (null for the first, as OpenAI does),
-``top_logprobs`` (one dict per position) and ``text_offset``, by the same rules as chat tokens (scripted tokens
-included), except that the prompt is first split at newlines (``"\n"`` is a token of its own, as in GPT-2-style
-BPE), so a line's first word never carries the newline before it. With ``completions_echo=False`` an echo request
+it returns the prompt's tokens with ``token_logprobs`` (null for the first, as OpenAI does), ``top_logprobs`` (one
+dict per position) and ``text_offset``, by the same rules as chat tokens (scripted tokens included), then one
+generated token `` fake`` when ``max_tokens`` >= 1. The prompt is first split at newlines (``"\n"`` is a token of
+its own, as in GPT-2-style BPE), so a line's first word never carries the newline before it. With ``completions_echo=False`` an echo request
 gets HTTP 500 "Only no echo is supported", what llama.cpp's llama-server answers. Its requests are recorded in
 ``completion_requests``.
 
@@ -546,9 +546,9 @@ class FakeOpenAIServer:
             return web.Response(status=500, body=_error_body(500, "Only no echo is supported", "server_error"),
                                 content_type="application/json")
         prompt = str(body.get("prompt", ""))
-        tokens = echo_tokens(prompt)
-        choice: dict[str, Any] = {"index": 0, "text": prompt if body.get("echo") else "", "finish_reason": "length",
-                                  "logprobs": None}
+        generated = [" fake"] if int(body.get("max_tokens") or 0) > 0 else []  # one token past the prompt
+        tokens = (echo_tokens(prompt) if body.get("echo") else []) + generated
+        choice: dict[str, Any] = {"index": 0, "text": "".join(tokens), "finish_reason": "length", "logprobs": None}
         if body.get("logprobs") is not None and self.logprobs:
             script = dict(self.scripted_logprobs)
             lps, tops, offsets, at = [], [], [], 0

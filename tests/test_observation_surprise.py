@@ -114,7 +114,7 @@ def test_echo_of_one_observation_equals_the_literal_hand_computation():
     probs = [0.9, 0.7, 0.8, 0.7, 0.6, 0.25, 0.6]
     assert reason is None and n == 7 and min_prob == pytest.approx(0.25)
     assert value == pytest.approx(-sum(math.log(p) for p in probs) / 7, abs=1e-12)
-    assert body["echo"] is True and body["max_tokens"] == 0 and body["logprobs"] == 5
+    assert body["echo"] is True and body["max_tokens"] == 1 and body["logprobs"] == 5  # the generated token: cut
     assert body["prompt"] == "SYSTEM: S\nTARGET_OUTPUT:\nDraw 1 of 3: red."
 
 

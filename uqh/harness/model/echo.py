@@ -2,9 +2,10 @@
 
 A conversation whose last message is the text to score (an observation) is rendered as one completion prompt in
 agentuq's layout (``score-observation-uq``): every earlier message as a line ``ROLE: content``, then the marker line
-``TARGET_OUTPUT:``, then the target text. The server is asked for no new token (``max_tokens`` 0), ``echo`` and
+``TARGET_OUTPUT:``, then the target text. The server is asked for one new token (``max_tokens`` 1: llama-cpp-python
+reads 0 as "no limit"; the generated token is dropped), ``echo`` and
 ``logprobs``: it returns the log-probability of every prompt token given the tokens before it. The tokens that start
-at or after the target's first character are handed back in the chat-completion shape (``message.content`` = their
+at or after the target's first character, and before the prompt's end, are handed back in the chat-completion shape (``message.content`` = their
 text, ``logprobs.content`` = the tokens), so the client's retries, checks and accounting apply unchanged. Whether
 they spell the target exactly (a token straddling the marker's newline would not) is the caller's check.
 
@@ -37,7 +38,8 @@ def completion_prompt(messages: list[dict]) -> tuple[str, int]:
 
 
 def target_tokens(choice: dict, prompt: str, start: int) -> list[dict] | None:
-    """The echoed tokens starting at or after ``start``, chat-shaped; None when the server sent no logprobs.
+    """The echoed tokens starting at or after ``start`` and inside ``prompt`` (a generated token after it is left
+    out), chat-shaped; None when the server sent no logprobs.
 
     Offsets come from the server's ``text_offset``; a server without it gets offsets from the cumulative token
     texts (exact when the tokens join back to the prompt)."""
@@ -55,7 +57,7 @@ def target_tokens(choice: dict, prompt: str, start: int) -> list[dict] | None:
             at += len(tok)
     out = []
     for tok, off, lpv, top in zip(tokens, offsets, logprobs, tops):
-        if off < start:
+        if not start <= off < len(prompt):
             continue
         alts = [{"token": t, "logprob": v} for t, v in top.items()] if isinstance(top, dict) else []
         out.append({"token": tok, "logprob": lpv, "top_logprobs": alts})
@@ -80,7 +82,7 @@ class EchoTransport:
 
         e = self.endpoint
         prompt, start = completion_prompt(messages)
-        body = {"model": e.model.split("/", 1)[1], "prompt": prompt, "max_tokens": 0, "echo": True,
+        body = {"model": e.model.split("/", 1)[1], "prompt": prompt, "max_tokens": 1, "echo": True,
                 "temperature": 0.0, "logprobs": e.decoding.top_logprobs if e.decoding.logprobs else None}
         if seed is not None:
             body["seed"] = seed
