@@ -52,6 +52,14 @@ With ``scripted_logprobs={token: [(alt, logprob), ...]}`` every generated token 
 alternatives (its own logprob is its entry in the list, else the first), so a test can serve, e.g., an answer
 token whose top alternatives include both ``Yes`` and ``No`` with chosen probabilities.
 
+``POST /v1/completions`` (legacy text completions) serves teacher-forced scoring: with ``echo`` and ``logprobs``
+it returns the prompt's tokens with ``token_logprobs`` (null for the first, as OpenAI does), ``top_logprobs`` (one
+dict per position) and ``text_offset``, by the same rules as chat tokens (scripted tokens included), then one
+generated token `` fake`` when ``max_tokens`` >= 1. The prompt is first split at newlines (``"\n"`` is a token of
+its own, as in GPT-2-style BPE), so a line's first word never carries the newline before it. With ``completions_echo=False`` an echo request
+gets HTTP 500 "Only no echo is supported", what llama.cpp's llama-server answers. Its requests are recorded in
+``completion_requests``.
+
 With ``quirky_top_logprobs=True`` every position lists 6 alternatives including a duplicate string and
 ``bytes: null`` -- the shape llama-cpp-python returns -- so clients' normalisation can be tested end to end.
 """
@@ -96,6 +104,14 @@ def tokenize(text: str) -> list[str]:
     tokens = _TOKEN_RE.findall(text)
     assert "".join(tokens) == text
     return tokens
+
+
+def echo_tokens(prompt: str) -> list[str]:
+    """The tokens of a /v1/completions prompt: :func:`tokenize` of each line, every ``"\n"`` a token of its own."""
+    out: list[str] = []
+    for piece in re.split(r"(\n)", prompt):
+        out += [piece] if piece == "\n" else tokenize(piece) if piece else []
+    return out
 
 
 def chosen_probability(token: str) -> float:
@@ -287,6 +303,7 @@ class FakeOpenAIServer:
         prompt_cache: bool = False,
         scripted_logprobs: dict[str, list[tuple[str, float]]] | None = None,
         echo_padding: int = 270,
+        completions_echo: bool = True,
     ) -> None:
         for f in faults or ():
             if f not in FAULTS:
@@ -306,6 +323,8 @@ class FakeOpenAIServer:
         self.scripted_logprobs = tuple((tok, tuple(alts)) for tok, alts in (scripted_logprobs or {}).items())
         self._cached_prefixes: set[str] = set()  # keys of the message prefixes seen (chat) or marked (messages)
         self.echo_padding = echo_padding
+        self.completions_echo = completions_echo
+        self.completion_requests: list[dict] = []  # bodies of /v1/completions requests
         self.requests: list[dict] = []
         self.faults_served: list[str] = []
         self.responder_errors: list[BaseException] = []  # exceptions raised by a callable responder
@@ -394,6 +413,8 @@ class FakeOpenAIServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_post("/v1/messages", self._anthropic_messages)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
         app.router.add_get("/_answered", self._answered)
@@ -533,6 +554,39 @@ class FakeOpenAIServer:
             self.answered_at.append(time.time())
         return web.Response(body=payload, content_type="application/json")
 
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        """Legacy text completions: only the teacher-forced echo of the prompt (no generation is served)."""
+        body = json.loads(await request.read())
+        with self._lock:
+            self.n_requests += 1
+            if self.record_requests:
+                self.completion_requests.append(body)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if body.get("echo") and not self.completions_echo:
+            return web.Response(status=500, body=_error_body(500, "Only no echo is supported", "server_error"),
+                                content_type="application/json")
+        prompt = str(body.get("prompt", ""))
+        generated = [" fake"] if int(body.get("max_tokens") or 0) > 0 else []  # one token past the prompt
+        tokens = (echo_tokens(prompt) if body.get("echo") else []) + generated
+        choice: dict[str, Any] = {"index": 0, "text": "".join(tokens), "finish_reason": "length", "logprobs": None}
+        if body.get("logprobs") is not None and self.logprobs:
+            script = dict(self.scripted_logprobs)
+            lps, tops, offsets, at = [], [], [], 0
+            for i, tok in enumerate(tokens):
+                alts = list(script[tok]) if tok in script else top_logprobs_for(tok)[: max(1, int(body["logprobs"]))]
+                own = next((lp for t, lp in alts if t == tok), alts[0][1]) if tok in script else math.log(
+                    chosen_probability(tok))
+                lps.append(None if i == 0 else own)
+                tops.append(None if i == 0 else {t: lp for t, lp in alts})
+                offsets.append(at)
+                at += len(tok)
+            choice["logprobs"] = {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+        out = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
+               "model": str(body.get("model", "fake")), "choices": [choice],
+               "usage": {"prompt_tokens": len(tokens), "completion_tokens": 0, "total_tokens": len(tokens)}}
+        return web.Response(body=json.dumps(out).encode(), content_type="application/json")
 
     # ----------------------------------------------------------------------------- prompt caching
 

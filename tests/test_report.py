@@ -73,7 +73,7 @@ def test_transparency_and_long_csv_equal_scoring_output(report):
     expected = _score(ws, censoring="exclude", fixed_rank=True)
     rows = _csv(res.out_dir / "transparency__ws.csv")
     assert [r["Predictor"] for r in rows] == [r.display_label + (f" — {r.note}" if r.note else "") for r in expected.rows]
-    assert len(rows) == 18  # eight predictors (p_true included) x raw/Platt + the truth (a reference) + base rate
+    assert len(rows) == 20  # nine predictors (p_true, observation_surprise included) x raw/Platt + the truth + base rate
     for got, exp in zip(rows, expected.rows):
         assert int(got["n"]) == exp.n_used and int(got["skipped (missing)"]) == exp.n_skipped_missing
         for col, key in (("AUROC↑", ("auroc",)), ("AURC↓", ("aurc",)), ("T-ECE↓", ("t_ece",)), ("TPS_log↑", ("tps", "log")),

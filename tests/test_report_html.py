@@ -101,6 +101,7 @@ def test_series_styles_missing_series_hover_and_legend(report, chromium):
     assert series == ["verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "base_rate"]
     assert page.inner_text("#trace-missing") == ("No values (not drawn): Self-consistency mode frequency, "
                                                  "Self-consistency agreement, Reflexive P(True) (probe), "
+                                                 "Observation surprise exp(−NLL) (probe), "
                                                  "True q_t (oracle domains), Verbal confidence (Platt).")
     styles = page.eval_on_selector_all(
         "#trace-plot g.series polyline", "ps => ps.map(p => p.getAttribute('stroke') + ' ' + p.getAttribute('stroke-dasharray'))")

@@ -39,7 +39,7 @@ def test_json_output_table2_shape(run_dir, capsys):
     for p in ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "sc_mode_freq", "sc_agreement"):
         assert (p, "raw") in labels and (p, "platt") in labels
     assert ("truth", "raw") in labels and ("truth", "platt") not in labels  # a reference: never recalibrated
-    assert labels[-1] == ("base_rate", "raw") and len(rows) == 18  # p_true (probe) raw and Platt, missing here
+    assert labels[-1] == ("base_rate", "raw") and len(rows) == 20  # p_true, observation_surprise (probes) raw and Platt, missing here
     # the synthetic run records no canonical answers: the self-consistency rows are missing, never imputed
     sc = next(r for r in rows if r["predictor"] == "sc_agreement" and r["calibration"] == "raw")
     assert sc["n_used"] == 0 and sc["n_skipped_missing"] == 40
@@ -114,7 +114,7 @@ def test_predictors_without_any_value_leave_the_table_with_one_note(run_dir, cap
     code, out, err = uqh(capsys, run_dir, "--bootstrap", "0")
     assert code == 0 and "sc_mode_freq" not in out and "sc_agreement" not in out  # one sample per task: no values
     # nor does a run of a domain that does not know q_t have the truth
-    assert err.count("sc_mode_freq, sc_agreement, p_true, truth: no value on any trajectory") == 1
+    assert err.count("sc_mode_freq, sc_agreement, p_true, observation_surprise, truth: no value on any trajectory") == 1
     code, js, _ = uqh(capsys, run_dir, "--bootstrap", "0", "--json")
     assert {r["predictor"] for r in json.loads(js)["rows"]} >= {"sc_mode_freq", "sc_agreement"}  # still in the data
 

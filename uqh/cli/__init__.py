@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "view": ("uqh.cli.view_command", "a local web viewer of run directories: runs, trajectories, token heatmaps (live)"),
     "export": ("uqh.cli.export_command", "episodes, steps, tokens and scores as Parquet/CSV tables for pandas"),
     "judge": ("uqh.cli.judge_command", "Agent GPA LLM judges over recorded traces, and their analysis"),
-    "probe": ("uqh.cli.probe_command", "per-step probes (reflexive P(True)) over recorded traces, into a probe directory"),
+    "probe": ("uqh.cli.probe_command", "per-step probes (P(True), observation surprise) over recorded traces, into a probe directory"),
     "index": ("uqh.cli.index_command", "build a retrieval index (bm25s on disk, or Elasticsearch)"),
     "schema": ("uqh.cli.schema_command", "print the JSON schema of the run-directory records"),
     "repair": ("uqh.cli.repair_command", "move lines that are not valid records out of a run directory's files"),

@@ -1,11 +1,12 @@
-"""`uqh probe`: per-step probes (reflexive P(True)) over recorded traces, into a probe directory (resumable).
+"""`uqh probe`: per-step probes (reflexive P(True), observation surprise) over recorded traces, into a probe
+directory (resumable).
 
-    uqh probe RUN_DIR... --probe p_true --model MODEL [--api-base URL] --out PROBE_DIR [--limit N]
+    uqh probe RUN_DIR... --probe p_true|observation_surprise --model MODEL [--api-base URL] --out PROBE_DIR [--limit N]
               [--top-logprobs K] [--concurrency C] [--dry-run]
 
 The probed runs are only read. Re-running the same command resumes (finished values are kept); a changed
 config is refused with the fields that differ. ``uqh score RUN --probes PROBE_DIR`` scores the values as the
-``p_true`` predictor. Every user mistake is one line on stderr, exit 2, nothing written.
+predictor of the probe's name. Every user mistake is one line on stderr, exit 2, nothing written.
 """
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to probe (read only)")
     p.add_argument("--out", required=True, metavar="PROBE_DIR",
                    help="probe directory (created, or resumed if it holds these values); never inside a run")
-    p.add_argument("--probe", required=True, choices=("p_true",),
-                   help="p_true: ask the model whether the task will succeed; P(yes) from the answer's logprobs")
+    p.add_argument("--probe", required=True, choices=("p_true", "observation_surprise"),
+                   help="p_true: ask the model whether the task will succeed; P(yes) from the answer's logprobs. "
+                        "observation_surprise: mean NLL per token of each observation the agent received "
+                        "(teacher-forced by /v1/completions echo, else an exact chat replay); agent mode when "
+                        "--model is the run's model, auxiliary mode otherwise")
     p.add_argument("--model", required=True, metavar="MODEL",
                    help="model that answers the probe (usually the agent's own: openai/NAME with --api-base, or "
                         "local:smollm2)")
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     check_credentials(args.model, args.api_base)
     readers = open_runs(args.run_dirs)
     config = build_probe_config(readers, ProbeKind(args.probe), args.model, args.api_base,
-                                probe_decoding(args.top_logprobs, args.seed))
+                                probe_decoding(args.top_logprobs, args.seed, ProbeKind(args.probe)))
     out = Path(args.out)
     check_judge_out(out, [r.path for r in readers], PROBE_LAYOUT)
     check_judge_resumable(out, config, PROBE_LAYOUT)

@@ -7,7 +7,8 @@ probed run), by the runner ``uqh judge`` uses:
   decoding and the sha256 of its prompt template; its hash guards resume;
 - ``probes.jsonl``        -- one :class:`ProbeValue` per line: one probe at one step of one episode.
 
-A value the provider could not give (no logprobs, neither answer option among the top alternatives) is recorded
+A value the provider could not give (no logprobs, neither answer option among the top alternatives; for
+observation_surprise also an echo or a chat replay whose tokens do not spell the observation exactly) is recorded
 with ``value`` null and its ``missing_reason`` -- never guessed. A failed call (after the model client's retries)
 is not a value: nothing is written and re-running the command picks it up again.
 """
@@ -33,6 +34,7 @@ class ProbeKind(str, Enum):
     """The probes ``uqh probe`` can run (the predictor of the same name reads its values)."""
 
     p_true = "p_true"
+    observation_surprise = "observation_surprise"
 
 
 class _Record(BaseModel):
@@ -78,7 +80,8 @@ class ProbeValue(_Record):
     episode_id: str
     t: Annotated[int, Field(description="1-based step index of the probed step.", ge=1)]
     probe: ProbeKind
-    value: Annotated[float | None, Field(description="The probe's value (P(True) in [0, 1]); null when missing.")]
+    value: Annotated[float | None, Field(description="The probe's value: P(True) in [0, 1], or observation_surprise's "
+                                                     "mean NLL per token (nats); null when missing.")]
     missing_reason: Annotated[str | None, Field(description="Why value is null; null when present.")] = None
     option_logprobs: Annotated[
         dict[str, float | None],
@@ -88,6 +91,21 @@ class ProbeValue(_Record):
     raw_text: str = ""
     call: CallRecord
     probed_at: str | None = None
+    # observation_surprise only (null for p_true): how the observation's tokens were scored and what they gave
+    scorer_mode: Annotated[
+        str | None, Field(description="observation_surprise: 'agent' (the probed run's model and system prompt) or "
+                                      "'auxiliary' (another model, with the observer prompt).")] = None
+    method: Annotated[
+        str | None, Field(description="observation_surprise: 'completion_echo' (teacher-forced through "
+                                      "/v1/completions echo) or 'chat_replay' (a greedy chat reply, kept only when "
+                                      "it reproduces the observation exactly).")] = None
+    n_tokens: Annotated[int | None, Field(description="observation_surprise: the observation's scored tokens.")] = None
+    min_prob: Annotated[
+        float | None, Field(description="observation_surprise: the smallest probability of an observation token.")
+    ] = None
+    echo_refused: Annotated[
+        str | None, Field(description="observation_surprise: why /v1/completions echo was not used (then "
+                                      "method is chat_replay).")] = None
 
     @model_validator(mode="after")
     def _value_xor_missing(self) -> "ProbeValue":
@@ -109,7 +127,7 @@ class ProbeDir(SidecarDir[ProbeValue]):
     RECORDS_FILE: ClassVar[str] = PROBES_FILE
     RECORD: ClassVar[type] = ProbeValue
     KIND: ClassVar[str] = "probe"
-    MADE_BY: ClassVar[str] = "uqh probe RUN... --probe p_true --model M"
+    MADE_BY: ClassVar[str] = "uqh probe RUN... --probe p_true|observation_surprise --model M"
 
     def values(self) -> list[ProbeValue]:
         """Probe values in file order, torn-line safe, the first line of each key kept (cached)."""

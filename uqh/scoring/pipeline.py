@@ -30,6 +30,7 @@ from uqh.scoring.registry import (
     DELTA_PRACTICE,
     METRICS,
     PREDICTORS,
+    RANK_METRICS,
     TPS,
     TPS_COMPLETE_ONLY,
     TPS_GAP,
@@ -172,6 +173,11 @@ def _stream_statistic(values, sample: Sample, w, rules, eta, complete, row_diag,
     return stat
 
 
+def _rank_metrics_only(stat: Callable[[np.ndarray], dict]) -> Callable[[np.ndarray], dict]:
+    """``stat`` restricted to the rank metrics (:data:`RANK_METRICS`), AUQ aggregates included."""
+    return lambda counts: {k: v for k, v in stat(counts).items() if k[1].metric in RANK_METRICS}
+
+
 def _estimates(cal: str, agg: str | None, points, boots, level: float, with_vs_raw: bool) -> list[MetricEstimate]:
     keys = sorted((k for (a, k) in points[cal] if a == agg), key=lambda k: list(METRICS).index(k.metric))
     out = []
@@ -231,6 +237,9 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
                 for name, phi in AGGREGATORS.items():
                     auq[name] = _diagnostic_statistic(phi(values, sample.offsets)[complete], y_c)
             stat = _stream_statistic(values, sample, w, rules, eta, complete, row_diag, auq)
+            if cal == "raw" and spec.rank_only_raw:
+                stat = _rank_metrics_only(stat)
+                notes["raw"] = "raw: a signal, not a probability: rank metrics only (Platt: every metric)"
             stats[cal] = stat
             points[cal] = {k: float(v[0]) for k, v in stat(np.ones((1, n))).items()}
     boots: dict[StatKey, np.ndarray] = {}

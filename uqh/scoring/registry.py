@@ -95,12 +95,22 @@ class Predictor:
     #: a running per-role value (agentuq's per-role summaries, :mod:`uqh.scoring.role_signals`): from the accepted
     #: calls' tokens (assistant), the user sidecar's (user) or both (combined)
     role: role_signals.RoleRunning | None = None
+    #: a probe whose value is not a probability (observation_surprise's mean NLL): the monotone map to a
+    #: confidence in (0, 1) its stream holds instead (None: the value is the confidence)
+    probe_confidence: Callable[[float], float] | None = None
+    #: the raw stream is a signal, not a probability: its raw row has the rank metrics only (RANK_METRICS); the
+    #: cross-fitted Platt row has every metric
+    rank_only_raw: bool = False
 
     def __post_init__(self) -> None:
         kinds = (self.step_value, self.constant, self.trajectory_value, self.running, self.probe, self.role)
         if sum(f is not None for f in kinds) != 1:
             raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, running, "
                              "constant, probe and role")
+
+    def probe_stream_value(self, value: float) -> float:
+        """A probe value as this predictor's stream holds it (a confidence)."""
+        return self.probe_confidence(value) if self.probe_confidence is not None else value
 
     @property
     def is_constant(self) -> bool:
@@ -173,6 +183,9 @@ def role_predictors() -> list[Predictor]:
 
 
 TPS, TPS_COMPLETE_ONLY, DELTA_PRACTICE = "tps", "tps_complete_only", "delta_practice"
+#: the metrics that depend only on the order of the confidences (unchanged by any increasing map): all a raw
+#: signal that is not a probability is shown with
+RANK_METRICS = frozenset({"auroc", "auprc", "aurc", "auarc", "spearman_failure", "kendall_failure"})
 BASE_RATE = "base_rate"
 TPS_GAP, TRUTH_MAE = "tps_gap", "truth_mae"
 
@@ -217,6 +230,10 @@ PREDICTORS: dict[str, Predictor] = {
         Predictor("sc_agreement", "Self-consistency agreement", trajectory_value=self_consistency.agreement),
         Predictor(BASE_RATE, "Base-rate constant", constant=_base_rate, calibratable=False),
         Predictor("p_true", "Reflexive P(True) (probe)", probe="p_true"),
+        # the stream is exp(-mean NLL), the observation tokens' geometric-mean probability: more surprise, less
+        # confidence; a raw signal (rank metrics only) until Platt maps it to a probability
+        Predictor("observation_surprise", "Observation surprise exp(−NLL) (probe)", probe="observation_surprise",
+                  probe_confidence=lambda nll: float(np.exp(-nll)), rank_only_raw=True),
         Predictor(truth.TRUTH, "True q_t (oracle domains)", truth.truth_value, calibratable=False),
     )
 }

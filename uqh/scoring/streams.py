@@ -125,7 +125,7 @@ def fill_probe_streams(data: RunData, probes: Sequence[ProbeDir]) -> None:
             for (eid, t), v in probe_dir.values_for_run(data.manifest.config_hash).items():
                 k = flat_index.get((eid, t))
                 if k is not None and v.value is not None:
-                    stream[k] = v.value
+                    stream[k] = p.probe_stream_value(v.value)
         data.streams[p.name] = stream
 
 

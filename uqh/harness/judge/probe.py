@@ -9,6 +9,17 @@ agent had it when it produced step t's reply -- system prompt, task, steps 1..t-
 t's attempts, without step t's observation -- followed by the fixed question of ``prompts/probes/p_true.txt``. P(True)
 is read from the top alternatives of the first non-blank answer token, normalised over the two options
 (:func:`p_true_from_tokens`).
+
+``observation_surprise`` (agentuq's ``score-observation-uq``): at every recorded step t, the observation the agent
+had last received when it wrote step t's reply -- the task prompt at t = 1, step t-1's observation after -- is
+scored token by token given everything before it, and the value is its mean NLL per token (the minimum token
+probability is kept next to it). The observation of the last step is never scored: it comes after the last
+decision (and in some domains it reveals the outcome). ``agent`` mode uses the probed run's own system prompt and
+conversation (the probing model is the run's model); ``auxiliary`` mode (another model) replaces the system prompt
+by the observer prompt ``prompts/probes/observation_surprise.txt`` followed by the run's system prompt.
+Teacher forcing goes through ``/v1/completions`` with ``echo`` (:mod:`uqh.harness.model.echo`) where the endpoint
+serves it; elsewhere a chat reply is asked for and kept only when it reproduces the observation exactly (the
+exact-match check). Otherwise the value is missing with the reason (:func:`surprise_from_completion`).
 """
 from __future__ import annotations
 
@@ -21,6 +32,10 @@ from typing import Any, Callable
 
 from uqh.harness.episode.loop import build_messages, derive_seed
 from uqh.harness.judge.runner import JudgeSummary, SidecarLayout, run_sidecar
+from uqh.harness.model.echo import EchoTransport, EchoUnsupported
+from uqh.harness.model.errors import ModelCallFailed
+from uqh.harness.model.transports import Endpoint
+from uqh.harness.model.types import Completion
 from uqh.harness.progress import EpisodeSummary
 from uqh.prompts import PROMPTS_DIR
 from uqh.rundir.judgments import JudgedRun
@@ -50,9 +65,18 @@ def prompt_sha256(probe: ProbeKind) -> str:
     return hashlib.sha256(prompt_path(probe).read_bytes()).hexdigest()
 
 
-def probe_decoding(top_logprobs: int, seed: int = 42) -> DecodingConfig:
-    """Greedy, a few tokens (the answer is one word), logprobs with ``top_logprobs`` alternatives."""
-    return DecodingConfig(temperature=0.0, logprobs=True, top_logprobs=top_logprobs, max_tokens=4, seed=seed)
+#: observation_surprise's chat-replay fallback: the reply may run this many tokens (an observation longer than
+#: that cannot be reproduced, and is missing with the reason).
+REPLAY_MAX_TOKENS = 256
+#: seconds an echo call may take (the model client's default timeout)
+ECHO_TIMEOUT_S = 600.0
+
+
+def probe_decoding(top_logprobs: int, seed: int = 42, probe: ProbeKind = ProbeKind.p_true) -> DecodingConfig:
+    """Greedy with logprobs (``top_logprobs`` alternatives); p_true: a few tokens (the answer is one word);
+    observation_surprise: room for a chat replay of an observation."""
+    max_tokens = REPLAY_MAX_TOKENS if probe is ProbeKind.observation_surprise else 4
+    return DecodingConfig(temperature=0.0, logprobs=True, top_logprobs=top_logprobs, max_tokens=max_tokens, seed=seed)
 
 
 def _probe_manifest(config: ProbeConfig) -> ProbeManifest:
@@ -75,7 +99,8 @@ class ProbeTask:
     probe: ProbeKind
     seed: int
     system_prompt: str
-    question: str
+    question: str  # p_true: the question; observation_surprise: the observer prompt (auxiliary mode)
+    mode: str | None = None  # observation_surprise: "agent" or "auxiliary"
 
     @property
     def key(self) -> tuple[int, str, int, str]:
@@ -91,8 +116,14 @@ def plan_probes(config: ProbeConfig, readers: list[RunDir], *, limit: int | None
         for ep in episodes[:limit] if limit is not None else episodes:
             for step in ep.steps:
                 seed = derive_seed(config.decoding.seed, f"probe|{run.config_hash[:16]}|{ep.episode_id}|{step.t}")
-                tasks.append(ProbeTask(k, ep, step.t, config.probe, seed, reader.manifest.system_prompt, question))
+                tasks.append(ProbeTask(k, ep, step.t, config.probe, seed, reader.manifest.system_prompt, question,
+                                       scorer_mode(config.model, run.model)))
     return tasks
+
+
+def scorer_mode(probing_model: str, run_model: str) -> str:
+    """observation_surprise's mode: ``agent`` when the probing model is the probed run's, else ``auxiliary``."""
+    return "agent" if probing_model == run_model else "auxiliary"
 
 
 def p_true_messages(task: ProbeTask) -> list[dict]:
@@ -127,8 +158,114 @@ def p_true_from_tokens(tokens: list[TokenLogprob] | None) -> tuple[float | None,
     return mass[P_TRUE_OPTIONS[0]] / total, logs, None
 
 
+def observation_messages(task: ProbeTask) -> list[dict]:
+    """What the agent had seen before the observation that step t's reply answered (the system prompt chosen by
+    the mode), then that observation as the last message, bare (without the harness's ``Observation:`` prefix)."""
+    ep = task.episode
+    if task.t == 1:
+        context, observation = build_messages(task.system_prompt, ep.task_prompt, [])[:1], ep.task_prompt
+    else:
+        context = build_messages(task.system_prompt, ep.task_prompt, ep.steps[: task.t - 1])[:-1]
+        observation = ep.steps[task.t - 2].observation
+    if task.mode == "auxiliary":
+        context[0] = {"role": "system", "content": f"{task.question.rstrip()}\n\n{task.system_prompt}"}
+    return context + [{"role": "user", "content": observation}]
+
+
+def surprise_from_completion(
+    completion: Completion, observation: str, method: str
+) -> tuple[float | None, float | None, int | None, str | None]:
+    """(mean NLL per token, min token probability, token count, missing reason) of the observation.
+
+    The tokens count only when they spell the observation exactly: an echo whose first target token straddles the
+    marker, or a chat replay whose greedy reply is not the observation, is missing with the reason (the
+    replay's tokens would score the model's own text, not the observation)."""
+    tokens = completion.tokens
+    if tokens is None:
+        return None, None, None, "the provider returned no logprobs"
+    text = "".join(t.token for t in tokens)
+    if text != observation:
+        at = next((i for i, (a, b) in enumerate(zip(text, observation)) if a != b), min(len(text), len(observation)))
+        if method == "chat_replay":
+            cut = " (the reply stopped at max_tokens)" if completion.call.finish_reason == "length" else ""
+            return None, None, None, (f"chat replay: the greedy reply is not the observation (they differ from "
+                                      f"character {at} of {len(observation)}){cut}; no teacher forcing without echo")
+        return None, None, None, (f"completion echo: the tokens from the observation's start do not spell it "
+                                  f"(they differ from character {at})")
+    if not tokens:
+        return None, None, None, "the observation has no tokens to score"
+    lps = [t.logprob for t in tokens]
+    return -sum(lps) / len(lps), math.exp(min(lps)), len(lps), None
+
+
+@dataclass
+class SurpriseClients:
+    """observation_surprise's two clients: ``echo`` (``/v1/completions`` echo; None without an OpenAI-compatible
+    URL) and ``chat`` (the fallback). ``echo_refused`` is set once the endpoint refused echo, so the later calls
+    go straight to the fallback."""
+
+    chat: Any
+    echo: Any | None
+    echo_refused: str | None = None
+
+    async def aclose(self) -> None:
+        for c in (self.chat, self.echo):
+            if c is not None:
+                await c.aclose()
+
+
+def surprise_clients_factory(decoding: DecodingConfig, chat_factory: Callable[[str, str | None], Any] | None):
+    """A runner ``client_factory`` making :class:`SurpriseClients` (the chat one by ``chat_factory`` when given)."""
+    def make(litellm_model: str, api_base: str | None) -> SurpriseClients:
+        import os
+
+        from uqh.harness.model.client import make_model_client
+
+        if chat_factory is not None:
+            chat = chat_factory(litellm_model, api_base)
+        else:
+            chat = make_model_client(litellm_model, api_base=api_base, decoding=decoding)
+        echo, refused = None, None
+        if litellm_model.startswith("openai/") and api_base is not None:
+            key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
+            endpoint = Endpoint(litellm_model, api_base, key, ECHO_TIMEOUT_S, decoding)
+            echo = make_model_client(litellm_model, api_base=api_base, decoding=decoding, api_key=key,
+                                     transport=EchoTransport(endpoint))
+        else:
+            refused = "completion echo needs an OpenAI-compatible endpoint (openai/NAME with --api-base)"
+        return SurpriseClients(chat, echo, refused)
+
+    return make
+
+
+async def surprise_one(clients: SurpriseClients, task: ProbeTask) -> ProbeValue:
+    """One observation scored: echo first, the chat replay when the endpoint refuses echo. ModelCallFailed of a
+    call that should have worked propagates (not a value: a re-run retries it)."""
+    messages = observation_messages(task)
+    observation = messages[-1]["content"]
+    completion, method = None, "completion_echo"
+    if clients.echo is not None and clients.echo_refused is None:
+        try:
+            completion = await clients.echo.complete(messages, seed=task.seed)
+        except ModelCallFailed as exc:
+            if not isinstance(exc.__cause__, EchoUnsupported):
+                raise
+            clients.echo_refused = f"the endpoint refused /v1/completions echo ({exc.__cause__})"
+    if completion is None:
+        method = "chat_replay"
+        completion = await clients.chat.complete(messages[:-1], seed=task.seed)
+    value, min_prob, n, reason = surprise_from_completion(completion, observation, method)
+    return ProbeValue(run=task.run, episode_id=task.episode.episode_id, t=task.t, probe=task.probe, value=value,
+                      missing_reason=reason, raw_text=completion.text if method == "chat_replay" else "",
+                      call=completion.call, probed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      scorer_mode=task.mode, method=method, n_tokens=n, min_prob=min_prob,
+                      echo_refused=clients.echo_refused if method == "chat_replay" else None)
+
+
 async def probe_one(client, task: ProbeTask) -> ProbeValue:
     """One probe call (no repair: the value comes from logprobs, not from parsing). ModelCallFailed propagates."""
+    if task.probe is ProbeKind.observation_surprise:
+        return await surprise_one(client, task)
     completion = await client.complete(p_true_messages(task), seed=task.seed)
     value, logs, reason = p_true_from_tokens(completion.tokens)
     return ProbeValue(run=task.run, episode_id=task.episode.episode_id, t=task.t, probe=task.probe, value=value,
@@ -158,5 +295,7 @@ def run_probes(config: ProbeConfig, readers: list[RunDir], out: Path | str, *, l
                client_factory: Callable[[str, str | None], Any] | None = None) -> JudgeSummary:
     """Make (or resume) every planned probe value into ``out`` with the judge's runner; return the summary."""
     tasks = plan_probes(config, readers, limit=limit)
+    if config.probe is ProbeKind.observation_surprise:
+        client_factory = surprise_clients_factory(config.decoding, client_factory)
     return run_sidecar(config, PROBE_LAYOUT, tasks, Path(out), probe_one, probe_summary, model=config.model,
                        concurrency=concurrency, progress=progress, label="uqh probe", client_factory=client_factory)

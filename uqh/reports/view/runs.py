@@ -259,19 +259,20 @@ def attach_probes(runs: list[ViewedRun], probe_dirs: list[Path]) -> list[str]:
     """The per-step values of the probe directories onto the runs they probed (matched by config hash), as the
     predictor each probe feeds; returns one note per probe directory that could not be read."""
     by_hash = {r.reader.manifest.config_hash: r for r in runs if r.reader is not None}
-    predictor_of = {p.probe: p.name for p in PREDICTORS.values() if p.probe is not None}
+    predictor_of = {p.probe: p for p in PREDICTORS.values() if p.probe is not None}
     notes = []
     for d in probe_dirs:
         try:
             pd = ProbeDir.open(d)
-            name = predictor_of.get(pd.config.probe.value)
-            if name is None:
+            predictor = predictor_of.get(pd.config.probe.value)
+            if predictor is None:
                 continue
+            name = predictor.name
             for config_hash, run in by_hash.items():
                 for (eid, t), v in pd.values_for_run(config_hash).items():
                     steps = run.probed.setdefault(eid, {}).setdefault(name, [])
                     steps.extend([None] * (t - len(steps)))
-                    steps[t - 1] = v.value
+                    steps[t - 1] = predictor.probe_stream_value(v.value) if v.value is not None else None
         except UserError as exc:
             notes.append(f"probe directory {d}: {exc}")
     return notes
