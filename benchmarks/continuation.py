@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import uqh  # noqa: E402,F401 - sets the litellm env before litellm is imported
+from uqh.prompts import PROMPTS_DIR  # noqa: E402
 from uqh.rundir.schema import Attempt, CallRecord, DecodingConfig, Step  # noqa: E402
 
 FILLER = (
@@ -125,7 +126,7 @@ def main() -> int:
 
     from uqh.harness.episode.loop import build_messages
 
-    system = (ROOT / "prompts" / "arithmetic.txt").read_text()
+    system = (PROMPTS_DIR / "arithmetic.txt").read_text()
     messages = {}
     for key in ("arith-A#0", "arith-B#0"):
         task_prompt, steps = make_prefix(key, args.prefix_steps)
@@ -149,7 +150,7 @@ def main() -> int:
         "",
         f"`benchmarks/continuation.py --branches {m} --prefix-steps {args.prefix_steps} --max-tokens {args.max_tokens}`"
         f" on {platform.machine()} / Python {platform.python_version()}, SmolLM2-135M-Instruct Q4_1 via "
-        f"llama-cpp-python's server, top-5 logprobs; 2 prefixes x {m} branch first-step calls per mode; "
+        f"llama-server (native, 1 thread), top-5 logprobs; 2 prefixes x {m} branch first-step calls per mode; "
         f"wall time {total:.0f} s; load average at the end {os.getloadavg()[0]:.1f} (shared machine). Prompt tokens per call ~{res['grouped (prefix KV reuse)'][2] // (2 * m)}.",
         "",
         "| mode | calls | seconds | branch calls/s | speed-up vs baseline |",
@@ -164,8 +165,9 @@ def main() -> int:
         "Z + K calls per branch instead of K (here Z = "
         f"{args.prefix_steps}, so {args.prefix_steps + 1}x the calls for K = 1).",
         "`uqh continue` queues the branches of one prefix back to back, which is the `grouped` order; with "
-        "concurrency > 1 against a single-slot llama.cpp server, `--cache true` keeps the benefit when requests "
-        "of different prefixes interleave.",
+        "concurrency > 1, llama-server's slots (one per `--concurrency`) each keep their last prompt and a request "
+        "goes to the idle slot whose cache shares the longest prefix, which keeps the benefit when requests of "
+        "different prefixes interleave (the `2 server slots` row).",
     ]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,17 @@
 """The embedded local model (``local:smollm2``): uqh's throughput against raw llama.cpp and the old path.
 
     .venv/bin/python benchmarks/local_model.py [--tasks 20] [--readme-tasks 3]
-        [--rows readme,readme-2t,many,raw,old] [--merge EARLIER.json] [--out benchmarks/results/local_model.md]
+        [--rows readme,readme-2t,many,raw,raw-nogrammar,raw-other,old] [--other-server PATH]
+        [--prompts PROMPTS.json] [--merge EARLIER.json] [--out benchmarks/results/local_model.md]
 
 In one run, on the same HotpotQA tasks (first-step prompts of the first ``--tasks`` tasks):
 
 - ``raw llama-server``: the native server (``--parallel 4``, the thread count uqh uses) with no harness: each
   task's first-step prompt sent straight over HTTP, 4 in flight, with the request body uqh sends (top-5 logprobs,
   the four-tag grammar, the run's temperature and max_tokens). Its completion tokens/s are the limit;
+- ``raw llama-server, no grammar``: the same requests without the grammar (the grammar's cost on this path);
+- ``raw other llama-server``: the same requests (with the grammar) to the binary ``--other-server`` names (e.g. one
+  built from another llama.cpp), same flags, same thread count -- two builds compared on the same prompts;
 - ``uqh README job``: ``uqh run --domain hotpotqa --model local:smollm2 --tasks 3`` (the README's first run, its
   default concurrency), once with 1 server thread (the default) and once with 2, the harness sharing the cores;
 - ``uqh 20 tasks -c 4``: ``uqh run --domain hotpotqa --tasks 20 --concurrency 4``;
@@ -19,6 +23,8 @@ Each row: wall time (server start included), model calls, completion tokens, cal
 ratios against the old path and against raw llama.cpp. Measured, not asserted: the machine's load moves the
 absolute numbers, the ratios within one run are what to compare. ``--rows``/``--merge`` measure rows in separate
 runs and put them in one table (the results file then says so: such ratios compare different loads).
+The raw rows need the ``many`` run's first-step prompts: they are written to ``--prompts`` when ``many`` runs, and
+read from it when it does not.
 """
 from __future__ import annotations
 
@@ -113,19 +119,22 @@ def first_step_prompts(run_dir: Path) -> tuple[list[list[dict]], dict]:
     return prompts, manifest.config.decoding.model_dump()
 
 
-def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, threads: int) -> Row:
-    """The prompts straight to llama-server, ``parallel`` in flight, the request body uqh sends."""
+def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, threads: int, grammar: bool = True,
+            binary: Path | None = None, label: str | None = None) -> Row:
+    """The prompts straight to llama-server, ``parallel`` in flight, the request body uqh sends (``grammar``:
+    with the four-tag grammar; ``binary``: that llama-server instead of the one uqh finds)."""
     from uqh.harness.model import local
     from uqh.harness.model.transports import grammar_text
 
-    server = local.LocalModelServer(local.find_gguf("local:smollm2"), parallel=parallel, n_threads=threads)
-    grammar = grammar_text()
+    server = local.LocalModelServer(local.find_gguf("local:smollm2"), parallel=parallel, n_threads=threads,
+                                    binary=binary)
+    grammar_body = {"grammar": grammar_text()} if grammar else {}
 
     def call(i_messages: tuple[int, list[dict]]) -> tuple[int, int]:
         i, messages = i_messages
         body = {"model": server.alias, "messages": messages, "temperature": decoding["temperature"],
                 "top_p": decoding["top_p"], "max_tokens": decoding["max_tokens"], "seed": decoding["seed"] + i,
-                "logprobs": True, "top_logprobs": decoding["top_logprobs"], "grammar": grammar}
+                "logprobs": True, "top_logprobs": decoding["top_logprobs"], **grammar_body}
         req = urllib.request.Request(server.base_url + "/chat/completions", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=600) as r:
@@ -137,7 +146,7 @@ def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, threads
         with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
             got = list(pool.map(call, enumerate(prompts)))
     wall = time.perf_counter() - t0
-    row = Row(f"raw llama-server, {parallel} in flight", wall, len(got), sum(c for c, _ in got), sum(p for _, p in got))
+    row = Row(label or f"raw llama-server, {parallel} in flight", wall, len(got), sum(c for c, _ in got), sum(p for _, p in got))
     print(f"{row.label}: {wall:.1f} s, {row.completion_tokens} completion tokens ({row.tokens_per_s:.1f}/s)",
           file=sys.stderr, flush=True)
     return row
@@ -167,7 +176,7 @@ def render(rows: dict[str, Row], args: argparse.Namespace, load: tuple[float, fl
     return "\n".join(lines) + "\n"
 
 
-ROWS = ("readme", "readme-2t", "many", "raw", "old")
+ROWS = ("readme", "readme-2t", "many", "raw", "raw-nogrammar", "raw-other", "old")
 
 
 def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
@@ -179,9 +188,20 @@ def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
         return run_uqh(f"uqh README job ({n} tasks), 2 threads", tmp / "readme2", n, threads=2)
     if key == "many":
         return run_uqh(f"uqh {args.tasks} tasks, --concurrency 4", tmp / "many", args.tasks, concurrency=4)
-    if key == "raw":
-        prompts, decoding = first_step_prompts(tmp / "many")
-        return run_raw(prompts, decoding, parallel=4, threads=1)
+    if key.startswith("raw"):
+        if (tmp / "many").exists():
+            prompts, decoding = first_step_prompts(tmp / "many")
+            args.prompts.write_text(json.dumps({"prompts": prompts, "decoding": decoding}))
+        else:
+            saved = json.loads(args.prompts.read_text())
+            prompts, decoding = saved["prompts"], saved["decoding"]
+        if key == "raw":
+            return run_raw(prompts, decoding, parallel=4, threads=1)
+        if key == "raw-nogrammar":
+            return run_raw(prompts, decoding, parallel=4, threads=1, grammar=False,
+                           label="raw llama-server, 4 in flight, no grammar")
+        return run_raw(prompts, decoding, parallel=4, threads=1, binary=args.other_server,
+                       label="raw other llama-server (--other-server), 4 in flight")
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -196,12 +216,19 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=20)
     parser.add_argument("--readme-tasks", type=int, default=3)
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {','.join(ROWS)}")
+    parser.add_argument("--other-server", type=Path, help="the llama-server binary of the raw-other row")
+    parser.add_argument("--prompts", type=Path, default=Path(tempfile.gettempdir()) / "uqh-bench-local-prompts.json",
+                        help="the many run's first-step prompts: written when many runs, read by raw rows otherwise")
     parser.add_argument("--merge", type=Path, help="rows measured earlier (the JSON this script writes) to add")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "local_model.md")
     args = parser.parse_args()
     keys = [k for k in args.rows.split(",") if k]
-    if any(k not in ROWS for k in keys) or ("raw" in keys and "many" not in keys):
-        parser.error(f"--rows: a subset of {','.join(ROWS)}; raw needs many")
+    if any(k not in ROWS for k in keys):
+        parser.error(f"--rows: a subset of {','.join(ROWS)}")
+    if any(k.startswith("raw") for k in keys) and "many" not in keys and not args.prompts.is_file():
+        parser.error("--rows: the raw rows need many's prompts: add many, or --prompts a file an earlier run wrote")
+    if "raw-other" in keys and not (args.other_server and os.access(args.other_server, os.X_OK)):
+        parser.error("--rows raw-other needs --other-server, an executable llama-server")
     load = os.getloadavg()
     rows: dict[str, Row] = {}
     if args.merge:

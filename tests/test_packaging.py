@@ -104,8 +104,11 @@ def test_installed_wheel_runs_and_scores_arithmetic(installed, tmp_path, fake_se
 
 
 def test_installed_wheel_runs_hotpotqa_on_the_local_model(installed, tmp_path):
+    # one step is enough to prove the installed wheel finds its prompts, the GGUF and the server (CI time, #28)
     run = _uqh(installed, tmp_path, "run", "--domain", "hotpotqa", "--tasks", "1", "--model", "local:smollm2",
-               "--step-budget", "2", "--max-tokens", "96", "--out", "hq", "--no-progress", timeout=900)
+               "--step-budget", "1", "--max-tokens", "96", "--out", "hq", "--no-progress", timeout=900)
     assert run.returncode == 0, run.stderr
     (ep,) = read_episodes(tmp_path / "hq")
     assert ep.steps or ep.failed_step
+    calls = [a.call for s in ep.steps for a in s.attempts] + [a.call for a in ep.failed_step or []]
+    assert calls and all(c.usage.completion_tokens for c in calls)  # the local model answered
