@@ -454,8 +454,9 @@ def test_local_llama_server_forced_values_are_its_unconstrained_logprobs(urn_run
 
     with resolve_model("local:smollm2") as (litellm_model, api_base):
         free = asyncio.run(greedy_reply(litellm_model, api_base))
-        # the greedy reply's own text with something after it, an unlikely opening, and the observation
-        texts = [free.text + "\nDraw", "Zebra " + observation, observation]
+        # the greedy reply's own text with something after it, an unlikely opening, the observation, escapes
+        texts = [free.text + "\nDraw", "Zebra " + observation, observation,
+                 'He said "hi" \\ back\nCafé — naïve 🎲 中文\ttab [x]\x01']  # llama.cpp parses the escapes
         forced = [forced_score(api_base, context + [{"role": "user", "content": text}], model=litellm_model)
                   for text in texts]
     assert len(free.tokens) >= 3

@@ -22,8 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", required=True, choices=("p_true", "observation_surprise"),
                    help="p_true: ask the model whether the task will succeed; P(yes) from the answer's logprobs. "
                         "observation_surprise: mean NLL per token of each observation the agent received "
-                        "(teacher-forced by /v1/completions echo, else an exact chat replay); agent mode when "
-                        "--model is the run's model, auxiliary mode otherwise")
+                        "(teacher-forced by /v1/completions echo, else by a grammar on a local: model, else an "
+                        "exact chat replay; see --surprise-method); agent mode when --model is the run's model, "
+                        "auxiliary mode otherwise")
     p.add_argument("--model", required=True, metavar="MODEL",
                    help="model that answers the probe (usually the agent's own: openai/NAME with --api-base, or "
                         "local:smollm2)")
