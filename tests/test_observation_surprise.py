@@ -406,6 +406,9 @@ def test_the_method_option_is_recorded_and_guards_resume(urn_run, tmp_path, caps
         err = capsys.readouterr().err
         assert err.strip() == "uqh probe: error: --surprise-method applies to --probe observation_surprise only"
         assert not bad.exists()
+        assert probe(urn_run, tmp_path / "dry", srv, "--dry-run") == 0  # the default: auto, no forcing for a URL
+        assert "; methods completion_echo -> chat_replay" in capsys.readouterr().out
+        assert not (tmp_path / "dry").exists()
 
 
 def test_p_true_configs_keep_their_hash():
