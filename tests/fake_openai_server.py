@@ -60,6 +60,11 @@ its own, as in GPT-2-style BPE), so a line's first word never carries the newlin
 gets HTTP 500 "Only no echo is supported", what llama.cpp's llama-server answers. Its requests are recorded in
 ``completion_requests``.
 
+A chat request whose ``grammar`` (llama.cpp GBNF) is one string literal, ``root ::= "..."``, is answered with that
+literal's text, as llama-server's constrained decoding would (its escapes decoded as llama.cpp's grammar parser
+does: :func:`gbnf_literal_text`); the logprobs follow the usual rules. ``honour_grammar=False`` serves the
+responder's text instead, as a server that ignores the field.
+
 With ``quirky_top_logprobs=True`` every position lists 6 alternatives including a duplicate string and
 ``bytes: null`` -- the shape llama-cpp-python returns -- so clients' normalisation can be tested end to end.
 """
@@ -112,6 +117,34 @@ def echo_tokens(prompt: str) -> list[str]:
     for piece in re.split(r"(\n)", prompt):
         out += [piece] if piece == "\n" else tokenize(piece) if piece else []
     return out
+
+
+_GBNF_LITERAL_RE = re.compile(r'\s*root\s*::=\s*"((?:[^"\\]|\\.)*)"\s*', re.DOTALL)
+_GBNF_SIMPLE_ESCAPES = {"t": "\t", "r": "\r", "n": "\n", "\\": "\\", '"': '"', "[": "[", "]": "]"}
+_GBNF_HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
+
+
+def gbnf_literal_text(grammar: str) -> str | None:
+    """The text of a grammar ``root ::= "..."`` (one string literal), or None for any other grammar."""
+    m = _GBNF_LITERAL_RE.fullmatch(grammar)
+    if m is None:
+        return None
+    body, out, i = m.group(1), [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        kind = body[i + 1]
+        if kind in _GBNF_HEX_DIGITS:
+            n = _GBNF_HEX_DIGITS[kind]
+            out.append(chr(int(body[i + 2:i + 2 + n], 16)))
+            i += 2 + n
+        else:
+            out.append(_GBNF_SIMPLE_ESCAPES[kind])  # anything else is an error, as in llama.cpp
+            i += 2
+    return "".join(out)
 
 
 def chosen_probability(token: str) -> float:
@@ -304,6 +337,7 @@ class FakeOpenAIServer:
         scripted_logprobs: dict[str, list[tuple[str, float]]] | None = None,
         echo_padding: int = 270,
         completions_echo: bool = True,
+        honour_grammar: bool = True,
     ) -> None:
         for f in faults or ():
             if f not in FAULTS:
@@ -324,6 +358,7 @@ class FakeOpenAIServer:
         self._cached_prefixes: set[str] = set()  # keys of the message prefixes seen (chat) or marked (messages)
         self.echo_padding = echo_padding
         self.completions_echo = completions_echo
+        self.honour_grammar = honour_grammar
         self.completion_requests: list[dict] = []  # bodies of /v1/completions requests
         self.requests: list[dict] = []
         self.faults_served: list[str] = []
@@ -525,6 +560,9 @@ class FakeOpenAIServer:
             return web.Response(
                 status=400, body=_error_body(400, msg, "invalid_request_error"), content_type="application/json"
             )
+        forced = gbnf_literal_text(str(body["grammar"])) if self.honour_grammar and body.get("grammar") else None
+        if forced is not None:
+            text = forced
         messages = body.get("messages", [])
         if isinstance(text, dict):  # a native tool call (tau2's own LLM agent): no content, so no token logprobs
             payload = build_tool_call_body(text["tool_calls"], model=str(body.get("model", "fake")),

@@ -1,7 +1,9 @@
 """`uqh probe --probe observation_surprise` over a recorded urn run, against the fake server: the value equals the
-hand-computed mean NLL of the echoed observation tokens, the chat-replay fallback keeps only exact replays, a
-server without logprobs gives missing values with the reason, kill -9 and resume leave no duplicate and the probed
-run byte-identical, and `uqh score/export/report --probes` carry the predictor (raw: rank metrics only)."""
+hand-computed mean NLL of the echoed (or grammar-forced) observation tokens, the chat-replay fallback keeps only
+exact replays, a forced reply that is not the observation is missing with the reason, a server without logprobs
+gives missing values with the reason, kill -9 and resume leave no duplicate and the probed run byte-identical, and
+`uqh score/export/report --probes` carry the predictor (raw: rank metrics only). On the real local llama-server,
+grammar forcing gives values, and its logprobs are the model's unconstrained ones."""
 import asyncio
 import json
 import math
@@ -290,18 +292,186 @@ def test_user_mistakes_are_one_line_and_write_nothing(urn_run, tmp_path, capsys)
     assert "different probe config (differs in: " in err and "probe" in err and digest(out) == before
 
 
-def test_local_llama_server_refuses_echo_and_only_an_exact_replay_counts(urn_run, tmp_path):
-    """The real local model (llama.cpp's llama-server): echo is refused (HTTP 500), so every value of the first
-    episode is a chat replay, recorded with the refusal, and it has a value only where the replay was exact."""
+def test_gbnf_string_escapes_quotes_backslashes_and_control_characters():
+    from uqh.harness.model.forced import forced_max_tokens, gbnf_string, literal_grammar
+
+    assert gbnf_string('say "hi" \\ x\n\t\r\x01\x7f é 🎲 [a]') == (
+        '"say \\"hi\\" \\\\ x\\n\\t\\r\\x01\\x7F é 🎲 [a]"')
+    assert literal_grammar("") == 'root ::= ""\n'
+    assert forced_max_tokens("é🎲") == 2 + 4 + 1  # a token carries at least one byte; then the end token
+
+
+def forced_score(base_url, messages, top_logprobs=5, model="openai/fake"):
+    from uqh.harness.judge.probe import probe_decoding, surprise_clients_factory
+    from uqh.rundir.probes import ProbeKind
+
+    async def score():
+        clients = surprise_clients_factory(probe_decoding(top_logprobs, probe=ProbeKind.observation_surprise), None,
+                                           ("grammar_forced",))(model, base_url)
+        try:
+            assert clients.echo is None and clients.echo_refused is None
+            return await clients.forced.complete(messages, seed=1)
+        finally:
+            await clients.aclose()
+
+    return asyncio.run(score())
+
+
+def test_forcing_one_observation_equals_the_literal_hand_computation():
+    """Through the model client and the forcing transport: the server sees the conversation without the
+    observation and a grammar admitting only it; Draw(0.9) 1(0.7) of(0.8) 3(0.7) :(0.6) red(0.25) .(0.6)."""
+    from fake_openai_server import FakeOpenAIServer
+
+    messages = [{"role": "system", "content": "S"}, {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "Draw 1 of 3: red."}]
+    with FakeOpenAIServer("unused", scripted_logprobs=SCRIPT) as srv:
+        completion = forced_score(srv.base_url, messages)
+        body = srv.requests[0]
+    assert srv.completion_requests == []
+    assert body["grammar"] == 'root ::= "Draw 1 of 3: red."\n' and body["messages"] == messages[:-1]
+    assert body["temperature"] == 0.0 and body["logprobs"] is True and body["top_logprobs"] == 5
+    assert body["post_sampling_probs"] is False and body["max_tokens"] == len("Draw 1 of 3: red.") + 1
+    value, min_prob, n, reason = surprise_from_completion(completion, "Draw 1 of 3: red.", "grammar_forced")
+    probs = [0.9, 0.7, 0.8, 0.7, 0.6, 0.25, 0.6]
+    assert reason is None and n == 7 and min_prob == pytest.approx(0.25)
+    assert value == pytest.approx(-sum(math.log(p) for p in probs) / 7, abs=1e-12)
+
+
+def test_forced_surprise_equals_the_hand_computed_nll_over_a_run(urn_run, tmp_path):
+    """--surprise-method forced: no echo is asked; every value is the forced tokens' mean NLL; every request's
+    grammar spells exactly the scored observation (escapes included: the fake decodes them as llama.cpp does)."""
+    from fake_openai_server import FakeOpenAIServer, gbnf_literal_text
+
+    before = digest(urn_run)
+    out = tmp_path / "forced"
+    with FakeOpenAIServer("unused", scripted_logprobs=SCRIPT) as srv:
+        assert probe(urn_run, out, srv, "--surprise-method", "forced") == 0
+        bodies = list(srv.requests)
+        assert srv.completion_requests == []
+    eps = {e.episode_id: e for e in read_episodes(urn_run)}
+    lines = probe_lines(out)
+    assert len(lines) == len(bodies) == sum(e.n_steps for e in eps.values())
+    for v in lines:
+        obs = observations(eps[v["episode_id"]])[v["t"]]
+        probs = [token_probability(tok) for tok in tokenize(obs)]
+        assert v["method"] == "grammar_forced" and v["missing_reason"] is None and v["echo_refused"] is None
+        assert v["value"] == pytest.approx(-sum(map(math.log, probs)) / len(probs), abs=1e-12)
+        assert v["n_tokens"] == len(probs) and v["min_prob"] == pytest.approx(min(probs))
+    forced_texts = sorted(gbnf_literal_text(b["grammar"]) for b in bodies)
+    assert forced_texts == sorted(observations(eps[v["episode_id"]])[v["t"]] for v in lines)
+    assert all(b["messages"][-1]["role"] != "user" or b["messages"][-1]["content"] not in forced_texts
+               for b in bodies)  # the observation is forced, never part of the context
+    assert json.loads((out / "probe_manifest.json").read_text())["config"]["surprise_method"] == "forced"
+    assert digest(urn_run) == before
+
+
+def test_a_forced_reply_that_is_not_the_observation_is_missing_with_the_reason(urn_run, tmp_path):
+    """A server that ignores the grammar: a different reply, or a reply cut at max_tokens, is missing."""
+    from fake_openai_server import FakeOpenAIServer
+
+    out = tmp_path / "ignored"
+    with FakeOpenAIServer("Draw 9 of 9: blue.", honour_grammar=False) as srv:
+        assert probe(urn_run, out, srv, "--surprise-method", "forced", "--limit", "1") == 0
+    lines = probe_lines(out)
+    assert lines and all(v["value"] is None and v["method"] == "grammar_forced" for v in lines)
+    assert all(v["missing_reason"].startswith("grammar forcing: the reply is not the observation (they differ from "
+                                              "character ") for v in lines)
+    assert all("did not apply the grammar" in v["missing_reason"] for v in lines)
+    out = tmp_path / "cut"
+    with FakeOpenAIServer(lambda body: "word " * 600, honour_grammar=False) as srv:
+        assert probe(urn_run, out, srv, "--surprise-method", "forced", "--limit", "1") == 0
+    assert all("(the reply stopped at max_tokens)" in v["missing_reason"] for v in probe_lines(out))
+
+
+def test_the_method_option_is_recorded_and_guards_resume(urn_run, tmp_path, capsys):
+    from fake_openai_server import FakeOpenAIServer
+
+    out = tmp_path / "echo_only"
+    with FakeOpenAIServer("Draw", completions_echo=False) as srv:  # echo only, refused: missing, no replay
+        assert probe(urn_run, out, srv, "--surprise-method", "echo", "--limit", "1") == 0
+        assert srv.requests == []
+        lines = probe_lines(out)
+        assert lines and all(v["value"] is None and v["method"] == "completion_echo" for v in lines)
+        assert all(v["missing_reason"].startswith("completion_echo: the endpoint refused /v1/completions echo "
+                                                  "(HTTP 500: Only no echo is supported)") for v in lines)
+        before = digest(out)
+        capsys.readouterr()
+        assert probe(urn_run, out, srv, "--surprise-method", "replay", "--limit", "1") == 2
+        err = capsys.readouterr().err
+        assert "differs in: " in err and "surprise_method" in err and len(err.strip().splitlines()) == 1
+        assert digest(out) == before
+        bad = tmp_path / "bad"
+        assert main(["probe", str(urn_run), "--probe", "p_true", "--model", "openai/fake", "--api-base",
+                     srv.base_url, "--out", str(bad), "--surprise-method", "forced"]) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == "uqh probe: error: --surprise-method applies to --probe observation_surprise only"
+        assert not bad.exists()
+        assert probe(urn_run, tmp_path / "dry", srv, "--dry-run") == 0  # the default: auto, no forcing for a URL
+        assert "; methods completion_echo -> chat_replay" in capsys.readouterr().out
+        assert not (tmp_path / "dry").exists()
+
+
+def test_p_true_configs_keep_their_hash():
+    """The new field is out of the hash while null: probe directories made before it still resume."""
+    from uqh.rundir.probes import ProbeConfig, ProbeKind
+    from uqh.rundir.schema import DecodingConfig
+
+    config = ProbeConfig(runs=[], probe=ProbeKind.p_true, model="m", decoding=DecodingConfig(), prompt_sha256="0",
+                         package_version="0")
+    data = {k: v for k, v in config.model_dump(mode="json").items() if k not in ("api_base", "surprise_method")}
+    import hashlib
+
+    expected = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert config.config_hash() == expected
+    assert config.model_copy(update={"surprise_method": "auto"}).config_hash() != expected
+
+
+def test_local_llama_server_forced_values_are_its_unconstrained_logprobs(urn_run, tmp_path):
+    """The real local model (llama.cpp's llama-server refuses echo): `auto` forces every observation by grammar and
+    every value exists. The forced tokens' logprobs equal those of an unconstrained greedy reply at the positions
+    where that reply has the same tokens (within 1e-3), and a forced unlikely first token is reported with its
+    low probability, not ~1: the logprobs are the model's, before the grammar."""
+    from uqh.harness.model.client import make_model_client
+    from uqh.harness.model.local import resolve_model
+    from uqh.rundir.schema import DecodingConfig
+
     out = tmp_path / "local"
     assert main(["probe", str(urn_run), "--probe", "observation_surprise", "--model", "local:smollm2", "--out",
                  str(out), "--limit", "1", "--concurrency", "1", "--no-progress"]) == 0
     lines = probe_lines(out)
-    assert lines and all(v["method"] == "chat_replay" and v["scorer_mode"] == "auxiliary" for v in lines)
+    assert lines and all(v["method"] == "grammar_forced" and v["scorer_mode"] == "auxiliary" for v in lines)
     assert all("HTTP 500: Only no echo is supported" in v["echo_refused"] for v in lines)
+    assert all(v["value"] is not None and v["value"] > 0 and v["n_tokens"] >= 1 for v in lines)
+
     ep = next(e for e in read_episodes(urn_run) if e.episode_id == lines[0]["episode_id"])
-    for v in lines:
-        if v["value"] is None:
-            assert v["missing_reason"].startswith("chat replay: the greedy reply is not the observation")
-        else:  # an exact replay: the reply is the observation
-            assert v["raw_text"] == observations(ep)[v["t"]] and v["n_tokens"] >= 1
+    observation = ep.steps[0].observation if ep.n_steps >= 2 else ep.task_prompt
+    context = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": ep.task_prompt}]
+    greedy_decoding = DecodingConfig(temperature=0.0, logprobs=True, top_logprobs=5, max_tokens=24, seed=1)
+
+    async def greedy_reply(litellm_model, api_base):
+        greedy = make_model_client(litellm_model, api_base=api_base, decoding=greedy_decoding)
+        try:
+            return await greedy.complete(context, seed=1)
+        finally:
+            await greedy.aclose()
+
+    with resolve_model("local:smollm2") as (litellm_model, api_base):
+        free = asyncio.run(greedy_reply(litellm_model, api_base))
+        # the greedy reply's own text with something after it, an unlikely opening, the observation, escapes
+        texts = [free.text + "\nDraw", "Zebra " + observation, observation,
+                 'He said "hi" \\ back\nCafé — naïve 🎲 中文\ttab [x]\x01']  # llama.cpp parses the escapes
+        forced = [forced_score(api_base, context + [{"role": "user", "content": text}], model=litellm_model)
+                  for text in texts]
+    assert len(free.tokens) >= 3
+    for text, completion in zip(texts, forced):
+        assert "".join(t.token for t in completion.tokens) == text
+    same = 0
+    for a, b in zip(free.tokens, forced[0].tokens):
+        if a.token != b.token:
+            break
+        assert b.logprob == pytest.approx(a.logprob, abs=1e-3)
+        same += 1
+    assert same >= 3
+    first = forced[1].tokens[0]
+    assert first.token.startswith("Z") and first.logprob < -5
+    assert first.top_logprobs[0].token != first.token and first.top_logprobs[0].logprob > first.logprob + 3

@@ -2,7 +2,7 @@
 directory (resumable).
 
     uqh probe RUN_DIR... --probe p_true|observation_surprise --model MODEL [--api-base URL] --out PROBE_DIR [--limit N]
-              [--top-logprobs K] [--concurrency C] [--dry-run]
+              [--top-logprobs K] [--concurrency C] [--surprise-method auto|echo|forced|replay] [--dry-run]
 
 The probed runs are only read. Re-running the same command resumes (finished values are kept); a changed
 config is refused with the fields that differ. ``uqh score RUN --probes PROBE_DIR`` scores the values as the
@@ -22,8 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", required=True, choices=("p_true", "observation_surprise"),
                    help="p_true: ask the model whether the task will succeed; P(yes) from the answer's logprobs. "
                         "observation_surprise: mean NLL per token of each observation the agent received "
-                        "(teacher-forced by /v1/completions echo, else an exact chat replay); agent mode when "
-                        "--model is the run's model, auxiliary mode otherwise")
+                        "(teacher-forced by /v1/completions echo, else by a grammar on a local: model, else an "
+                        "exact chat replay; see --surprise-method); agent mode when --model is the run's model, "
+                        "auxiliary mode otherwise")
     p.add_argument("--model", required=True, metavar="MODEL",
                    help="model that answers the probe (usually the agent's own: openai/NAME with --api-base, or "
                         "local:smollm2)")
@@ -32,6 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-logprobs", type=int, default=10, metavar="K",
                    help="alternatives asked for at the answer token (default 10)")
     p.add_argument("--concurrency", type=int, metavar="C", help="calls in flight (default 8; 2 for local:)")
+    p.add_argument("--surprise-method", choices=("auto", "echo", "forced", "replay"), metavar="METHOD",
+                   help="observation_surprise only: how observations are teacher-forced. auto (default): "
+                        "/v1/completions echo, else grammar-forced decoding on a local: model (llama-server), else "
+                        "the exact chat replay; echo, forced (any server taking a llama.cpp GBNF 'grammar') or "
+                        "replay: that method only")
     p.add_argument("--seed", type=int, default=42, metavar="N", help="probe seed; each call's seed derives from it")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
@@ -42,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from uqh.harness.config.build import check_endpoint_url, validate_model_string
-    from uqh.harness.judge.probe import PROBE_LAYOUT, build_probe_config, plan_probes, probe_decoding, run_probes
+    from uqh.harness.judge.probe import (PROBE_LAYOUT, build_probe_config, plan_probes, probe_decoding, run_probes,
+                                         surprise_methods)
     from uqh.harness.judge.runner import check_judge_out, check_judge_resumable, open_runs
     from uqh.harness.model.local import check_credentials
     from uqh.harness.runner import default_concurrency
@@ -53,12 +60,15 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.surprise_method is not None and args.probe != "observation_surprise":
+        raise UserError("--surprise-method applies to --probe observation_surprise only")
     check_endpoint_url("--api-base", args.api_base)  # no credentials or query string: they would be recorded
     validate_model_string(args.model, args.api_base)
     check_credentials(args.model, args.api_base)
     readers = open_runs(args.run_dirs)
     config = build_probe_config(readers, ProbeKind(args.probe), args.model, args.api_base,
-                                probe_decoding(args.top_logprobs, args.seed, ProbeKind(args.probe)))
+                                probe_decoding(args.top_logprobs, args.seed, ProbeKind(args.probe)),
+                                args.surprise_method)
     out = Path(args.out)
     check_judge_out(out, [r.path for r in readers], PROBE_LAYOUT)
     check_judge_resumable(out, config, PROBE_LAYOUT)
@@ -67,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
         tasks = plan_probes(config, readers, limit=args.limit)
         done = {v.key for v in ProbeDir.open(out).values()} if (out / PROBE_LAYOUT.manifest_file).exists() else set()
         todo = sum(t.key not in done for t in tasks)
-        print(f"probe         {config.probe.value} with {config.model}" + (f" via {config.api_base}" if config.api_base else ""))
+        print(f"probe         {config.probe.value} with {config.model}" + (f" via {config.api_base}" if config.api_base else "")
+              + (f"; methods {' -> '.join(surprise_methods(config.surprise_method, config.model))}"
+                 if config.surprise_method else ""))
         print(f"values        {len(tasks)} planned (one per recorded step), {len(tasks) - todo} already in {out}, "
               f"{todo} to make; calls {todo}; concurrency {concurrency}")
         print("dry run: no model was called, nothing was written.")

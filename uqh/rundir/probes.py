@@ -18,7 +18,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -37,6 +37,10 @@ class ProbeKind(str, Enum):
     observation_surprise = "observation_surprise"
 
 
+#: observation_surprise's teacher-forcing methods (``uqh probe --surprise-method``); ``auto`` tries them in order.
+SurpriseMethod = Literal["auto", "echo", "forced", "replay"]
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,13 +55,24 @@ class ProbeConfig(_Record):
     decoding: DecodingConfig
     prompt_sha256: Annotated[str, Field(description="sha256 of the probe's prompt template file.")]
     package_version: str
+    surprise_method: Annotated[
+        SurpriseMethod | None,
+        Field(description="observation_surprise: how observations are teacher-forced -- 'auto' (completion echo, "
+                          "else grammar forcing on a local: model, else the chat replay), or only 'echo', "
+                          "'forced' or 'replay'; null for p_true (and probe directories made before it existed)."),
+    ] = None
 
     def config_hash(self) -> str:
         data = {k: v for k, v in self.model_dump(mode="json").items() if k not in PROBE_HASH_EXCLUDED}
+        for key in PROBE_LATER_FIELDS:  # added later: out of the hash while None, so older directories resume
+            if data.get(key) is None:
+                data.pop(key, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 PROBE_HASH_EXCLUDED = frozenset({"api_base"})
+#: ProbeConfig fields added after probe directories shipped; left out of the hash while None.
+PROBE_LATER_FIELDS = ("surprise_method",)
 
 
 def probe_config_differences(old: ProbeConfig, new: ProbeConfig) -> list[str]:
@@ -97,15 +112,16 @@ class ProbeValue(_Record):
                                       "'auxiliary' (another model, with the observer prompt).")] = None
     method: Annotated[
         str | None, Field(description="observation_surprise: 'completion_echo' (teacher-forced through "
-                                      "/v1/completions echo) or 'chat_replay' (a greedy chat reply, kept only when "
-                                      "it reproduces the observation exactly).")] = None
+                                      "/v1/completions echo), 'grammar_forced' (a greedy chat reply forced by a "
+                                      "GBNF grammar to be the observation) or 'chat_replay' (a greedy chat reply, "
+                                      "kept only when it reproduces the observation exactly).")] = None
     n_tokens: Annotated[int | None, Field(description="observation_surprise: the observation's scored tokens.")] = None
     min_prob: Annotated[
         float | None, Field(description="observation_surprise: the smallest probability of an observation token.")
     ] = None
     echo_refused: Annotated[
         str | None, Field(description="observation_surprise: why /v1/completions echo was not used (then "
-                                      "method is chat_replay).")] = None
+                                      "method is grammar_forced or chat_replay).")] = None
 
     @model_validator(mode="after")
     def _value_xor_missing(self) -> "ProbeValue":

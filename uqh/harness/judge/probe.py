@@ -18,8 +18,11 @@ decision (and in some domains it reveals the outcome). ``agent`` mode uses the p
 conversation (the probing model is the run's model); ``auxiliary`` mode (another model) replaces the system prompt
 by the observer prompt ``prompts/probes/observation_surprise.txt`` followed by the run's system prompt.
 Teacher forcing goes through ``/v1/completions`` with ``echo`` (:mod:`uqh.harness.model.echo`) where the endpoint
-serves it; elsewhere a chat reply is asked for and kept only when it reproduces the observation exactly (the
-exact-match check). Otherwise the value is missing with the reason (:func:`surprise_from_completion`).
+serves it; on a ``local:`` model (llama-server, which refuses echo) through grammar-forced decoding
+(:mod:`uqh.harness.model.forced`); elsewhere a chat reply is asked for and kept only when it reproduces the
+observation exactly (the exact-match check). ``--surprise-method`` (:data:`SURPRISE_METHOD_ORDER`) picks one
+method instead. Either way a value whose tokens do not spell the observation is missing with the reason
+(:func:`surprise_from_completion`).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from uqh.harness.episode.loop import build_messages, derive_seed
 from uqh.harness.judge.runner import JudgeSummary, SidecarLayout, run_sidecar
 from uqh.harness.model.echo import EchoTransport, EchoUnsupported
 from uqh.harness.model.errors import ModelCallFailed
+from uqh.harness.model.forced import ForcedTransport
 from uqh.harness.model.transports import Endpoint
 from uqh.harness.model.types import Completion
 from uqh.harness.progress import EpisodeSummary
@@ -47,10 +51,11 @@ from uqh.rundir.probes import (
     ProbeKind,
     ProbeManifest,
     ProbeValue,
+    SurpriseMethod,
     probe_config_differences,
 )
 from uqh.rundir.reader import RunDir
-from uqh.rundir.schema import DecodingConfig, Episode, TokenLogprob
+from uqh.rundir.schema import CallRecord, DecodingConfig, Episode, TokenLogprob
 
 #: The answer options of ``p_true``: the first is "True". A top alternative counts for an option when its text,
 #: stripped and lower-cased, equals it (``Yes``, `` yes`` and ``yes`` all count for ``yes``).
@@ -178,18 +183,23 @@ def surprise_from_completion(
     """(mean NLL per token, min token probability, token count, missing reason) of the observation.
 
     The tokens count only when they spell the observation exactly: an echo whose first target token straddles the
-    marker, or a chat replay whose greedy reply is not the observation, is missing with the reason (the
-    replay's tokens would score the model's own text, not the observation)."""
+    marker, a chat replay whose greedy reply is not the observation (its tokens would score the model's own
+    text, not the observation) or a forced reply that is not it (a server ignoring the grammar) is missing with
+    the reason."""
     tokens = completion.tokens
     if tokens is None:
         return None, None, None, "the provider returned no logprobs"
     text = "".join(t.token for t in tokens)
     if text != observation:
         at = next((i for i, (a, b) in enumerate(zip(text, observation)) if a != b), min(len(text), len(observation)))
+        cut = " (the reply stopped at max_tokens)" if completion.call.finish_reason == "length" else ""
         if method == "chat_replay":
-            cut = " (the reply stopped at max_tokens)" if completion.call.finish_reason == "length" else ""
             return None, None, None, (f"chat replay: the greedy reply is not the observation (they differ from "
                                       f"character {at} of {len(observation)}){cut}; no teacher forcing without echo")
+        if method == "grammar_forced":
+            return None, None, None, (f"grammar forcing: the reply is not the observation (they differ from "
+                                      f"character {at} of {len(observation)}){cut}; the server did not apply the "
+                                      f"grammar")
         return None, None, None, (f"completion echo: the tokens from the observation's start do not spell it "
                                   f"(they differ from character {at})")
     if not tokens:
@@ -198,24 +208,43 @@ def surprise_from_completion(
     return -sum(lps) / len(lps), math.exp(min(lps)), len(lps), None
 
 
+#: observation_surprise's methods in the order ``auto`` tries them (``--surprise-method`` picks one): the
+#: method's name in ``ProbeValue.method``. ``auto`` uses grammar forcing only where uqh knows the server takes a
+#: GBNF grammar: a ``local:`` model, served by llama-server.
+SURPRISE_METHOD_ORDER = (("echo", "completion_echo"), ("forced", "grammar_forced"), ("replay", "chat_replay"))
+
+
+def surprise_methods(method: SurpriseMethod, model: str) -> tuple[str, ...]:
+    """The methods (ProbeValue.method names) a probe run may use, in order, for ``--surprise-method`` ``method``
+    and the probing model string as given."""
+    if method != "auto":
+        return tuple(name for key, name in SURPRISE_METHOD_ORDER if key == method)
+    forced_ok = model.startswith("local:")
+    return tuple(name for key, name in SURPRISE_METHOD_ORDER if key != "forced" or forced_ok)
+
+
 @dataclass
 class SurpriseClients:
-    """observation_surprise's two clients: ``echo`` (``/v1/completions`` echo; None without an OpenAI-compatible
-    URL) and ``chat`` (the fallback). ``echo_refused`` is set once the endpoint refused echo, so the later calls
-    go straight to the fallback."""
+    """observation_surprise's clients: ``echo`` (``/v1/completions`` echo), ``forced`` (grammar-forced chat) -- each
+    None without an OpenAI-compatible URL or when ``methods`` leaves it out -- and ``chat`` (the replay).
+    ``echo_refused`` is set once the endpoint refused echo, so the later calls skip it."""
 
     chat: Any
     echo: Any | None
     echo_refused: str | None = None
+    forced: Any | None = None
+    methods: tuple[str, ...] = ("completion_echo", "chat_replay")
 
     async def aclose(self) -> None:
-        for c in (self.chat, self.echo):
+        for c in (self.chat, self.echo, self.forced):
             if c is not None:
                 await c.aclose()
 
 
-def surprise_clients_factory(decoding: DecodingConfig, chat_factory: Callable[[str, str | None], Any] | None):
-    """A runner ``client_factory`` making :class:`SurpriseClients` (the chat one by ``chat_factory`` when given)."""
+def surprise_clients_factory(decoding: DecodingConfig, chat_factory: Callable[[str, str | None], Any] | None,
+                             methods: tuple[str, ...] = ("completion_echo", "chat_replay")):
+    """A runner ``client_factory`` making :class:`SurpriseClients` for ``methods`` (the chat one by ``chat_factory``
+    when given)."""
     def make(litellm_model: str, api_base: str | None) -> SurpriseClients:
         import os
 
@@ -225,41 +254,61 @@ def surprise_clients_factory(decoding: DecodingConfig, chat_factory: Callable[[s
             chat = chat_factory(litellm_model, api_base)
         else:
             chat = make_model_client(litellm_model, api_base=api_base, decoding=decoding)
-        echo, refused = None, None
+        echo, forced, refused = None, None, None
         if litellm_model.startswith("openai/") and api_base is not None:
             key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
             endpoint = Endpoint(litellm_model, api_base, key, ECHO_TIMEOUT_S, decoding)
-            echo = make_model_client(litellm_model, api_base=api_base, decoding=decoding, api_key=key,
-                                     transport=EchoTransport(endpoint))
-        else:
+            if "completion_echo" in methods:
+                echo = make_model_client(litellm_model, api_base=api_base, decoding=decoding, api_key=key,
+                                         transport=EchoTransport(endpoint))
+            if "grammar_forced" in methods:
+                forced = make_model_client(litellm_model, api_base=api_base, decoding=decoding, api_key=key,
+                                           transport=ForcedTransport(endpoint))
+        elif "completion_echo" in methods:
             refused = "completion echo needs an OpenAI-compatible endpoint (openai/NAME with --api-base)"
-        return SurpriseClients(chat, echo, refused)
+        return SurpriseClients(chat, echo, refused, forced, methods)
 
     return make
 
 
+def _no_method_left(task: ProbeTask, clients: SurpriseClients, model: str) -> ProbeValue:
+    """The value when the only allowed method cannot be used (echo refused with ``--surprise-method echo``, or
+    forcing without an OpenAI-compatible URL): missing with the reason; no tokens were served."""
+    wanted = clients.methods[0] if clients.methods else "none"
+    why = clients.echo_refused if wanted == "completion_echo" else (
+        "grammar forcing needs an OpenAI-compatible endpoint (openai/NAME with --api-base)")
+    return ProbeValue(run=task.run, episode_id=task.episode.episode_id, t=task.t, probe=task.probe, value=None,
+                      missing_reason=f"{wanted}: {why}", call=CallRecord(model=model),
+                      probed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), scorer_mode=task.mode,
+                      method=wanted, echo_refused=clients.echo_refused if wanted == "completion_echo" else None)
+
+
 async def surprise_one(clients: SurpriseClients, task: ProbeTask) -> ProbeValue:
-    """One observation scored: echo first, the chat replay when the endpoint refuses echo. ModelCallFailed of a
-    call that should have worked propagates (not a value: a re-run retries it)."""
+    """One observation scored by the first usable method of ``clients.methods``: echo until the endpoint refuses
+    it, then grammar forcing (where allowed), then the chat replay. ModelCallFailed of a call that should have
+    worked propagates (not a value: a re-run retries it)."""
     messages = observation_messages(task)
     observation = messages[-1]["content"]
-    completion, method = None, "completion_echo"
+    completion, method = None, None
     if clients.echo is not None and clients.echo_refused is None:
         try:
-            completion = await clients.echo.complete(messages, seed=task.seed)
+            completion, method = await clients.echo.complete(messages, seed=task.seed), "completion_echo"
         except ModelCallFailed as exc:
             if not isinstance(exc.__cause__, EchoUnsupported):
                 raise
             clients.echo_refused = f"the endpoint refused /v1/completions echo ({exc.__cause__})"
+    if completion is None and clients.forced is not None:
+        completion, method = await clients.forced.complete(messages, seed=task.seed), "grammar_forced"
+    if completion is None and "chat_replay" in clients.methods:
+        completion, method = await clients.chat.complete(messages[:-1], seed=task.seed), "chat_replay"
     if completion is None:
-        method = "chat_replay"
-        completion = await clients.chat.complete(messages[:-1], seed=task.seed)
+        return _no_method_left(task, clients, getattr(clients.chat, "model", "unknown"))
     value, min_prob, n, reason = surprise_from_completion(completion, observation, method)
     return ProbeValue(run=task.run, episode_id=task.episode.episode_id, t=task.t, probe=task.probe, value=value,
                       missing_reason=reason, raw_text=completion.text if method == "chat_replay" else "",
                       call=completion.call, probed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       scorer_mode=task.mode, method=method, n_tokens=n, min_prob=min_prob,
-                      echo_refused=clients.echo_refused if method == "chat_replay" else None)
+                      echo_refused=clients.echo_refused if method != "completion_echo" else None)
 
 
 async def probe_one(client, task: ProbeTask) -> ProbeValue:
@@ -281,13 +330,17 @@ def probe_summary(v: ProbeValue) -> EpisodeSummary:
 
 
 def build_probe_config(readers: list[RunDir], probe: ProbeKind, model: str, api_base: str | None,
-                       decoding: DecodingConfig) -> ProbeConfig:
+                       decoding: DecodingConfig, surprise_method: SurpriseMethod | None = None) -> ProbeConfig:
+    """The probe's config; ``surprise_method`` (observation_surprise only) defaults to ``auto``."""
     from uqh import __version__
 
     runs = [JudgedRun(path=str(r.path.resolve()), config_hash=r.manifest.config_hash, domain=r.config.domain,
                       model=r.config.model) for r in readers]
+    if probe is ProbeKind.observation_surprise and surprise_method is None:
+        surprise_method = "auto"
     return ProbeConfig(runs=runs, probe=probe, model=model, api_base=api_base, decoding=decoding,
-                       prompt_sha256=prompt_sha256(probe), package_version=__version__)
+                       prompt_sha256=prompt_sha256(probe), package_version=__version__,
+                       surprise_method=surprise_method)
 
 
 def run_probes(config: ProbeConfig, readers: list[RunDir], out: Path | str, *, limit: int | None = None,
@@ -296,6 +349,7 @@ def run_probes(config: ProbeConfig, readers: list[RunDir], out: Path | str, *, l
     """Make (or resume) every planned probe value into ``out`` with the judge's runner; return the summary."""
     tasks = plan_probes(config, readers, limit=limit)
     if config.probe is ProbeKind.observation_surprise:
-        client_factory = surprise_clients_factory(config.decoding, client_factory)
+        methods = surprise_methods(config.surprise_method or "auto", config.model)
+        client_factory = surprise_clients_factory(config.decoding, client_factory, methods)
     return run_sidecar(config, PROBE_LAYOUT, tasks, Path(out), probe_one, probe_summary, model=config.model,
                        concurrency=concurrency, progress=progress, label="uqh probe", client_factory=client_factory)
