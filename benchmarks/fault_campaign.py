@@ -589,6 +589,22 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="fault-campaign-", dir=args.work))
     c = Campaign(work, args.seed)
     categories: list[Category] = []
+    cmd = "python benchmarks/fault_campaign.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    sizes = (f"{args.kills} kills of {args.tasks}-task runs; {args.fault_episodes} episodes per fault type at "
+             f"{args.fault_rate:.0%}; load C={args.load_concurrency} x {args.load_episodes}; breaker window "
+             f"{args.breaker_window or 120} s")
+
+    def finished(cat: Category) -> None:  # written after each category, so a long campaign keeps what it measured
+        categories.append(cat)
+        print(f"{cat.name}: {cat.held}/{cat.tried} held ({time.monotonic() - t0:.0f} s)", flush=True)
+        for f in cat.failures:
+            print(f"  FAILED {f}", flush=True)
+        meta = {"command": cmd.strip(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+                "load_start": load_start, "load_end": load_average(), "wall_s": time.monotonic() - t0,
+                "sizes": sizes, "held": all(x.held == x.tried for x in categories)}
+        write_results(categories, meta, args.out)
+
     try:
         src = work / "src"
         with c.server() as srv:
@@ -598,35 +614,20 @@ def main(argv: list[str] | None = None) -> int:
             if c.uqh(src_argv).returncode != 0:
                 raise RuntimeError("the fault-free source run failed")
             if "kills" in only:
-                categories.append(kill_campaign(c, srv.base_url, src, args.tasks, args.kills))
-                print(f"kills done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+                finished(kill_campaign(c, srv.base_url, src, args.tasks, args.kills))
         if "faults" in only:
             kinds = [k for k in args.fault_types.split(",") if k]
-            categories.append(fault_campaign(c, src, args.fault_episodes, args.fault_rate, kinds))
-            print(f"faults done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+            finished(fault_campaign(c, src, args.fault_episodes, args.fault_rate, kinds))
         if "load" in only:
-            categories.append(load_campaign(c, src, args.load_concurrency, args.load_episodes, args.load_latency))
+            finished(load_campaign(c, src, args.load_concurrency, args.load_episodes, args.load_latency))
         if "breaker" in only:
-            categories.append(breaker_campaign(c, args.breaker_failures, args.breaker_window))
+            finished(breaker_campaign(c, args.breaker_failures, args.breaker_window))
         if "secrets" in only:
-            categories.append(secrets_campaign(c))
+            finished(secrets_campaign(c))
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    cmd = "python benchmarks/fault_campaign.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": cmd.strip(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-            "load_start": load_start, "load_end": load_average(), "wall_s": time.monotonic() - t0,
-            "sizes": f"{args.kills} kills of {args.tasks}-task runs; {args.fault_episodes} episodes per fault type "
-                     f"at {args.fault_rate:.0%}; load C={args.load_concurrency} x {args.load_episodes}; breaker "
-                     f"window {args.breaker_window or 120} s",
-            "held": all(cat.held == cat.tried for cat in categories)}
-    write_results(categories, meta, args.out)
-    for cat in categories:
-        print(f"{cat.name}: {cat.held}/{cat.tried} held", flush=True)
-        for f in cat.failures:
-            print(f"  FAILED {f}", flush=True)
-    return 0 if meta["held"] else 1
+    return 0 if all(x.held == x.tried for x in categories) else 1
 
 
 if __name__ == "__main__":
