@@ -26,8 +26,8 @@ sidecar consistent (no orphan, no missing row), and each record equal to the ref
   of it. The echoing server puts 0-300 characters before the key, so it lies inside or across a 300-character
   cut.
 
-Writes ``--out`` (Markdown) and the same results as JSON next to it. ``--quick`` is a small version (about a
-minute) for the test. Sizes and the machine's load are recorded: results are measured, not asserted.
+Writes ``--out`` (Markdown) and the same results as JSON next to it. ``--quick`` is a small version (a few
+minutes; ``tests/test_fault_campaign.py`` runs a part of it). Sizes and the machine's load are recorded: results are measured, not asserted.
 """
 from __future__ import annotations
 
@@ -555,7 +555,7 @@ def load_average() -> float:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (about a minute), for the test")
+    p.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
     p.add_argument("--kills", type=int, help="kill -9 trials (default 40; quick 5)")
     p.add_argument("--tasks", type=int, help="tasks of the killed runs (default 40; quick 8)")
     p.add_argument("--fault-episodes", type=int, help="episodes per fault type (default 50; quick 6)")
