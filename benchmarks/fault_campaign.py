@@ -256,7 +256,7 @@ def kill_modes(c: Campaign, url: str, src: Path, tasks: int, kills: int) -> list
             "--no-progress", "--out", "{out}"]
     judge = ["judge", str(src), "--judge-model", "openai/judge", "--api-base", url, "--metrics", "GF,EE,TC",
              "--limit", str(max(4, tasks // 3)), "--concurrency", "4", "--no-progress", "--out", "{out}"]
-    expected_src = expected_episodes(src)
+    expected_src = {f"arith-{i:04d}#0": expected_episodes(src)[f"arith-{i:04d}#0"] for i in range(tasks)}
     modes = [KillMode(KILL_MODES[0], run, EPISODES_FILE, lambda d: check_run_dir(d, expected_src)),
              KillMode(KILL_MODES[1], run[:-2] + ["--workers", "2"] + run[-2:], EPISODES_FILE,
                       lambda d: check_run_dir(d, expected_src)),
