@@ -14,7 +14,9 @@ sidecar consistent (no orphan, no missing row), and each record equal to the ref
 
 - ``kills``: ``kill -9`` at a random moment (uniform over 20-95% of the mode's fault-free duration) of one of five
   modes in turn -- ``uqh run`` (one process), ``uqh run --workers 2`` (the parent killed), the whole process
-  group of ``--workers 2``, ``uqh continue``, ``uqh judge`` --; then the same command again, then the checks.
+  group of ``--workers 2``, ``uqh continue``, ``uqh judge`` --; then the same command again, then the checks. A
+  process of the killed command (fork server, worker) still running 15 s after the kill is a failure too (it is
+  then killed).
 - ``faults``: one run per fault type at ``--fault-rate`` of the requests, re-run until it exits 0 (an episode
   whose call failed is an infrastructure error, not written, and re-queued by the re-run); then the checks.
 - ``load``: ``--load-episodes`` arithmetic episodes at ``--concurrency`` C in one command: 0 failures, calls/s.
@@ -199,14 +201,31 @@ def show(argv: list[str]) -> str:
     return "uqh " + re.sub(r"/\S*/fault-campaign-\w+/", "", text)
 
 
-def wait_gone(pids: list[int], deadline_s: float = 15.0) -> None:
-    """Wait until none of ``pids`` exists (workers notice a killed parent on their own)."""
+def alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
+
+
+def describe(pids: list[int]) -> str:
+    """``pid: first words of its command line`` for each of ``pids``."""
+    out = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            cmd = "?"
+        out.append(f"{pid}: {cmd[:60].strip()}")
+    return "; ".join(out)
+
+
+def wait_gone(pids, deadline_s: float = 15.0) -> list[int]:
+    """Wait until none of ``pids()`` is alive (workers notice a killed parent on their own); those still alive
+    after ``deadline_s``."""
     end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        alive = [p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
-        if not alive:
-            return
-        time.sleep(0.1)
+    while True:
+        running = sorted(p for p in pids() if alive(p))
+        if not running or time.monotonic() > end:
+            return running
+        time.sleep(0.2)
 
 
 def _state(pid: int) -> str:
@@ -299,14 +318,20 @@ def kill_once(c: Campaign, mode: KillMode, out: Path) -> tuple[list[str], dict]:
     else:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    wait_gone(members)
+    survivors = wait_gone(lambda: set(members) | set(group_pids(proc.pid)))
+    seen = describe(survivors)
+    for pid in survivors:  # reported below, then ended so that they do not pile up
+        os.kill(pid, signal.SIGKILL)
     path = out / mode.records
     info = {"at_s": round(at, 2), "records_at_kill": complete_lines(path),
-            "torn_bytes": (path.stat().st_size - integrity.complete_length(path)) if path.exists() else 0}
+            "torn_bytes": (path.stat().st_size - integrity.complete_length(path)) if path.exists() else 0,
+            "survivors": len(survivors)}
+    problems = [f"{len(survivors)} process(es) of the killed command still running 15 s after the kill "
+                f"({seen})"] if survivors else []
     done = c.uqh(argv)
     if done.returncode != 0:
-        return [f"the re-run exited {done.returncode}: {done.stderr.strip()[-300:]}"], info
-    return mode.check(out), info
+        return problems + [f"the re-run exited {done.returncode}: {done.stderr.strip()[-300:]}"], info
+    return problems + mode.check(out), info
 
 
 def kill_campaign(c: Campaign, url: str, src: Path, tasks: int, kills: int) -> Category:
@@ -321,10 +346,12 @@ def kill_campaign(c: Campaign, url: str, src: Path, tasks: int, kills: int) -> C
         n = info.get("records_at_kill", 0)
         landed["mid-run" if n else "before the first record"] += 1
         landed["torn line left"] += bool(info.get("torn_bytes"))
+        landed["processes left running"] += bool(info.get("survivors"))
     cat.numbers = {"kills per mode": {m.name: landed[m.name] for m in modes},
                    "kills after some records were written": landed["mid-run"],
                    "kills before the first record": landed["before the first record"],
                    "kills that left a torn line": landed["torn line left"],
+                   "kills after which processes of the command still ran 15 s later": landed["processes left running"],
                    "fault-free duration per mode (s)": {m.name: round(m.duration_s, 1) for m in modes}}
     cat.details = [f"`{show([a.replace('{out}', 'OUT') for a in m.argv])}`" + (" (killpg)" if m.group else "")
                    for m in modes]
