@@ -1,6 +1,7 @@
 """`uqh run` end to end: summary, resume after kill -9, bad input (one line, exit 2, nothing written), smoke."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -113,6 +114,37 @@ def _multiprocessing_pids() -> set[int]:
             except OSError:
                 continue
     return pids
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.3, 1.0])
+def test_workers_exit_when_the_parent_is_killed_during_their_start_up(fake_server, tmp_path, delay_s):
+    """A parent killed while its workers are still starting (before their event loops run) leaves nothing running:
+    the fault campaign found workers of such a kill still alive 40 minutes later."""
+    before = _multiprocessing_pids()
+    with fake_server(solver, latency_s=0.5) as srv:
+        cmd = [sys.executable, "-m", "uqh.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
+               "--api-base", srv.base_url, "--tasks", "40", "--concurrency", "3", "--out", str(tmp_path / "run"),
+               "--no-progress", "--workers", "2"]
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while len(_multiprocessing_pids() - before) < 2 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)  # the fork server and a first worker exist
+            started = _multiprocessing_pids() - before
+            time.sleep(delay_s)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        assert proc.returncode == -signal.SIGKILL and len(started) >= 2
+        deadline = time.monotonic() + 15
+        while _multiprocessing_pids() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _multiprocessing_pids() - before
+        for pid in left:  # never leave them to the rest of the suite
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running 15 s after the parent's kill -9: {sorted(left)}"
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -123,7 +123,7 @@ def test_refused_writer_writes_nothing(fake_server, tmp_path, capsys):
 
 
 def test_worker_processes_do_not_hold_the_lock(fake_server, tmp_path):
-    """kill -9 of the parent releases the lock at once, although its workers run on for up to a second."""
+    """kill -9 of the parent releases the lock at once, even before its workers have noticed and exited."""
     out = tmp_path / "run"
     with fake_server(solver, latency_s=0.2) as srv:
         proc = subprocess.Popen(_run_cmd(srv.base_url, out, 12, workers=2), cwd=tmp_path,
@@ -136,7 +136,7 @@ def test_worker_processes_do_not_hold_the_lock(fake_server, tmp_path):
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
         assert not run_lock.is_held(out)
-        os.killpg(proc.pid, signal.SIGKILL)  # do not leave the workers to their one-second watchdog
+        os.killpg(proc.pid, signal.SIGKILL)  # tidy: the workers' own exit is tested in test_cli_run
 
 
 def test_sidecar_rows_of_unfinished_episode_before_the_tail_refused(tmp_path):

@@ -11,7 +11,7 @@ Stopping: the parent's first SIGINT/SIGTERM (or a fatal cause: a write failure, 
 SIGTERM to every worker; a worker treats SIGINT and SIGTERM alike (a Ctrl-C reaches the whole process group):
 it cancels its episodes at once (no request after the signal, no traceback), sends what has finished and exits.
 The parent writes what arrives and, after :data:`STOP_GRACE_S`, kills a worker that has not exited. A worker whose
-parent died exits within a second (it watches the parent), so nothing runs on unsupervised.
+parent died exits at once (a thread waits on the parent from its first line), so nothing runs on unsupervised.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import os
 import queue as queue_mod
 import resource
 import signal
+import threading
 import time
 
 from uqh.harness import signals
@@ -218,7 +219,31 @@ def _mp_context(preload: list[str]):
     return mp.get_context("spawn")
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit this worker as soon as its parent dies, whatever its other threads are blocked on.
+
+    A daemon thread, started before anything else: a watcher on the event loop would only run once start-up (domain
+    data, imports) is over and only while the loop is not blocked, and a worker whose parent was killed early could
+    wait forever on a queue's lock (found by benchmarks/fault_campaign.py).
+    """
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    parent = mp.parent_process()  # a fork server's child is not the parent's child: wait on the parent's sentinel
+
+    def watch() -> None:
+        if parent is not None:
+            wait([parent.sentinel])  # readable (EOF) when the parent is gone
+        else:
+            while os.getppid() == parent_pid:
+                time.sleep(0.2)
+        os._exit(1)  # do not run on unsupervised, and do not block on a flush to a queue nobody reads
+
+    threading.Thread(target=watch, name="uqh-parent-watch", daemon=True).start()
+
+
 def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, environ=None) -> None:
+    _exit_with_parent(parent_pid)
     endpoint_calls: list[EndpointCounts] = []
     drained = False  # every slot of this worker read its end marker
     with signals.stop_signals():  # SIGINT and SIGTERM stop this worker quietly (see the module docstring)
@@ -262,19 +287,8 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_cal
         results.put(("unfinished_calls", calls))
 
     async def main() -> None:
-        import multiprocessing as mp
         from concurrent.futures import ThreadPoolExecutor
 
-        parent = mp.parent_process()  # a fork server's child is not the parent's child: watch its sentinel
-
-        async def watch_parent() -> None:
-            while True:
-                await asyncio.sleep(1.0)
-                gone = not parent.is_alive() if parent is not None else os.getppid() != parent_pid
-                if gone:  # the parent was killed: stop, do not run on unsupervised
-                    os._exit(1)
-
-        watcher = asyncio.create_task(watch_parent())
         client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
                               max_retries=ctx.max_retries, api_bases=ctx.api_bases,
                           breaker=(ctx.breaker_failures, ctx.breaker_window_s))
@@ -288,7 +302,6 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_cal
             await run_cancellable(run_specs(ctx, pull, domain=domain, client=client, persist=done, on_error=failed,
                                             on_unfinished_calls=unfinished))
         finally:
-            watcher.cancel()
             pullers.shutdown(wait=False)
             endpoint_calls.extend(endpoint_counts(client))
             with contextlib.suppress(Exception):
