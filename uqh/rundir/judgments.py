@@ -18,7 +18,6 @@ Human labels for ``uqh judge --report --labels FILE`` are read by :func:`read_la
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from uqh.rundir.errors import UserError, first_line
-from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
+from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences, config_hash_of
 from uqh.rundir.sidecar_dir import SidecarDir
 
 JUDGE_MANIFEST_FILE = "judge_manifest.json"
@@ -112,9 +111,7 @@ class JudgeConfig(_Record):
     def config_hash(self) -> str:
         """sha256 of the config without :data:`JUDGE_HASH_EXCLUDED` (where the judge is served is not what it is:
         a restarted server on another port resumes the same judgments)."""
-        data = {k: v for k, v in self.model_dump(mode="json").items() if k not in JUDGE_HASH_EXCLUDED}
-        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return config_hash_of(self, excluded=JUDGE_HASH_EXCLUDED)
 
 
 JUDGE_HASH_EXCLUDED = frozenset({"api_base"})

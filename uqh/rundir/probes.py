@@ -14,8 +14,6 @@ is not a value: nothing is written and re-running the command picks it up again.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any, ClassVar, Literal
@@ -23,7 +21,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from uqh.rundir.judgments import JudgedRun
-from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences
+from uqh.rundir.schema import SCHEMA_VERSION, CallRecord, DecodingConfig, config_differences, config_hash_of
 from uqh.rundir.sidecar_dir import SidecarDir
 
 PROBE_MANIFEST_FILE = "probe_manifest.json"
@@ -63,16 +61,12 @@ class ProbeConfig(_Record):
     ] = None
 
     def config_hash(self) -> str:
-        data = {k: v for k, v in self.model_dump(mode="json").items() if k not in PROBE_HASH_EXCLUDED}
-        for key in PROBE_LATER_FIELDS:  # added later: out of the hash while None, so older directories resume
-            if data.get(key) is None:
-                data.pop(key, None)
-        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        return config_hash_of(self, excluded=PROBE_HASH_EXCLUDED, later=PROBE_LATER_FIELDS)
 
 
 PROBE_HASH_EXCLUDED = frozenset({"api_base"})
 #: ProbeConfig fields added after probe directories shipped; left out of the hash while None.
-PROBE_LATER_FIELDS = ("surprise_method",)
+PROBE_LATER_FIELDS = frozenset({"surprise_method"})
 
 
 def probe_config_differences(old: ProbeConfig, new: ProbeConfig) -> list[str]:

@@ -350,8 +350,20 @@ class RunConfig(_Record):
         for key in drop:
             data.pop(key, None)
         data["domain_options"] = {k: v for k, v in data["domain_options"].items() if k not in HASH_EXCLUDED_OPTIONS}
-        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return canonical_sha256(data)
+
+
+def config_hash_of(config: BaseModel, *, excluded: frozenset[str], later: frozenset[str] = frozenset()) -> str:
+    """The config hash of a judge's or probe's config: ``excluded`` fields (where it is served) left out, and
+    ``later`` fields (added after directories were written) left out while None, so older directories resume."""
+    data = {k: v for k, v in config.model_dump(mode="json").items()
+            if k not in excluded and not (k in later and v is None)}
+    return canonical_sha256(data)
+
+
+def canonical_sha256(data: Any) -> str:
+    """sha256 of ``data`` as canonical JSON (sorted keys, no spaces): the form every config hash is taken of."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def config_differences(old: BaseModel, new: BaseModel, *, ignore: frozenset[str] = frozenset()) -> list[str]:
