@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from uqh.harness.model.transports import Endpoint, HTTPStatusFailure
-from uqh.rundir.secrets import redact
+from uqh.harness.model.transports import Endpoint, HTTPStatusFailure, error_text
 
 TARGET_MARKER = "TARGET_OUTPUT:\n"
 #: HTTP statuses that mean "no such endpoint or method here" rather than a passing failure.
@@ -91,12 +90,7 @@ class EchoTransport:
             async with s.post(self._url, data=json.dumps(body)) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
-                    try:
-                        err = json.loads(raw).get("error") or {}
-                        message = err.get("message") if isinstance(err, dict) else str(err)
-                    except (ValueError, AttributeError):
-                        message = None
-                    text = message or redact(raw.decode(errors="replace"), [e.api_key])[:200] or resp.reason or ""
+                    text = error_text(raw, resp.reason, (e.api_key,))
                     if resp.status in NO_ROUTE_STATUS or "echo" in text.lower():
                         raise EchoUnsupported(f"HTTP {resp.status}: {text}")
                     raise HTTPStatusFailure(resp.status, text)

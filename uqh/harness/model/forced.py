@@ -24,8 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from uqh.harness.model.transports import Endpoint, HTTPStatusFailure
-from uqh.rundir.secrets import redact
+from uqh.harness.model.transports import Endpoint, HTTPStatusFailure, error_text
 
 #: Characters a GBNF string literal must escape (llama.cpp's grammar parser: ``parse_char``); every other
 #: character is written as itself, which the parser reads as UTF-8.
@@ -95,12 +94,7 @@ class ForcedTransport:
             async with s.post(self._url, data=json.dumps(self.request_body(messages, seed))) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
-                    try:
-                        err = json.loads(raw).get("error") or {}
-                        message = err.get("message") if isinstance(err, dict) else str(err)
-                    except (ValueError, AttributeError):
-                        message = None
-                    text = message or redact(raw.decode(errors="replace"), [e.api_key])[:200] or resp.reason or ""
+                    text = error_text(raw, resp.reason, (e.api_key,))
                     raise HTTPStatusFailure(resp.status, text)
         return json.loads(raw)  # a truncated body raises JSONDecodeError: transient
 

@@ -284,22 +284,27 @@ class AiohttpTransport:
         async with session.post(self._url, data=json.dumps(body)) as resp:
             raw = await resp.read()
             if resp.status >= 400:
-                try:
-                    err = json.loads(raw).get("error") or {}
-                    message = err.get("message") if isinstance(err, dict) else str(err)
-                except (ValueError, AttributeError):
-                    message = None
                 retry_after = resp.headers.get("Retry-After")
                 try:
                     retry_after_s = float(retry_after) if retry_after is not None else None
                 except ValueError:
                     retry_after_s = None
-                text = message or redact(raw.decode(errors="replace"))[:200] or resp.reason or ""
-                raise HTTPStatusFailure(resp.status, text, retry_after_s)
+                raise HTTPStatusFailure(resp.status, error_text(raw, resp.reason), retry_after_s)
         return json.loads(raw)  # a truncated body raises JSONDecodeError: transient
 
     async def aclose(self) -> None:
         await self._sessions.aclose()
+
+
+def error_text(raw: bytes, reason: str | None, secrets: tuple[str | None, ...] = ()) -> str:
+    """What an HTTP error body says: its OpenAI-style ``error.message``, else the body redacted then cut to 200
+    characters (redacted first, so no key straddles the cut), else the status line's reason."""
+    try:
+        err = json.loads(raw).get("error") or {}
+        message = err.get("message") if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        message = None
+    return message or redact(raw.decode(errors="replace"), [k for k in secrets if k])[:200] or reason or ""
 
 
 class OpenAITransport:
