@@ -304,17 +304,21 @@ def test_a_step_without_a_user_turn_adds_nothing():
 
 
 AGENTUQ = json.loads((Path(__file__).parent / "data" / "agentuq_parity.json").read_text())
+#: the hand-made trajectories with both roles (agentuq summarised a user role for them)
+WITH_USER = [t for t in AGENTUQ["hand"]["trajectories"]
+             if t.get("assistant") and t.get("user") and "user" in AGENTUQ["hand"]["summaries"][t["id"]]]
 
 
-@pytest.mark.parametrize("traj", AGENTUQ["hand"]["trajectories"], ids=lambda t: t["id"])
+def test_the_agentuq_data_has_trajectories_with_both_roles():
+    assert len(WITH_USER) >= 3
+
+
+@pytest.mark.parametrize("traj", WITH_USER, ids=lambda t: t["id"])
 def test_last_step_values_are_agentuqs_per_role_summaries(traj):
     """agentuq's ``get_trajectory_uq_summary`` outputs (committed numbers, tests/test_agentuq_parity.py) for the
     assistant, user and combined roles equal the per-role predictors' values at the last step, mapped."""
     theirs = AGENTUQ["hand"]["summaries"][traj["id"]]
-    calls = traj.get("assistant", [])
-    user = traj.get("user", [])
-    if "user" not in theirs or not calls or not user:
-        pytest.skip("no user role in this trajectory")
+    calls, user = traj["assistant"], traj["user"]
     ep = make_episode("a#0", "clean", [0.5] * len(calls), outcome=1)
     from uqh.rundir.schema import LogprobRow
 
