@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -103,13 +104,16 @@ def test_dry_run_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
-def _multiprocessing_pids() -> set[int]:
-    """Processes started by multiprocessing (fork servers and their worker children), by command line."""
+def _multiprocessing_pids(tag: str) -> set[int]:
+    """Processes started by multiprocessing (fork servers and their worker children) of the command run with
+    ``UQH_TEST_TAG=tag`` in its environment: other tests' processes, running beside this one under pytest-xdist,
+    are never counted (nor killed)."""
+    marker = f"UQH_TEST_TAG={tag}".encode()
     pids = set()
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if b"multiprocessing" in (d / "cmdline").read_bytes():
+                if b"multiprocessing" in (d / "cmdline").read_bytes() and marker in (d / "environ").read_bytes().split(b"\0"):
                     pids.add(int(d.name))
             except OSError:
                 continue
@@ -120,27 +124,27 @@ def _multiprocessing_pids() -> set[int]:
 def test_workers_exit_when_the_parent_is_killed_during_their_start_up(fake_server, tmp_path, delay_s):
     """A parent killed while its workers are still starting (before their event loops run) leaves nothing running:
     the fault campaign found workers of such a kill still alive 40 minutes later."""
-    before = _multiprocessing_pids()
+    tag = uuid.uuid4().hex
     with fake_server(solver, latency_s=0.5) as srv:
         cmd = [sys.executable, "-m", "uqh.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
                "--api-base", srv.base_url, "--tasks", "40", "--concurrency", "3", "--out", str(tmp_path / "run"),
                "--no-progress", "--workers", "2"]
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), UQH_TEST_TAG=tag),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
-            while len(_multiprocessing_pids() - before) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            while len(_multiprocessing_pids(tag)) < 2 and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.01)  # the fork server and a first worker exist
-            started = _multiprocessing_pids() - before
+            started = _multiprocessing_pids(tag)
             time.sleep(delay_s)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
         assert proc.returncode == -signal.SIGKILL and len(started) >= 2
         deadline = time.monotonic() + 15
-        while _multiprocessing_pids() - before and time.monotonic() < deadline:
+        while _multiprocessing_pids(tag) and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = _multiprocessing_pids() - before
+        left = _multiprocessing_pids(tag)
         for pid in left:  # never leave them to the rest of the suite
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -151,16 +155,16 @@ def test_workers_exit_when_the_parent_is_killed_during_their_start_up(fake_serve
 def test_resume_after_kill_9(fake_server, tmp_path, workers):
     out = tmp_path / "run"
     n_tasks = 12
-    before = _multiprocessing_pids()
+    tag = uuid.uuid4().hex
     with fake_server(solver, latency_s=0.25) as srv:
         cmd = [sys.executable, "-m", "uqh.cli", "run", "--domain", "arithmetic", "--model", "openai/fake",
                "--api-base", srv.base_url, "--tasks", str(n_tasks), "--concurrency", "3", "--out", str(out),
                "--no-progress", "--workers", str(workers)]
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(REPO), UQH_TEST_TAG=tag)
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             wait_for_lines(out / EPISODES_FILE, 3, proc)
-            started = _multiprocessing_pids() - before
+            started = _multiprocessing_pids(tag)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -168,9 +172,9 @@ def test_resume_after_kill_9(fake_server, tmp_path, workers):
         assert len(started) >= (3 if workers == 2 else 0)  # fork server + 2 workers were running
         # Workers (and their fork server) notice the parent's death and exit: nothing runs on unsupervised.
         deadline = time.monotonic() + 15
-        while _multiprocessing_pids() - before and time.monotonic() < deadline:
+        while _multiprocessing_pids(tag) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _multiprocessing_pids() - before
+        assert not _multiprocessing_pids(tag)
         killed_at = len(read_episodes(out))
         assert killed_at < n_tasks  # it really died mid-run
         requests_before = len(srv.requests)
