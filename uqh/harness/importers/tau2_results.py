@@ -120,18 +120,13 @@ class ImportCounts:
         if self.user_messages_without_raw_data and self.user_rows:
             out.append(f"{self.user_messages_without_raw_data} user message(s) without raw_data (no model call "
                        "recorded, as a replayed turn): no user-sidecar row")
-        if self.user_sidecar_pointers:
-            out.append(f"{self.user_sidecar_pointers} user message(s) point to agentuq sidecar files "
-                       "(raw_data.uq_logprobs) instead of embedding their tokens: their logprobs are missing")
-        if self.user_unreadable_token_lists:
-            out.append(f"{self.user_unreadable_token_lists} user message(s) with unreadable embedded logprobs: "
-                       "recorded as missing")
-        if self.sidecar_pointers:
-            out.append(f"{self.sidecar_pointers} assistant message(s) point to agentuq sidecar files "
-                       "(raw_data.uq_logprobs) instead of embedding their tokens: their logprobs are missing")
-        if self.unreadable_token_lists:
-            out.append(f"{self.unreadable_token_lists} assistant message(s) with unreadable embedded logprobs: "
-                       "recorded as missing")
+        for role, pointers, unreadable in (("user", self.user_sidecar_pointers, self.user_unreadable_token_lists),
+                                           ("assistant", self.sidecar_pointers, self.unreadable_token_lists)):
+            if pointers:
+                out.append(f"{pointers} {role} message(s) point to agentuq sidecar files "
+                           "(raw_data.uq_logprobs) instead of embedding their tokens: their logprobs are missing")
+            if unreadable:
+                out.append(f"{unreadable} {role} message(s) with unreadable embedded logprobs: recorded as missing")
         if self.clean_without_reward:
             out.append(f"{self.clean_without_reward} simulation(s) ended by a stop but carry no reward_info: "
                        "imported as env_terminated (no label)")
