@@ -381,3 +381,20 @@ def test_a_report_that_fails_half_way_leaves_the_directory_as_it_was(tmp_path, m
     assert after == before and first.html.is_file()
     assert (out / "notes.txt").read_text() == "mine"
     assert not list(out.glob(build.STAGING_PREFIX + "*"))  # no staging folder left behind
+
+
+def test_number_columns_are_right_aligned_in_the_page_and_text_columns_are_not(report):
+    """Each column's cells (and its header) carry one class: "num" when every present value is a number (an
+    empty "Other breakdown" cell does not make that column numeric; a missing count does not make "Total" text)."""
+    import re
+
+    _, _, res = report
+    page = res.html.read_text()
+    table = page[page.index('data-table="termination_audit"'):]
+    table = table[:table.index("</table>")]
+    head = re.findall(r'<th class="(\w+)">([^<]*)</th>', table)
+    cells = [re.findall(r'<td class="(\w+)"', row) for row in table.split("<tr>")[2:]]
+    classes = dict((name, cls) for cls, name in head)
+    assert classes["Run"] == classes["Dataset"] == classes["Other breakdown"] == "text"
+    assert classes["Total"] == classes["Step budget"] == classes["Admin-censoring rate"] == "num"
+    assert len(cells) == 2 and all(row == [cls for cls, _ in head] for row in cells)

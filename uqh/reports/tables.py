@@ -51,6 +51,11 @@ class Table:
         values = [row.get(column) for row in self.rows if not _is_missing(row.get(column))]
         return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
+    def numeric_columns(self) -> set[str]:
+        """The columns for which :meth:`numeric` holds, in one pass per column (a renderer asks once per table,
+        not once per cell: per cell it is quadratic in the rows)."""
+        return {c for c in self.columns if self.numeric(c)}
+
     def write(self, out_dir: Path) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         csv_path, md_path = out_dir / f"{self.name}.csv", out_dir / f"{self.name}.md"
