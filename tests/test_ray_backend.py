@@ -307,15 +307,16 @@ def test_a_killed_driver_resumes_on_rerun(cluster, fake_server, tmp_path):
     assert not alive(proc.pid)
 
 
-def test_sigint_before_any_episode_finishes_still_counts_the_calls_made(fake_server, tmp_path):
+def test_sigint_before_any_episode_finishes_still_counts_the_calls_made(cluster, fake_server, tmp_path):
     """Issue 33 item 11: after SIGINT on --backend ray the summary said "model calls 0" while the server had
     answered many. Actors report the calls no finished episode accounts for (at every poll), so the summary counts
-    them, as the local backend does."""
+    them, as the local backend does. (On the module's cluster: a Ray instance of the command's own is the SIGINT
+    test above.)"""
     out_dir = tmp_path / "run"
     with fake_server(calc_then_finish(40), latency_s=0.05) as srv:  # long episodes: none finishes before the signal
         argv = ["run", "--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks",
                 "4", "--step-budget", "45", "--concurrency", "4", "--out", str(out_dir), "--no-progress",
-                "--backend", "ray"]
+                "--backend", "ray", "--ray-address", cluster.address]
         proc = _uqh(argv, tmp_path)
         try:
             deadline = time.monotonic() + 120
