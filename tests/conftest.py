@@ -58,7 +58,7 @@ SLOWEST_FILES = (
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one and a half workers per core, not one. About a third of the suite's wall time is waiting
     (fake-server latency, signals and kill -9 round trips, Ray start-up), which a spare worker fills. Measured on
-    2 cores, the whole suite: 2 workers 421-450 s, 3 workers 334 s, 4 workers 350 s (docs/model-client.md)."""
+    2 cores, the whole suite: 2 workers 421-450 s, 3 workers 313-383 s, 4 workers 350 s (docs/model-client.md)."""
     return max(1, len(os.sched_getaffinity(0)) * 3 // 2)
 
 
