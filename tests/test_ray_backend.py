@@ -42,10 +42,11 @@ REPO = Path(__file__).resolve().parent.parent
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
 #: Stopping on a signal includes stopping the local Ray instance (~2 s here, ray.shutdown most of it).
 STOP_WITHIN_S = 5.0
-#: A request that left an actor before it was killed may arrive a moment after the signal, and the fake server (a
-#: thread of this test process) stamps arrivals late when the machine is loaded: 0.14 s seen with 3 xdist workers
-#: on 2 cores. A run that went on sending would send dozens of requests (4 in flight, 0.15 s each) over the stop.
-IN_TRANSIT_S = 0.5
+#: A request that left an actor just before the signal may be stamped after it: the fake server is a thread of this
+#: test process, late on a loaded machine (0.14 s and 0.51 s seen with 3 xdist workers on 2 cores). Each of the 4
+#: slots has at most one request in transit, so at most 4 may arrive after the signal, however late. A run whose
+#: actors were killed 1.5 s late sent 6 within half a second.
+IN_TRANSIT_MAX = 4
 
 
 @pytest.fixture(scope="module")
@@ -273,8 +274,8 @@ def test_sigint_stops_a_run_on_a_local_ray_instance_and_the_run_resumes(fake_ser
         assert "episodes " in out and "uqh run: interrupted by SIGINT" in err and "re-run the same command" in err
         survivors = wait_gone(children, timeout=10)
         assert not survivors, {p: cmdline(p) for p in survivors}
-        late = [t - sent_at for t in srv.request_times if t > sent_at + IN_TRANSIT_S]
-        assert late == [], f"{len(late)} requests arrived after the signal"
+        late = [round(t - sent_at, 2) for t in srv.request_times if t > sent_at]
+        assert len(late) <= IN_TRANSIT_MAX, f"{len(late)} requests arrived after the signal (s after it: {late})"
         finished = len(read_episodes(out_dir))
         assert 0 < finished < 20
         done = subprocess.run([sys.executable, "-m", "uqh.cli", *argv], cwd=tmp_path, capture_output=True,

@@ -23,9 +23,12 @@ from test_runner import solver
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_SERVER = Path(__file__).resolve().parent / "fake_openai_server.py"
-#: A request that left the client before the signal may arrive a moment after it; later than this is a violation.
-#: The fake server's thread stamps arrivals late on a loaded machine (tests run 1.5 workers per core), so the
-#: window is 0.25 s: a run that went on sending would send a dozen requests (4 in flight, 0.3 s each) over its stop.
+#: A request that left the client just before the signal may be stamped after it: the fake server stamps arrivals
+#: late on a loaded machine (tests run 1.5 workers per core). Each of a run's 4 slots has at most one request in
+#: transit, so at most 4 may arrive after the signal, however late; a run that went on sending would send a dozen
+#: or more (0.3 s per call) over its stop.
+IN_TRANSIT_MAX = 4
+#: The stub local server (one request at a time, its own process) logs arrivals: later than this is a violation.
 IN_TRANSIT_S = 0.25
 STOP_WITHIN_S = 2.0
 CALC = "<think>t</think>\n<action>Calc[1+1]</action>\n<confidence>0.5</confidence>\n<explanation>e</explanation>"
@@ -127,8 +130,8 @@ def test_stop_signal_summary_no_orphans_no_late_requests(fake_server, tmp_path, 
         finally:
             if proc.poll() is None:
                 proc.kill()
-        late = [t - sent_at for t in srv.request_times if t > sent_at + IN_TRANSIT_S]
-        assert late == [], f"{len(late)} requests arrived after the signal"
+        late = [round(t - sent_at, 2) for t in srv.request_times if t > sent_at]
+        assert len(late) <= IN_TRANSIT_MAX, f"{len(late)} requests arrived after the signal (s after it: {late})"
         finished = len(read_episodes(out_dir))
         assert f"{finished}/{n_tasks} finished" in out and finished < n_tasks
         if signame == "SIGTERM" and workers == 2:  # the directory resumes to exactly the planned episodes
