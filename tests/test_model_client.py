@@ -410,12 +410,10 @@ def test_concurrent_calls_share_one_client(fake_server):
             await client.aclose()
             return outs
 
-        t0 = time.perf_counter()
         outs = asyncio.run(many())
-        elapsed = time.perf_counter() - t0
     assert [o.text for o in outs] == [f"Q{i}" for i in range(20)]
     assert len(srv.requests) == 20
-    assert elapsed < 20 * 0.05  # they overlapped (a loose behavioural check, not a benchmark)
+    assert srv.max_in_flight > 1  # they overlapped (counted by the server, not timed: CI machines are loaded)
 
 
 def test_direct_path_needs_neither_litellm_nor_openai_imports(fake_server):
