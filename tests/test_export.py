@@ -83,6 +83,7 @@ def test_tokens_frame(runs):
     assert list(toks.columns) == list(TOKEN_COLUMNS) and _dtypes(toks) == TOKEN_COLUMNS
     rows = list(RunDir.open(runs[0]).sidecar())
     assert len(toks) == sum(len(r.tokens) for r in rows if r.tokens)
+    assert (toks.role == "agent").all()  # no user sidecar: the simulated user's rows are tests/test_tau2_user_logprobs
     first = toks[(toks.episode == "a#0") & (toks.t == 1)]
     assert first.position.tolist() == [0, 1, 2, 3, 4] and first.in_action.tolist() == [False, True, True, False, False]
     assert first.logprob.iloc[0] == pytest.approx(math.log(0.9))

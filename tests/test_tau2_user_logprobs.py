@@ -31,6 +31,7 @@ from uqh.rundir.schema import (
     StopReason,
 )
 from uqh.scoring import role_signals
+from uqh.scoring.export import tokens_df
 from uqh.scoring.registry import PREDICTORS
 from uqh.scoring.streams import run_data_from_records
 
@@ -90,6 +91,16 @@ def test_user_sidecar_rows_equal_the_served_tokens(fake_server, tmp_path, env_en
     assert [(r.t, r.attempt) for r in reader.sidecar()] == [(1, 0), (2, 0), (3, 0)]
     # The tokens live in the sidecar only, not in the episode record.
     assert "top_logprobs" not in (run / EPISODES_FILE).read_text()
+    # `uqh export --tokens` has both roles: the agent's rows, then the user's, each as its sidecar holds them.
+    toks = tokens_df([run])
+    agent, user = toks[toks.role == "agent"], toks[toks.role == "user"]
+    assert len(agent) + len(user) == len(toks) and list(toks.role.drop_duplicates()) == ["agent", "user"]
+    assert len(agent) == sum(len(r.tokens) for r in reader.sidecar()) and agent.in_action.notna().all()
+    assert user[["t", "attempt", "accepted"]].drop_duplicates().values.tolist() == [[0, 0, True], [3, 0, True]]
+    assert user.token.tolist() == [t["token"] for t in served(USER_OPEN) + served("###STOP###")]
+    assert user.logprob.tolist() == [t["logprob"] for t in served(USER_OPEN) + served("###STOP###")]
+    assert user.in_action.isna().all() and user.position.tolist()[:3] == [0, 1, 2]
+    assert json.loads(user.top_tokens.iloc[0]) == [a["token"] for a in served(USER_OPEN)[0]["top_logprobs"]]
 
 
 def test_without_the_flag_there_is_no_user_sidecar_and_no_logprobs_asked(fake_server, tmp_path):

@@ -51,9 +51,12 @@ STEP_COLUMNS = {
 }
 STEP_TAIL_COLUMNS = {"stop_reason": "string", "outcome": "Int64", "reward": "Float64"}
 TOKEN_COLUMNS = {
-    **_ID_COLUMNS, "t": "Int64", "attempt": "Int64", "accepted": "boolean", "position": "Int64", "token": "string",
-    "logprob": "Float64", "in_action": "boolean", "top_tokens": "string", "top_logprobs": "string",
+    **_ID_COLUMNS, "role": "string", "t": "Int64", "attempt": "Int64", "accepted": "boolean", "position": "Int64",
+    "token": "string", "logprob": "Float64", "in_action": "boolean", "top_tokens": "string", "top_logprobs": "string",
 }
+#: Who generated a token row: the agent (``logprobs.jsonl``) or the simulated user (``user_logprobs.jsonl``, Tau2
+#: runs with ``uqh run --user-logprobs``).
+TOKEN_ROLES = ("agent", "user")
 
 
 @dataclass
@@ -147,25 +150,28 @@ def steps_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFrame
 
 
 def tokens_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFrame":
-    """One row per generated token of every call (sidecar rows of accepted and rejected attempts): its logprob,
-    whether it lies in the ``<action>`` span, and its top alternatives (JSON lists of tokens and logprobs). A call
-    without logprobs has no rows."""
+    """One row per generated token of every call (sidecar rows of accepted and rejected attempts): who generated it
+    (``role``: the agent, then the simulated user where the run recorded the user's tokens), its logprob, whether it
+    lies in the ``<action>`` span (missing for the user, who has none), and its top alternatives (JSON lists of
+    tokens and logprobs). A call without logprobs has no rows."""
     records = []
     for run in load(runs):
         by_id = {ep.episode_id: ep for ep in run.episodes}
-        for row in run.reader.sidecar():
-            ep = by_id.get(row.episode_id)
-            if ep is None or row.tokens is None:
-                continue
-            span = row.action_token_range
-            for i, tok in enumerate(row.tokens):
-                records.append({
-                    **_ids(run, ep), "t": row.t, "attempt": row.attempt, "accepted": row.accepted, "position": i,
-                    "token": tok.token, "logprob": tok.logprob,
-                    "in_action": None if span is None else span[0] <= i < span[1],
-                    "top_tokens": json.dumps([a.token for a in tok.top_logprobs], ensure_ascii=False),
-                    "top_logprobs": json.dumps([a.logprob for a in tok.top_logprobs]),
-                })
+        sidecars = {"agent": run.reader.sidecar(), "user": run.reader.user_sidecar()}
+        for role in TOKEN_ROLES:
+            for row in sidecars[role]:
+                ep = by_id.get(row.episode_id)
+                if ep is None or row.tokens is None:
+                    continue
+                span = row.action_token_range
+                for i, tok in enumerate(row.tokens):
+                    records.append({
+                        **_ids(run, ep), "role": role, "t": row.t, "attempt": row.attempt, "accepted": row.accepted,
+                        "position": i, "token": tok.token, "logprob": tok.logprob,
+                        "in_action": None if span is None else span[0] <= i < span[1],
+                        "top_tokens": json.dumps([a.token for a in tok.top_logprobs], ensure_ascii=False),
+                        "top_logprobs": json.dumps([a.logprob for a in tok.top_logprobs]),
+                    })
     return _frame(records, TOKEN_COLUMNS)
 
 
