@@ -13,6 +13,7 @@ from uqh.rundir.schema import (
     EPISODES_FILE,
     MANIFEST_FILE,
     SIDECAR_FILE,
+    USER_SIDECAR_FILE,
     Attempt,
     CallRecord,
     DecodingConfig,
@@ -38,19 +39,27 @@ class Ep:
     actions: list[str] = field(default_factory=list)
 
 
-def _tokens(p: float, n: int = 5) -> list[TokenLogprob]:
+def _tokens(p: float, n: int = 5, name: str = "tok") -> list[TokenLogprob]:
     """n tokens each with chosen probability p and four equal alternatives sharing (1 - p) / 2."""
     alt = max((1.0 - p) / 8.0, 1e-9)
     toks = []
     for i in range(n):
-        tops = [TopLogprob(token=f"tok{i}", logprob=math.log(p))] + [
+        tops = [TopLogprob(token=f"{name}{i}", logprob=math.log(p))] + [
             TopLogprob(token=f"alt{i}{j}", logprob=math.log(alt)) for j in range(4)
         ]
-        toks.append(TokenLogprob(token=f"tok{i}", logprob=math.log(p), top_logprobs=tops))
+        toks.append(TokenLogprob(token=f"{name}{i}", logprob=math.log(p), top_logprobs=tops))
     return toks
 
 
-def write_run(run_dir: Path, domain: str, step_budget: int, episodes: list[Ep], *, model: str = "openai/fake") -> Path:
+def user_token_p(t: int) -> float:
+    """The chosen-token probability of the simulated user's turn after step ``t`` (0: the opening turn)."""
+    return 0.6 + 0.05 * t
+
+
+def write_run(run_dir: Path, domain: str, step_budget: int, episodes: list[Ep], *, model: str = "openai/fake",
+              user_tokens: bool = False) -> Path:
+    """``user_tokens``: also a simulated user's sidecar (as ``uqh run --user-logprobs`` writes): an opening turn
+    (t = 0) and a reply after every step, 3 tokens ``user0..2`` each with probability :func:`user_token_p`."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     task_ids = sorted({e.task_id for e in episodes})
@@ -62,6 +71,7 @@ def write_run(run_dir: Path, domain: str, step_budget: int, episodes: list[Ep], 
         step_budget=step_budget,
         prompt_sha256="0" * 64,
         package_version="0.1.0",
+        user_logprobs=5 if user_tokens else None,
     )
     manifest = Manifest(
         config=config,
@@ -70,9 +80,13 @@ def write_run(run_dir: Path, domain: str, step_budget: int, episodes: list[Ep], 
         system_prompt=f"You are a {domain} agent.",
     )
     (run_dir / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
-    ep_lines, side_lines = [], []
+    ep_lines, side_lines, user_lines = [], [], []
     for e in episodes:
         eid = f"{e.task_id}#{e.sample_index}"
+        if user_tokens:
+            user_lines += [LogprobRow(episode_id=eid, t=t, attempt=0, accepted=True,
+                                      tokens=_tokens(user_token_p(t), 3, "user")).model_dump_json()
+                           for t in range(len(e.confidences) + 1)]
         steps = []
         for t, c in enumerate(e.confidences, start=1):
             action = e.actions[t - 1] if t - 1 < len(e.actions) else f"Search[q{t}]"
@@ -114,6 +128,8 @@ def write_run(run_dir: Path, domain: str, step_budget: int, episodes: list[Ep], 
         ep_lines.append(ep.model_dump_json())
     (run_dir / EPISODES_FILE).write_text("".join(line + "\n" for line in ep_lines))
     (run_dir / SIDECAR_FILE).write_text("".join(line + "\n" for line in side_lines))
+    if user_tokens:
+        (run_dir / USER_SIDECAR_FILE).write_text("".join(line + "\n" for line in user_lines))
     return run_dir
 
 
@@ -133,8 +149,8 @@ def webshop_like(run_dir: Path) -> Path:
     return write_run(run_dir, "webshop", 4, eps)
 
 
-def tau2_like(run_dir: Path) -> Path:
-    """6 episodes, budget 5: 4 clean, 1 tool_error, 1 env_terminated."""
+def tau2_like(run_dir: Path, *, user_tokens: bool = False) -> Path:
+    """6 episodes, budget 5: 4 clean, 1 tool_error, 1 env_terminated (``user_tokens``: see :func:`write_run`)."""
     S = StopReason
     eps = [
         Ep("1", S.clean, [0.9, 0.95], outcome=1, token_p=[0.9, 0.9]),
@@ -144,4 +160,4 @@ def tau2_like(run_dir: Path) -> Path:
         Ep("5", S.tool_error, [0.9, 0.9], token_p=[0.5, 0.5]),
         Ep("6", S.env_terminated, [0.95], token_p=[0.7]),
     ]
-    return write_run(run_dir, "tau2-airline", 5, eps)
+    return write_run(run_dir, "tau2-airline", 5, eps, user_tokens=user_tokens)

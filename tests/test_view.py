@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from environment import unavailable
-from report_fixtures import tau2_like, webshop_like
+from report_fixtures import tau2_like, user_token_p, webshop_like
 from run_files import wait_for_lines
 from test_runner import solver
 from uqh.reports.report.browser import browser, find_chromium, watch_errors
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("view")
     webshop_like(d / "ws")
-    tau2_like(d / "nested" / "t2")
+    tau2_like(d / "nested" / "t2", user_tokens=True)
     (d / "broken").mkdir()
     (d / "broken" / MANIFEST_FILE).write_text("{not json")
     return d
@@ -92,6 +92,20 @@ def test_run_list_shows_every_run_and_a_bad_one_in_its_row(server, chromium, tmp
     assert "cannot read" in listed["broken"][1] and "manifest.json" in listed["broken"][1]
     assert page.get_attribute("#run-list tbody tr:has-text('broken')", "data-state") == "error"
     shot(page, "runs.png", tmp_path)
+    assert errors == []
+
+
+def test_the_heatmap_shows_the_simulated_users_turns_after_the_agent_steps(server, chromium):
+    page, errors = open_page(chromium, server.url + f"run/{key_of(server, 't2')}/trajectory?id=4%230")
+    blocks = page.eval_on_selector_all(
+        ".token-step", "bs => bs.map(b => [b.dataset.role, b.querySelector('.token-head').textContent])")
+    assert blocks == [["user", "user, opening turn"], ["agent", "step 1"], ["user", "user, reply to step 1"],
+                      ["agent", "step 2"], ["user", "user, reply to step 2"]]
+    user = page.locator(".token-step[data-role='user'][data-t='1'] .tok")
+    assert user.all_inner_texts() == ["user0", "user1", "user2"]
+    assert user.nth(0).get_attribute("class") == "tok"  # a user turn has no action span
+    user.nth(0).hover()
+    assert page.inner_text("#token-tooltip .chosen") == f'p = {user_token_p(1):.4f} for "user0"'
     assert errors == []
 
 

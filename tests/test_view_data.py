@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from report_fixtures import Ep, webshop_like, write_run
+from report_fixtures import Ep, tau2_like, user_token_p, webshop_like, write_run
 from uqh.reports.view.catalog import find_directories
 from uqh.reports.view.runs import ViewedRun, attach_judgments, attach_qz
 from uqh.rundir.errors import UserError
@@ -34,6 +34,21 @@ def test_trajectory_values_equal_the_scored_run_streams(ws):
             want = [None if not math.isfinite(v) else v for v in data.streams[name][a:b]]
             assert got[name] == pytest.approx(want, abs=1e-12), (eid, name)
         assert got["base_rate"] == [0.5] * (b - a)
+
+
+def test_the_simulated_users_tokens_follow_the_agent_step_they_answer(tmp_path, ws):
+    run = ViewedRun.open("0", tau2_like(tmp_path / "t2", user_tokens=True))
+    tokens = run.trajectory("2#0")["tokens"]  # 3 steps: the opening, then each step and the user's reply to it
+    assert [(r["role"], r["t"]) for r in tokens] == [("user", 0), ("agent", 1), ("user", 1), ("agent", 2),
+                                                     ("user", 2), ("agent", 3), ("user", 3)]
+    for r in tokens:
+        if r["role"] == "user":
+            assert [tok["s"] for tok in r["tokens"]] == ["user0", "user1", "user2"] and r["action"] is None
+            assert [tok["p"] for tok in r["tokens"]] == pytest.approx([user_token_p(r["t"])] * 3)
+        else:
+            assert r["tokens"][0]["s"] == "tok0" and r["action"] == [1, 3]
+    agent_only = ViewedRun.open("1", ws).trajectory("a#0")["tokens"]  # no user sidecar: the agent's rows alone
+    assert [(r["role"], r["t"]) for r in agent_only] == [("agent", 1), ("agent", 2)]
 
 
 def test_the_run_list_row_equals_counts_from_the_records(ws):

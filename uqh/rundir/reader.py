@@ -285,9 +285,10 @@ class RunDir:
     # ------------------------------------------------------------------ one episode at a time (uqh view)
 
     def line_index(self, name: str) -> LineIndex:
-        """The :class:`~uqh.rundir.line_index.LineIndex` of ``episodes.jsonl`` or ``logprobs.jsonl``: built on the
-        first call, cached on this object, and refreshed (only the appended bytes read) on every call."""
-        if name not in (EPISODES_FILE, SIDECAR_FILE):
+        """The :class:`~uqh.rundir.line_index.LineIndex` of ``episodes.jsonl``, ``logprobs.jsonl`` or
+        ``user_logprobs.jsonl``: built on the first call, cached on this object, and refreshed (only the appended
+        bytes read) on every call."""
+        if name not in (EPISODES_FILE, SIDECAR_FILE, USER_SIDECAR_FILE):
             raise ValueError(f"no line index for {name!r}")
         index = self._indexes.get(name)
         if index is None:
@@ -337,7 +338,17 @@ class RunDir:
     def episode_sidecar_rows(self, episode_id: str) -> list[LogprobRow]:
         """The sidecar rows of ``episode_id`` in file order, the first of each (t, attempt) kept, read through the
         sidecar index (never a scan of the whole sidecar)."""
-        index = self.sidecar_index()
+        return self._episode_rows(self.sidecar_index(), episode_id)
+
+    def episode_user_sidecar_rows(self, episode_id: str) -> list[LogprobRow]:
+        """The simulated user's rows of ``episode_id`` (:meth:`episode_sidecar_rows` of ``user_logprobs.jsonl``);
+        none when the run did not record the user's tokens."""
+        if not self.has_user_sidecar:
+            return []
+        return self._episode_rows(self.line_index(USER_SIDECAR_FILE), episode_id)
+
+    @staticmethod
+    def _episode_rows(index: LineIndex, episode_id: str) -> list[LogprobRow]:
         seen: set[tuple[int, int]] = set()
         out = []
         for lineno, raw in index.read_lines(episode_id):

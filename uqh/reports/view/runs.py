@@ -177,8 +177,14 @@ class ViewedRun:
         if missing_rows:
             notes.append(f"no accepted sidecar row for step(s) {', '.join(map(str, missing_rows))}: their token "
                          "predictors are missing (a sidecar cut short, or a provider without logprobs)")
+        # the user's turns (Tau2 with --user-logprobs) after the agent's step of the same t: the opening is t = 0,
+        # the reply to step t's message is the observation of step t
+        tokens = [tokens_json(accepted[t]) for t in sorted(accepted)]
+        tokens += [tokens_json(r, role="user") for r in self.page_reader.episode_user_sidecar_rows(episode_id)
+                   if r.accepted]
+        tokens.sort(key=lambda row: (row["t"], row["role"] == "user"))
         return {"run": {"predictors": predictors, "missing": [], "label": self.path.name},
-                "ep": episode_json(ep, values), "tokens": [tokens_json(accepted[t]) for t in sorted(accepted)],
+                "ep": episode_json(ep, values), "tokens": tokens,
                 "judged": self.judged.get(episode_id), "q_hat_z": self.qz.get(episode_id), "notes": notes,
                 "platt_pending": self.platt_for != listed.get("done")}
 
@@ -293,12 +299,13 @@ def episode_json(ep: Episode, values: dict[str, list[float | None]]) -> dict[str
             "censored": ep.stop_reason == StopReason.max_steps}
 
 
-def tokens_json(row: LogprobRow) -> dict[str, Any]:
-    """One accepted completion's tokens: text, probability, top alternatives (text, probability); the action
-    span as a half-open token range (null: unknown)."""
+def tokens_json(row: LogprobRow, role: str = "agent") -> dict[str, Any]:
+    """One accepted completion's tokens: who generated it (``agent`` or the simulated ``user``), text,
+    probability, top alternatives (text, probability); the action span as a half-open token range (null: unknown,
+    or a user turn)."""
     tokens = []
     for tok in row.tokens or []:
         tokens.append({"s": tok.token, "p": math.exp(tok.logprob),
                        "top": [[alt.token, math.exp(alt.logprob)] for alt in tok.top_logprobs[:5]]})
-    return {"t": row.t, "attempt": row.attempt, "tokens": tokens if row.tokens is not None else None,
+    return {"t": row.t, "role": role, "attempt": row.attempt, "tokens": tokens if row.tokens is not None else None,
             "action": list(row.action_token_range) if row.action_token_range else None}

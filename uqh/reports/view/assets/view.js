@@ -233,9 +233,13 @@
     box.innerHTML = "";
     if (!data.tokens.length) { box.appendChild(html("p", "No sidecar rows: no token probabilities recorded.", "note")); }
     data.tokens.forEach(function (row) {
-      var block = html("div", null, "token-step");
+      var user = row.role === "user";
+      var block = html("div", null, "token-step" + (user ? " user" : ""));
       block.setAttribute("data-t", String(row.t));
-      block.appendChild(html("div", "step " + row.t + (row.attempt ? " (accepted repair " + row.attempt + ")" : ""), "token-head"));
+      block.setAttribute("data-role", row.role);
+      var head = user ? (row.t === 0 ? "user, opening turn" : "user, reply to step " + row.t)
+                      : "step " + row.t + (row.attempt ? " (accepted repair " + row.attempt + ")" : "");
+      block.appendChild(html("div", head, "token-head"));
       var line = html("div", null, "token-line");
       if (row.tokens === null) { line.appendChild(html("span", "the provider returned no logprobs for this call", "note")); }
       (row.tokens || []).forEach(function (tok, i) {
