@@ -13,7 +13,8 @@ In one run, on the same HotpotQA tasks (first-step prompts of the first ``--task
 - ``raw other llama-server``: the same requests (with the grammar) to the binary ``--other-server`` names (e.g. one
   built from another llama.cpp), same flags, same thread count -- two builds compared on the same prompts;
 - ``uqh README job``: ``uqh run --domain hotpotqa --model local:smollm2 --tasks 3`` (the README's first run, its
-  default concurrency), once with 1 server thread (the default) and once with 2, the harness sharing the cores;
+  default concurrency), once with 1 server thread (the default) and once with 2 (as ``UQH_LLAMA_THREADS=2``:
+  OpenMP's own wait policy), the harness sharing the cores;
 - ``uqh 20 tasks -c 4``: ``uqh run --domain hotpotqa --tasks 20 --concurrency 4``;
 - ``old path``: the README job on llama-cpp-python's Python server (``--logits_all true``, one request at a
   time; uqh's concurrency 2 as before), the same harness otherwise. Needs ``llama_cpp`` importable

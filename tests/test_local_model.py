@@ -17,6 +17,7 @@ from uqh.harness.model.local import (
     LOCAL_MODELS,
     DEFAULT_THREADS,
     LLAMA_SERVER_ENV,
+    LLAMA_THREADS_ENV,
     MAX_SLOTS,
     LocalModelServer,
     LocalModelSpec,
@@ -121,7 +122,8 @@ def _flags(cmd: list[str]) -> dict[str, str | None]:
     return out
 
 
-def test_server_command_line():
+def test_server_command_line(monkeypatch):
+    monkeypatch.delenv(LLAMA_THREADS_ENV, raising=False)
     srv = LocalModelServer(Path("/m.gguf"), alias="smollm2", port=1234, n_threads=2, parallel=3,
                            binary=Path("/opt/llama-server"))
     cmd = srv.command()
@@ -134,12 +136,44 @@ def test_server_command_line():
     assert flags["--reasoning-format"] == "none"  # <think> must stay in the recorded text
     assert "--jinja" in cmd  # the GGUF's chat template
     assert srv.base_url == "http://127.0.0.1:1234/v1" and srv.litellm_model == "openai/smollm2"
-    assert srv.environment()["OMP_WAIT_POLICY"] == "PASSIVE"
     # defaults: the measured thread count; slots capped so their KV caches fit in memory
     default = _flags(LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command())
-    assert default["--threads"] == str(DEFAULT_THREADS) and default["--parallel"] == "1"
+    assert default["--threads"] == str(DEFAULT_THREADS) == "1" and default["--parallel"] == "1"
     assert LocalModelServer(Path("/m"), parallel=100).slots == MAX_SLOTS
     assert LocalModelServer(Path("/m"), parallel=0).slots == 1
+
+
+def test_openmp_sleeps_with_one_thread_and_keeps_its_own_policy_with_more(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv(LLAMA_THREADS_ENV, raising=False)
+    assert LocalModelServer(Path("/m")).environment()["OMP_WAIT_POLICY"] == "PASSIVE"
+    # 2 passive threads were 1.8x slower than 1 (a sleep at every barrier): more threads keep OpenMP's spin-then-sleep
+    assert "OMP_WAIT_POLICY" not in LocalModelServer(Path("/m"), n_threads=2).environment()
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's own setting wins
+    assert LocalModelServer(Path("/m")).environment()["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_llama_threads_env_sets_the_server_threads_and_bad_values_are_one_line(monkeypatch, tmp_path, capsys):
+    from uqh.cli import main
+
+    monkeypatch.setenv(LLAMA_THREADS_ENV, " 2 ")
+    srv = LocalModelServer(Path("/m"), port=1, binary=Path("/b"))
+    assert _flags(srv.command())["--threads"] == _flags(srv.command())["--threads-batch"] == "2"
+    assert _flags(LocalModelServer(Path("/m"), port=1, binary=Path("/b"), n_threads=3).command())["--threads"] == "3"
+    for bad in ("0", "two", "-1", "1.5"):
+        monkeypatch.setenv(LLAMA_THREADS_ENV, bad)
+        with pytest.raises(UserError, match=f"UQH_LLAMA_THREADS={re.escape(bad)} is not a whole number") as exc:
+            LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command()
+        assert "\n" not in str(exc.value)
+    # refused by `uqh run` before a run directory is made, as one line and exit 2
+    out = tmp_path / "run"
+    assert main(["run", "--domain", "arithmetic", "--model", "local:smollm2", "--tasks", "1", "--out", str(out),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "UQH_LLAMA_THREADS=1.5 is not a whole number of threads >= 1" in err
+    assert not out.exists()
+    monkeypatch.setenv(LLAMA_THREADS_ENV, "")  # empty: the default
+    assert _flags(LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command())["--threads"] == "1"
 
 
 def test_find_llama_server_env_override_and_errors(tmp_path, monkeypatch):

@@ -51,9 +51,12 @@ LLAMA_SERVER_ENV = "UQH_LLAMA_SERVER"
 #: At most this many server slots: each holds a full context of KV cache (~23 kB/token for SmolLM2-135M, so
 #: 8 slots x 8192 tokens ~ 1.5 GB of RAM); more concurrency than this queues in the server.
 MAX_SLOTS = 8
-#: Compute threads of the server. 1, measured (docs/model-client.md): on 2 cores shared with the harness a
-#: second thread spins for a core the harness needs and the server slows down instead of speeding up.
+#: Compute threads of the server. 1, measured (docs/model-client.md): a second thread made the README job 1.5x
+#: faster on an otherwise idle 2-core machine, but with one other busy process it did not finish in 3 minutes
+#: where 1 thread took 54 s (its threads wait for each other at every operation of every token).
 DEFAULT_THREADS = 1
+#: Environment variable setting the server's compute threads, for a machine whose cores uqh has to itself.
+LLAMA_THREADS_ENV = "UQH_LLAMA_THREADS"
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,19 @@ def find_llama_server() -> Path:
     if on_path:
         return Path(on_path)
     raise UserError(f"llama-server is not installed; {_SETUP_HINT}, or set {LLAMA_SERVER_ENV} to a llama-server binary")
+
+
+def server_threads() -> int:
+    """The server's compute threads: ``$UQH_LLAMA_THREADS`` when set (a whole number >= 1; UserError otherwise),
+    else :data:`DEFAULT_THREADS`."""
+    raw = os.environ.get(LLAMA_THREADS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_THREADS
+    n = int(raw) if raw.isdigit() else 0
+    if n < 1:
+        raise UserError(f"{LLAMA_THREADS_ENV}={raw} is not a whole number of threads >= 1; unset it to use "
+                        f"{DEFAULT_THREADS}")
+    return n
 
 
 def _free_port() -> int:
@@ -176,7 +192,7 @@ class LocalModelServer:
         self.slots = max(1, min(int(parallel), MAX_SLOTS))
         self.port = port
         self.startup_timeout_s = startup_timeout_s
-        self.n_threads = n_threads or DEFAULT_THREADS
+        self.n_threads = n_threads  # None: server_threads() when the command is built
         self.seed = seed
         self.binary = binary  # None: find_llama_server() at start()
         self.proc: subprocess.Popen | None = None
@@ -192,8 +208,13 @@ class LocalModelServer:
     def litellm_model(self) -> str:
         return f"openai/{self.alias}"
 
+    @property
+    def threads(self) -> int:
+        return self.n_threads or server_threads()
+
     def command(self) -> list[str]:
         binary = self.binary if self.binary is not None else find_llama_server()
+        threads = self.threads
         return [
             str(binary),
             "--model", str(self.gguf),
@@ -202,8 +223,8 @@ class LocalModelServer:
             "--port", str(self.port),
             "--ctx-size", str(self.n_ctx * self.slots),  # split evenly over the slots: n_ctx each
             "--parallel", str(self.slots),
-            "--threads", str(self.n_threads),
-            "--threads-batch", str(self.n_threads),
+            "--threads", str(threads),
+            "--threads-batch", str(threads),
             "--seed", str(self.seed),
             "--jinja",  # the GGUF's own chat template, as llama-cpp-python rendered it
             "--reasoning-format", "none",  # <think> stays in the content: the records keep the raw text
@@ -211,9 +232,13 @@ class LocalModelServer:
         ]
 
     def environment(self) -> dict[str, str]:
-        """The server's environment: OpenMP threads sleep instead of spinning when idle (measured: a spinning
-        thread competes with the harness for the same cores, docs/model-client.md)."""
-        return dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        """The server's environment. One thread: OpenMP told to sleep rather than spin when idle, unless the user
+        set a policy. More threads (asked for): OpenMP's own spin-then-sleep policy, since sleeping at every
+        barrier made 2 threads 1.8x slower than 1 (measured, docs/model-client.md)."""
+        env = dict(os.environ)
+        if self.threads == 1:
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        return env
 
     def start(self) -> None:
         if self.proc is not None:
@@ -362,6 +387,7 @@ def check_model_string(model: str) -> None:
     if model.startswith("local:"):
         if model not in LOCAL_MODELS:
             raise UserError(f"unknown local model {model!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
+        server_threads()  # a bad UQH_LLAMA_THREADS is refused before a run directory is made
         return
     if model.startswith("openai/") and len(model) > len("openai/"):
         return  # any OpenAI-compatible endpoint; no need for the multi-second litellm import
