@@ -160,7 +160,7 @@ def test_llama_threads_env_sets_the_server_threads_and_bad_values_are_one_line(m
     srv = LocalModelServer(Path("/m"), port=1, binary=Path("/b"))
     assert _flags(srv.command())["--threads"] == _flags(srv.command())["--threads-batch"] == "2"
     assert _flags(LocalModelServer(Path("/m"), port=1, binary=Path("/b"), n_threads=3).command())["--threads"] == "3"
-    for bad in ("0", "two", "-1", "1.5"):
+    for bad in ("0", "two", "-1", "1.5", "²"):
         monkeypatch.setenv(LLAMA_THREADS_ENV, bad)
         with pytest.raises(UserError, match=f"UQH_LLAMA_THREADS={re.escape(bad)} is not a whole number") as exc:
             LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command()

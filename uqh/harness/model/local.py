@@ -118,7 +118,10 @@ def server_threads() -> int:
     raw = os.environ.get(LLAMA_THREADS_ENV, "").strip()
     if not raw:
         return DEFAULT_THREADS
-    n = int(raw) if raw.isdigit() else 0
+    try:
+        n = int(raw)
+    except ValueError:  # "two", "1.5", "²"
+        n = 0
     if n < 1:
         raise UserError(f"{LLAMA_THREADS_ENV}={raw} is not a whole number of threads >= 1; unset it to use "
                         f"{DEFAULT_THREADS}")
