@@ -166,6 +166,7 @@ def test_llama_threads_env_sets_the_server_threads_and_bad_values_are_one_line(m
             LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command()
         assert "\n" not in str(exc.value)
     # refused by `uqh run` before a run directory is made, as one line and exit 2
+    monkeypatch.setenv(LLAMA_THREADS_ENV, "1.5")
     out = tmp_path / "run"
     assert main(["run", "--domain", "arithmetic", "--model", "local:smollm2", "--tasks", "1", "--out", str(out),
                  "--no-progress"]) == 2
