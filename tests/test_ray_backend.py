@@ -154,8 +154,12 @@ def test_a_node_killed_mid_run_ends_with_exactly_the_planned_episodes(cluster, f
         summary = run_batch(config, tmp_path / "ray", concurrency=6, progress=False, backend=RayBackend(actors=3),
                             checkpoint_interval_s=0.1)
         killer.join(5)
-    assert killed.is_set() and local.ok and frozen == [(6, 6)]
-    assert summary.ok and summary.stats.done == 60 and summary.stats.infra_errors == 0
+    # one clause per assert: a failure names the one that broke (a rare failure here was seen without its clause)
+    assert local.ok
+    assert killed.is_set()
+    assert frozen == [(6, 6)], "(checkpoint files, files with a step) when the node was killed"
+    assert summary.ok, summary.stopped
+    assert summary.stats.done == 60 and summary.stats.infra_errors == 0, (summary.stats, summary.notes)
     assert any("re-queued after their Ray worker died" in n for n in summary.notes), summary.notes
     eps = read_episodes(tmp_path / "ray")
     ids = [e.episode_id for e in eps]
