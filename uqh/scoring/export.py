@@ -54,9 +54,6 @@ TOKEN_COLUMNS = {
     **_ID_COLUMNS, "role": "string", "t": "Int64", "attempt": "Int64", "accepted": "boolean", "position": "Int64",
     "token": "string", "logprob": "Float64", "in_action": "boolean", "top_tokens": "string", "top_logprobs": "string",
 }
-#: Who generated a token row: the agent (``logprobs.jsonl``) or the simulated user (``user_logprobs.jsonl``, Tau2
-#: runs with ``uqh run --user-logprobs``).
-TOKEN_ROLES = ("agent", "user")
 
 
 @dataclass
@@ -157,9 +154,8 @@ def tokens_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFram
     records = []
     for run in load(runs):
         by_id = {ep.episode_id: ep for ep in run.episodes}
-        sidecars = {"agent": run.reader.sidecar(), "user": run.reader.user_sidecar()}
-        for role in TOKEN_ROLES:
-            for row in sidecars[role]:
+        for role, rows in (("agent", run.reader.sidecar()), ("user", run.reader.user_sidecar())):
+            for row in rows:
                 ep = by_id.get(row.episode_id)
                 if ep is None or row.tokens is None:
                     continue
