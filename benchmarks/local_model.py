@@ -1,23 +1,25 @@
 """The embedded local model (``local:smollm2``): uqh's throughput against raw llama.cpp and the old path.
 
     .venv/bin/python benchmarks/local_model.py [--tasks 20] [--readme-tasks 3]
-        [--rows readme,readme-2t,many,raw,raw-nogrammar,raw-other,old] [--other-server PATH]
+        [--rows readme,readme-1s,readme-2t,many,raw,raw-nogrammar,raw-other,old] [--other-server PATH]
         [--prompts PROMPTS.json] [--merge EARLIER.json] [--out benchmarks/results/local_model.md]
 
 In one run, on the same HotpotQA tasks (first-step prompts of the first ``--tasks`` tasks):
 
-- ``raw llama-server``: the native server (``--parallel 4``, the thread count uqh uses) with no harness: each
-  task's first-step prompt sent straight over HTTP, 4 in flight, with the request body uqh sends (top-5 logprobs,
-  the four-tag grammar, the run's temperature and max_tokens). Its completion tokens/s are the limit;
+- ``raw llama-server``: the native servers as uqh starts them for ``--concurrency 4`` (one single-threaded
+  process per core, the 4 slots split between them) with no harness: each task's first-step prompt sent straight
+  over HTTP, 4 in flight, spread evenly, with the request body uqh sends (top-5 logprobs, the four-tag grammar,
+  the run's temperature and max_tokens). Its completion tokens/s are the limit;
 - ``raw llama-server, no grammar``: the same requests without the grammar (the grammar's cost on this path);
 - ``raw other llama-server``: the same requests (with the grammar) to the binary ``--other-server`` names (e.g. one
   built from another llama.cpp), same flags, same thread count -- two builds compared on the same prompts;
 - ``uqh README job``: ``uqh run --domain hotpotqa --model local:smollm2 --tasks 3`` (the README's first run, its
-  default concurrency), once with 1 server thread (the default) and once with 2 (as ``UQH_LLAMA_THREADS=2``:
-  OpenMP's own wait policy), the harness sharing the cores;
+  default concurrency), as a user gets it (one single-threaded server process per core); ``readme-1s`` with one
+  server process (``UQH_LLAMA_SERVERS=1``: what uqh did before); ``readme-2t`` with one server of 2 threads
+  (``UQH_LLAMA_THREADS=2``: OpenMP's own wait policy); the harness sharing the cores;
 - ``uqh 20 tasks -c 4``: ``uqh run --domain hotpotqa --tasks 20 --concurrency 4``;
 - ``old path``: the README job on llama-cpp-python's Python server (``--logits_all true``, one request at a
-  time; uqh's concurrency 2 as before), the same harness otherwise. Needs ``llama_cpp`` importable
+  time, one process; uqh's concurrency 2 as before), the same harness otherwise. Needs ``llama_cpp`` importable
   (setup.sh no longer installs it; the row is skipped without it).
 
 Each row: wall time (server start included), model calls, completion tokens, calls/s and completion tokens/s;
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import platform
@@ -48,8 +51,7 @@ sys.path.insert(0, str(REPO))
 DRIVER = """
 import os, sys
 from uqh.harness.model import local
-threads, old = int(sys.argv[1]), sys.argv[2] == "old"
-local.DEFAULT_THREADS = threads
+old = sys.argv[1] == "old"
 if old:  # llama-cpp-python's Python server, as uqh ran it before the native server
     def old_command(self):
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.alias,
@@ -58,7 +60,7 @@ if old:  # llama-cpp-python's Python server, as uqh ran it before the native ser
     local.LocalModelServer.command = old_command
     local.LocalModelServer.environment = lambda self: dict(os.environ)
 from uqh.cli import main
-sys.exit(main(sys.argv[3:]))
+sys.exit(main(sys.argv[2:]))
 """
 
 
@@ -80,9 +82,10 @@ class Row:
         return self.completion_tokens / self.wall_s
 
 
-def run_uqh(label: str, out_dir: Path, tasks: int, *, threads: int = 1, old: bool = False,
-            concurrency: int | None = None) -> Row:
-    """One ``uqh run`` in a child process (the server is its child, as for a user); tokens from the run dir."""
+def run_uqh(label: str, out_dir: Path, tasks: int, *, old: bool = False, concurrency: int | None = None,
+            env: dict[str, str] | None = None) -> Row:
+    """One ``uqh run`` in a child process (the servers are its children, as for a user), with ``env`` added to
+    its environment; tokens from the run dir."""
     from uqh.rundir import RunDir
 
     argv = ["run", "--domain", "hotpotqa", "--model", "local:smollm2", "--tasks", str(tasks), "--out", str(out_dir),
@@ -90,8 +93,8 @@ def run_uqh(label: str, out_dir: Path, tasks: int, *, threads: int = 1, old: boo
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(threads), "old" if old else "new", *argv], cwd=REPO,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", DRIVER, "old" if old else "new", *argv], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{label}: uqh run failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -120,19 +123,22 @@ def first_step_prompts(run_dir: Path) -> tuple[list[list[dict]], dict]:
     return prompts, manifest.config.decoding.model_dump()
 
 
-def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, threads: int, grammar: bool = True,
+def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, grammar: bool = True,
             binary: Path | None = None, label: str | None = None) -> Row:
-    """The prompts straight to llama-server, ``parallel`` in flight, the request body uqh sends (``grammar``:
-    with the four-tag grammar; ``binary``: that llama-server instead of the one uqh finds)."""
+    """The prompts straight to the llama-server processes uqh would start for ``parallel`` concurrent requests,
+    ``parallel`` in flight, prompt i to process i mod n, the request body uqh sends (``grammar``: with the
+    four-tag grammar; ``binary``: that llama-server instead of the one uqh finds)."""
     from uqh.harness.model import local
     from uqh.harness.model.transports import grammar_text
 
-    server = local.LocalModelServer(local.find_gguf("local:smollm2"), parallel=parallel, n_threads=threads,
-                                    binary=binary)
+    n = local.server_count(parallel)
+    servers = [local.LocalModelServer(local.find_gguf("local:smollm2"), parallel=-(-parallel // n), binary=binary)
+               for _ in range(n)]
     grammar_body = {"grammar": grammar_text()} if grammar else {}
 
     def call(i_messages: tuple[int, list[dict]]) -> tuple[int, int]:
         i, messages = i_messages
+        server = servers[i % n]
         body = {"model": server.alias, "messages": messages, "temperature": decoding["temperature"],
                 "top_p": decoding["top_p"], "max_tokens": decoding["max_tokens"], "seed": decoding["seed"] + i,
                 "logprobs": True, "top_logprobs": decoding["top_logprobs"], **grammar_body}
@@ -143,11 +149,13 @@ def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, threads
         return usage["completion_tokens"], usage["prompt_tokens"]
 
     t0 = time.perf_counter()
-    with server:
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            stack.enter_context(server)
         with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
             got = list(pool.map(call, enumerate(prompts)))
     wall = time.perf_counter() - t0
-    row = Row(label or f"raw llama-server, {parallel} in flight", wall, len(got), sum(c for c, _ in got), sum(p for _, p in got))
+    row = Row(label or f"raw llama-server ({n} x 1 thread), {parallel} in flight", wall, len(got), sum(c for c, _ in got), sum(p for _, p in got))
     print(f"{row.label}: {wall:.1f} s, {row.completion_tokens} completion tokens ({row.tokens_per_s:.1f}/s)",
           file=sys.stderr, flush=True)
     return row
@@ -177,16 +185,22 @@ def render(rows: dict[str, Row], args: argparse.Namespace, load: tuple[float, fl
     return "\n".join(lines) + "\n"
 
 
-ROWS = ("readme", "readme-2t", "many", "raw", "raw-nogrammar", "raw-other", "old")
+ROWS = ("readme", "readme-1s", "readme-2t", "many", "raw", "raw-nogrammar", "raw-other", "old")
 
 
 def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
     """One row of the table (``raw`` needs the ``many`` run's directory for its prompts)."""
+    from uqh.harness.model import local
+
     n = args.readme_tasks
     if key == "readme":
-        return run_uqh(f"uqh README job ({n} tasks), 1 thread", tmp / "readme", n)
+        return run_uqh(f"uqh README job ({n} tasks), {local.server_count(4)} servers x 1 thread", tmp / "readme", n)
+    if key == "readme-1s":
+        return run_uqh(f"uqh README job ({n} tasks), 1 server x 1 thread", tmp / "readme1s", n,
+                       env={local.LLAMA_SERVERS_ENV: "1"})
     if key == "readme-2t":
-        return run_uqh(f"uqh README job ({n} tasks), 2 threads", tmp / "readme2", n, threads=2)
+        return run_uqh(f"uqh README job ({n} tasks), 1 server x 2 threads", tmp / "readme2", n,
+                       env={local.LLAMA_THREADS_ENV: "2"})
     if key == "many":
         return run_uqh(f"uqh {args.tasks} tasks, --concurrency 4", tmp / "many", args.tasks, concurrency=4)
     if key.startswith("raw"):
@@ -197,11 +211,11 @@ def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
             saved = json.loads(args.prompts.read_text())
             prompts, decoding = saved["prompts"], saved["decoding"]
         if key == "raw":
-            return run_raw(prompts, decoding, parallel=4, threads=1)
+            return run_raw(prompts, decoding, parallel=4)
         if key == "raw-nogrammar":
-            return run_raw(prompts, decoding, parallel=4, threads=1, grammar=False,
+            return run_raw(prompts, decoding, parallel=4, grammar=False,
                            label="raw llama-server, 4 in flight, no grammar")
-        return run_raw(prompts, decoding, parallel=4, threads=1, binary=args.other_server,
+        return run_raw(prompts, decoding, parallel=4, binary=args.other_server,
                        label="raw other llama-server (--other-server), 4 in flight")
     try:
         import llama_cpp  # noqa: F401
@@ -209,7 +223,7 @@ def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
         print("old path skipped: llama_cpp (llama-cpp-python) is not installed", file=sys.stderr)
         return None
     return run_uqh(f"old path: README job ({n} tasks) on llama-cpp-python's server", tmp / "old", n, old=True,
-                   concurrency=2)
+                   concurrency=2, env={local.LLAMA_SERVERS_ENV: "1"})
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
-"""Several endpoints for one model (uqh/harness/model/endpoints.py): spreading by least in-flight, a failing endpoint taken out
-of rotation and retried later, failover on a refused connection, per-endpoint counts in the summary and the
+"""Several endpoints for one model (uqh/harness/model/endpoints.py): spreading by least in-flight, a conversation sent
+back to the endpoint holding its prefix, a failing endpoint taken out of rotation and retried later, failover on a refused connection, per-endpoint counts in the summary and the
 manifest -- through real HTTP against fake servers, on the in-process and the --workers paths (the Ray backend's
 are in tests/test_ray_backend.py)."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ import socket
 import pytest
 
 from uqh.cli import main
-from uqh.harness.model.endpoints import EndpointPool, endpoint_summary_lines, merge_counts, EndpointCounts
+from uqh.harness.model.endpoints import (AFFINITY_SLACK, EndpointCounts, EndpointPool, endpoint_summary_lines,
+                                     merge_counts, prefix_digests)
 from uqh.harness.model.client import make_model_client
 from uqh.harness.model.errors import EndpointUnreachable
 from uqh.harness.runner import run_batch
@@ -79,6 +80,75 @@ def test_a_slow_endpoint_gets_fewer_calls(fake_server):
         _calls(_client([slow.base_url, fast.base_url]), 40, concurrency=4)
     assert slow.n_requests + fast.n_requests == 40
     assert fast.n_requests >= 3 * slow.n_requests  # least in-flight: the fast one frees its slots sooner
+
+
+def test_prefix_digests_name_exactly_the_shared_prefixes():
+    a = [{"role": "system", "content": "S"}, {"role": "user", "content": "task 1"}, {"role": "assistant", "content": "x"}]
+    b = [*a[:2], {"role": "assistant", "content": "y"}]
+    assert len(prefix_digests(a)) == 3
+    assert prefix_digests(a)[:2] == prefix_digests(b)[:2] and prefix_digests(a)[2] != prefix_digests(b)[2]
+    assert prefix_digests(a[:2]) == prefix_digests(a)[:2]  # a request's digests are its continuation's prefixes
+    # no message boundary can be forged by content, and every field counts
+    assert prefix_digests([{"content": "ab"}, {"content": "c"}])[1] != prefix_digests([{"content": "a"},
+                                                                                      {"content": "bc"}])[1]
+    assert prefix_digests([{"role": "user", "content": "S"}]) != prefix_digests([{"role": "system", "content": "S"}])
+
+
+class _Idle:
+    """A transport that is never called (the choice is made before any send)."""
+
+    async def send(self, messages, seed):  # pragma: no cover - not called
+        raise AssertionError
+
+
+def _conversation(task: int, steps: int) -> list[dict]:
+    msgs = [{"role": "system", "content": "shared system prompt"}, {"role": "user", "content": f"task {task}"}]
+    for k in range(steps):
+        msgs += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"observation {k}"}]
+    return msgs
+
+
+def test_a_conversation_goes_back_to_its_endpoint_unless_that_one_is_busier_than_the_slack():
+    pool = EndpointPool(["a", "b", "c"], [_Idle(), _Idle(), _Idle()])
+    first = pool._choose(set(), prefix_digests(_conversation(1, 0)))
+    assert first == 0  # nothing cached anywhere: least in-flight, then the first listed
+    pool._endpoints[0].sent = 1
+    # the shared system prompt alone ties nothing: a new task goes to the least busy
+    assert pool._choose(set(), prefix_digests(_conversation(2, 0))) == 1
+    pool._endpoints[1].sent = 1
+    pool._endpoints[0].in_flight = AFFINITY_SLACK  # busier than the others, but within the slack: stays
+    assert pool._choose(set(), prefix_digests(_conversation(1, 1))) == 0 and pool.affinity_hits == 1
+    pool._endpoints[0].in_flight = AFFINITY_SLACK + 1  # beyond it: goes where it waits less, and moves there
+    moved = pool._choose(set(), prefix_digests(_conversation(1, 2)))
+    assert moved == 2 and pool.affinity_hits == 1
+    pool._endpoints[0].in_flight = 0
+    assert pool._choose(set(), prefix_digests(_conversation(1, 3))) == 2  # its longest prefix is cached there now
+    assert pool._choose({2}, prefix_digests(_conversation(1, 3))) == 0  # excluded (failed over): elsewhere
+    pool._endpoints[2].out_until = pool._clock() + 60  # out of rotation: not held to it either
+    assert pool._choose(set(), prefix_digests(_conversation(1, 4))) != 2
+    off = EndpointPool(["a", "b"], [_Idle(), _Idle()], affinity_slack=None)
+    off._choose(set(), prefix_digests(_conversation(1, 0)))
+    off._endpoints[0].sent = 1
+    assert off._choose(set(), prefix_digests(_conversation(1, 1))) == 1 and off.affinity_hits == 0
+
+
+def test_every_step_of_an_episode_goes_to_one_endpoint_and_the_episodes_spread(fake_server, tmp_path):
+    """Through the runner: 12 two-step episodes at concurrency 4 over three endpoints; each endpoint keeps the
+    episodes it started (its prompt cache holds them), and every one gets a share. (By fewest in flight alone,
+    the fourth episode in flight, which shares an endpoint, would move for its second step.)"""
+    with fake_server(solver, latency_s=0.02) as a, fake_server(solver, latency_s=0.02) as b, \
+            fake_server(solver, latency_s=0.02) as c:
+        servers = {"a": a, "b": b, "c": c}
+        urls = [srv.base_url for srv in servers.values()]
+        config = make_config(n_tasks=12).model_copy(update={"api_base": urls[0], "api_bases": urls})
+        summary = run_batch(config, tmp_path / "run", concurrency=4, progress=False)
+        assert summary.ok and summary.stats.stop_reasons == {"clean": 12}
+        served = {name: [r["messages"][1]["content"] for r in srv.requests] for name, srv in servers.items()}
+    assert sum(map(len, served.values())) == 24
+    for name, tasks in served.items():
+        others = {t for other, ts in served.items() if other != name for t in ts}
+        assert not set(tasks) & others  # no episode was split between endpoints
+        assert len(set(tasks)) >= 2
 
 
 def test_a_failing_endpoint_leaves_the_rotation_with_a_warning_and_is_retried_later(fake_server, caplog):

@@ -17,6 +17,7 @@ from uqh.harness.model.local import (
     LOCAL_MODELS,
     DEFAULT_THREADS,
     LLAMA_SERVER_ENV,
+    LLAMA_SERVERS_ENV,
     LLAMA_THREADS_ENV,
     MAX_SLOTS,
     LocalModelServer,
@@ -29,6 +30,8 @@ from uqh.harness.model.local import (
     models_ready,
     resolve_model,
     resolve_model_async,
+    serve_model,
+    server_count,
 )
 from uqh.harness.model.client import make_model_client
 from uqh.rundir.schema import DecodingConfig
@@ -175,6 +178,107 @@ def test_llama_threads_env_sets_the_server_threads_and_bad_values_are_one_line(m
     assert not out.exists()
     monkeypatch.setenv(LLAMA_THREADS_ENV, "")  # empty: the default
     assert _flags(LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command())["--threads"] == "1"
+
+
+def test_server_count_one_process_per_core_never_more_than_the_requests(monkeypatch):
+    from uqh.harness.model import local
+
+    monkeypatch.delenv(LLAMA_SERVERS_ENV, raising=False)
+    monkeypatch.delenv(LLAMA_THREADS_ENV, raising=False)
+    monkeypatch.setattr(local, "usable_cores", lambda: 2)
+    assert [server_count(c) for c in (1, 2, 3, 4, 16)] == [1, 2, 2, 2, 2]
+    monkeypatch.setattr(local, "usable_cores", lambda: 16)
+    assert [server_count(c) for c in (1, 4, 16)] == [1, 4, MAX_SLOTS]  # the slot cap bounds the KV memory
+    monkeypatch.setenv(LLAMA_THREADS_ENV, "4")  # threads x processes stay within the cores
+    assert server_count(16) == 4
+    monkeypatch.setattr(local, "usable_cores", lambda: 2)
+    assert server_count(4) == 1  # 2 threads or more on 2 cores: one process
+    monkeypatch.delenv(LLAMA_THREADS_ENV)
+    monkeypatch.setenv(LLAMA_SERVERS_ENV, " 3 ")
+    assert server_count(8) == 3 and server_count(2) == 2
+    for bad in ("0", "two", "-1", "1.5"):
+        monkeypatch.setenv(LLAMA_SERVERS_ENV, bad)
+        with pytest.raises(UserError, match=f"UQH_LLAMA_SERVERS={re.escape(bad)} is not a whole number of servers"):
+            server_count(4)
+
+
+def test_a_bad_llama_servers_value_is_one_line_before_a_run_directory(monkeypatch, tmp_path, capsys):
+    from uqh.cli import main
+
+    monkeypatch.setenv(LLAMA_SERVERS_ENV, "many")
+    out = tmp_path / "run"
+    assert main(["run", "--domain", "arithmetic", "--model", "local:smollm2", "--tasks", "1", "--out", str(out),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "UQH_LLAMA_SERVERS=many is not a whole number of servers >= 1" in err
+    assert not out.exists()
+
+
+def _fake_llama_server(tmp_path: Path, fail_from: int | None = None) -> tuple[Path, Path]:
+    """An executable standing in for llama-server: logs its pid and arguments to ``calls.log``, then serves the
+    fake OpenAI server on the ``--port`` it is given; the ``fail_from``-th start and later exit 3 at once."""
+    log = tmp_path / "calls.log"
+    script = Path(__file__).resolve().parent / "fake_openai_server.py"
+    fail = f'[ "$(wc -l < {log})" -ge {fail_from} ] && exit 3\n' if fail_from else ""
+    exe = tmp_path / "llama-server"
+    exe.write_text(
+        "#!/bin/bash\n"
+        f"touch {log}\n{fail}"
+        f'echo "$$ $*" >> {log}\n'
+        'while [ $# -gt 0 ]; do [ "$1" = --port ] && port=$2; shift; done\n'
+        f'exec {sys.executable} {script} --port "$port"\n'
+    )
+    exe.chmod(0o755)
+    return exe, log
+
+
+def test_serve_model_starts_one_process_per_core_sharing_the_slots_and_stops_them_all(tmp_path, monkeypatch):
+    from uqh.harness.model import local
+    import urllib.request
+
+    exe, log = _fake_llama_server(tmp_path)
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(exe))
+    monkeypatch.delenv(LLAMA_SERVERS_ENV, raising=False)
+    monkeypatch.delenv(LLAMA_THREADS_ENV, raising=False)
+    monkeypatch.setattr(local, "usable_cores", lambda: 2)
+    with serve_model("local:smollm2", parallel=3) as served:
+        started = [line.split() for line in log.read_text().splitlines()]
+        pids = [int(words[0]) for words in started]
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        assert [_flags(["x", *words[1:]])["--parallel"] for words in started] == ["2", "2"]  # 3 slots over 2
+        assert served.model == "openai/smollm2" and len(set(served.api_bases)) == 2
+        assert served.api_base == served.api_bases[0]
+        for url in served.api_bases:  # every one answers when the block begins
+            with urllib.request.urlopen(url + "/models", timeout=5) as r:
+                assert r.status == 200
+    assert not any(_alive(pid) for pid in pids)
+    log.unlink()
+    with serve_model("local:smollm2", parallel=1) as served:  # one request at a time: one process
+        assert served.api_bases == () and len(log.read_text().splitlines()) == 1
+    log.unlink()
+    with resolve_model("local:smollm2", None, parallel=4) as (model, base):  # user simulator, judge: one process
+        assert model == "openai/smollm2" and base.startswith("http://127.0.0.1:")
+        assert len(log.read_text().splitlines()) == 1
+    with serve_model("openai/x", "http://h/v1", parallel=4) as served:  # API models pass through
+        assert (served.model, served.api_base, served.api_bases) == ("openai/x", "http://h/v1", ())
+
+
+def test_one_server_failing_to_start_stops_the_others_and_is_one_line(tmp_path, monkeypatch):
+    from uqh.harness.model import local
+
+    exe, log = _fake_llama_server(tmp_path, fail_from=1)  # the first starts, the second exits 3
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(exe))
+    monkeypatch.setenv(LLAMA_SERVERS_ENV, "2")
+    with pytest.raises(UserError, match="exited with code 3 during startup") as exc:
+        with serve_model("local:smollm2", parallel=2):
+            pass
+    assert "\n" not in str(exc.value)
+    pids = [int(line.split()[0]) for line in log.read_text().splitlines()]
+    assert len(pids) == 1
+    deadline = time.monotonic() + 5
+    while _alive(pids[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pids[0])
 
 
 def test_find_llama_server_env_override_and_errors(tmp_path, monkeypatch):

@@ -161,12 +161,13 @@ sys.exit(main(sys.argv[3:]))
 
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_stop_signal_stops_the_local_model_server(tmp_path, signame):
-    """`--model local:smollm2` with a stub server child that ignores SIGTERM: it is killed, not left running."""
+    """`--model local:smollm2` with two stub server children that ignore SIGTERM: both are killed, not left
+    running."""
     signum = getattr(signal, signame)
     out_dir, log = tmp_path / "run", tmp_path / "requests.log"
     argv = ["run", "--domain", "arithmetic", "--model", "local:smollm2", "--tasks", "10", "--step-budget", "3",
             "--out", str(out_dir), "--no-progress"]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), UQH_LLAMA_SERVERS="2")  # a process per core on 2 cores
     proc = subprocess.Popen(
         [sys.executable, "-c", STUB_DRIVER.format(text=CALC), str(FAKE_SERVER), str(log), *argv], cwd=tmp_path,
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
@@ -175,13 +176,13 @@ def test_stop_signal_stops_the_local_model_server(tmp_path, signame):
         wait_for_lines(out_dir / EPISODES_FILE, 1, proc)
         children = descendants(proc.pid)
         server = [p for p in children if str(FAKE_SERVER) in cmdline(p)]
-        assert len(server) == 1 and alive(server[0]), {p: cmdline(p) for p in children}
+        assert len(server) == 2 and all(map(alive, server)), {p: cmdline(p) for p in children}
         sent_at, t0 = time.time(), time.monotonic()
         send(proc, signum, to_group=signame == "SIGINT")
         check_stopped(proc, signum, sent_at, t0, children)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert not alive(server[0])
+    assert not any(map(alive, server))
     arrivals = [float(x) for x in log.read_text().split()]
     assert arrivals and not [t - sent_at for t in arrivals if t > sent_at + IN_TRANSIT_S], "requests after the signal"

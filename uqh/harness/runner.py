@@ -54,7 +54,7 @@ from uqh.harness.backends.event_loop import serialize
 from uqh.harness.backends.local import LocalBackend
 from uqh.harness.config.build import build_domain, prompt_sha256
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, Resume, derive_seed, episode_id_for
-from uqh.harness.model.local import resolve_model
+from uqh.harness.model.local import resolve_model, serve_model
 from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
 from uqh.harness.progress import BatchStats, EpisodeSummary, Progress
 from uqh.harness.sampling.scheduler import ConsensusScheduler
@@ -270,15 +270,15 @@ def _drive(backend: Backend, config: RunConfig, system_prompt: str, run_dir: Pat
 def _run_context(stack: contextlib.ExitStack, config: RunConfig, system_prompt: str, run_dir: Path,
                  options: dict[str, Any]) -> RunContext:
     """The batch's :class:`RunContext`, with the models resolved (a ``local:`` model starts serving for the
-    lifetime of ``stack``, with one slot per concurrent episode: its requests are batched, not queued)."""
-    model, api_base = stack.enter_context(resolve_model(config.model, config.api_base,
-                                                        parallel=options["concurrency"]))
+    lifetime of ``stack``, with one slot per concurrent episode over one server process per core: its requests
+    are batched and spread, not queued)."""
+    served = stack.enter_context(serve_model(config.model, config.api_base, parallel=options["concurrency"]))
     user_model = user_base = None
     if config.user_model:
         user_model, user_base = stack.enter_context(resolve_model(config.user_model, config.user_api_base))
-    return RunContext(config=config, system_prompt=system_prompt, model=model, api_base=api_base, run_dir=run_dir,
-                      user_model=user_model, user_api_base=user_base, api_bases=tuple(config.api_bases or ()),
-                      **options)
+    return RunContext(config=config, system_prompt=system_prompt, model=served.model, api_base=served.api_base,
+                      run_dir=run_dir, user_model=user_model, user_api_base=user_base,
+                      api_bases=tuple(config.api_bases or ()) or served.api_bases, **options)
 
 
 def _run_sequential(ctx: RunContext, scheduler: ConsensusScheduler, domain: Any, driver: _Driver,

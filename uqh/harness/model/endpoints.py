@@ -5,6 +5,12 @@ client (retries, checks, accounting) is unchanged:
 
 - **Least in-flight.** Each request goes to the endpoint in rotation with the fewest requests in flight from
   this client (ties: the one sent fewer requests so far, then the first listed), so a slow replica gets fewer.
+- **Prefix affinity.** A request that continues a conversation the pool has sent before (its first
+  :data:`AFFINITY_MIN_MESSAGES` or more messages equal a prefix of an earlier request: the next step of an
+  episode, a continuation branch, another sample of the same task) goes to the endpoint that served that prefix,
+  which holds it in its prompt cache (llama-server, vLLM and SGLang reuse a cached prefix instead of
+  re-reading it), unless that endpoint has more than :data:`AFFINITY_SLACK` requests in flight beyond the least
+  busy one. Re-reading a prefix costs as much as generating a third of its length on llama.cpp (measured).
 - **Out of rotation.** An endpoint whose last :data:`FAILURES_TO_REMOVE` requests failed (HTTP errors other than
   a bad request, timeouts, resets, refused connections) is taken out of rotation with a warning for
   :data:`COOLDOWN_S` seconds, then retried: a success puts it back (with a warning saying so), a failure takes it
@@ -22,8 +28,11 @@ calls and keeps its own view of which endpoint is failing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -31,14 +40,22 @@ from uqh.harness.model.errors import error_line, unreachable_reason
 
 log = logging.getLogger(__name__)
 
-__all__ = ["COOLDOWN_S", "FAILURES_TO_REMOVE", "MAX_COOLDOWN_S", "EndpointCounts", "EndpointPool",
-           "endpoint_summary_lines", "merge_counts"]
+__all__ = ["AFFINITY_MIN_MESSAGES", "AFFINITY_SLACK", "COOLDOWN_S", "FAILURES_TO_REMOVE", "MAX_COOLDOWN_S",
+           "EndpointCounts", "EndpointPool", "endpoint_summary_lines", "merge_counts", "prefix_digests"]
 
 #: Consecutive failed requests after which an endpoint leaves the rotation.
 FAILURES_TO_REMOVE = 3
 #: Seconds an endpoint stays out of rotation the first time; doubled each time it fails again on its return.
 COOLDOWN_S = 30.0
 MAX_COOLDOWN_S = 300.0
+#: A shared prefix this long (messages) ties a request to the endpoint that served it: the first message alone is
+#: usually the system prompt every conversation shares, which says nothing about where the rest is cached.
+AFFINITY_MIN_MESSAGES = 2
+#: An endpoint keeps its conversations while it has at most this many more requests in flight than the least
+#: busy endpoint; beyond that a request goes where it waits less, and its prefix moves there.
+AFFINITY_SLACK = 1
+#: Prefixes remembered (least recently used forgotten first): a few bytes each.
+AFFINITY_MEMORY = 65536
 #: HTTP statuses that say the request is wrong, not the endpoint: the same request fails on every replica.
 _REQUEST_FAULTS = frozenset({400, 413, 422})
 
@@ -66,6 +83,18 @@ def merge_counts(*groups: Iterable[EndpointCounts]) -> list[EndpointCounts]:
             acc.failures += c.failures
             acc.removals += c.removals
     return list(out.values())
+
+
+def prefix_digests(messages: Sequence[dict]) -> list[bytes]:
+    """One digest per prefix of ``messages``: entry ``k`` identifies ``messages[:k + 1]`` (role, content and any
+    other field), so two requests share entry ``k`` exactly when their first ``k + 1`` messages are equal."""
+    h = hashlib.blake2b(digest_size=16)
+    out = []
+    for message in messages:
+        h.update(json.dumps(message, sort_keys=True, ensure_ascii=False, default=str).encode())
+        h.update(b"\x00")  # no message boundary can be forged by content
+        out.append(h.copy().digest())
+    return out
 
 
 class _Endpoint:
@@ -101,7 +130,9 @@ class EndpointPool:
         cooldown_s: float = COOLDOWN_S,
         max_cooldown_s: float = MAX_COOLDOWN_S,
         clock: Callable[[], float] = time.monotonic,
+        affinity_slack: int | None = AFFINITY_SLACK,
     ) -> None:
+        """``affinity_slack=None`` turns prefix affinity off (least in-flight only)."""
         if len(urls) != len(transports) or not urls:
             raise ValueError("an endpoint pool needs one transport per URL, and at least one")
         self._endpoints = [_Endpoint(u, t) for u, t in zip(urls, transports)]
@@ -111,6 +142,11 @@ class EndpointPool:
         self._clock = clock
         #: Sent only where every endpoint's transport sends it (litellm drops a seed some providers refuse).
         self.sends_seed = all(getattr(t, "sends_seed", True) for t in transports)
+        self.affinity_slack = affinity_slack
+        #: Prefix digest -> the endpoint that last served a request with that prefix.
+        self._prefix_owner: OrderedDict[bytes, int] = OrderedDict()
+        #: Requests that went to the endpoint holding their prefix (for the tests and the benchmark).
+        self.affinity_hits = 0
 
     @property
     def urls(self) -> list[str]:
@@ -125,7 +161,30 @@ class EndpointPool:
 
     # ------------------------------------------------------------------ choosing
 
-    def _choose(self, exclude: set[int]) -> int:
+    def _choose(self, exclude: set[int], digests: Sequence[bytes] = ()) -> int:
+        chosen = self._choose_endpoint(exclude, digests)
+        for d in digests:  # the prefixes are cached there now (whichever endpoint held them before)
+            self._prefix_owner[d] = chosen
+            self._prefix_owner.move_to_end(d)
+        while len(self._prefix_owner) > AFFINITY_MEMORY:
+            self._prefix_owner.popitem(last=False)
+        return chosen
+
+    def _prefix_holder(self, live: list[int], digests: Sequence[bytes]) -> int | None:
+        """The live endpoint that served the longest prefix of at least AFFINITY_MIN_MESSAGES messages shared
+        with this request, if it is not too busy (AFFINITY_SLACK); else None."""
+        if self.affinity_slack is None or len(live) < 2:
+            return None
+        least = min(self._endpoints[i].in_flight for i in live)
+        for d in reversed(digests[AFFINITY_MIN_MESSAGES - 1:]):
+            owner = self._prefix_owner.get(d)
+            if owner is not None:
+                if owner in live and self._endpoints[owner].in_flight <= least + self.affinity_slack:
+                    return owner
+                return None  # the longest shared prefix is elsewhere: a shorter one is worth less
+        return None
+
+    def _choose_endpoint(self, exclude: set[int], digests: Sequence[bytes]) -> int:
         now = self._clock()
         open_ = [i for i, e in enumerate(self._endpoints) if i not in exclude]
         live = [i for i in open_ if self._endpoints[i].out_until is None or self._endpoints[i].out_until <= now]
@@ -136,6 +195,10 @@ class EndpointPool:
             if e.out_until is not None:  # its cooldown is over: it is being retried
                 e.out_until = None
                 e.returning = True
+        holder = self._prefix_holder(live, digests)
+        if holder is not None:
+            self.affinity_hits += 1
+            return holder
         return min(live, key=lambda i: (self._endpoints[i].in_flight, self._endpoints[i].sent, i))
 
     # ------------------------------------------------------------------ outcomes
@@ -169,8 +232,9 @@ class EndpointPool:
     async def send(self, messages: list[dict], seed: int | None) -> Any:
 
         tried: set[int] = set()
+        digests = prefix_digests(messages) if self.affinity_slack is not None else []
         while True:
-            i = self._choose(tried)
+            i = self._choose(tried, digests)
             e = self._endpoints[i]
             e.in_flight += 1
             e.sent += 1

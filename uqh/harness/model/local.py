@@ -7,8 +7,14 @@
 :func:`find_llama_server` only (``$UQH_LLAMA_SERVER`` overrides it, e.g. with a GPU build); scripts/setup.sh
 builds it from the llama.cpp sources vendored in the llama-cpp-python sdist (docs/model-client.md says why).
 
-The server has ``parallel`` slots (continuous batching; the run's ``--concurrency``), each with the full
-context, and reuses a slot's cached prompt prefix, so continuation branches of one prefix share its KV cache.
+A run's model is served by :func:`server_count` single-threaded ``llama-server`` processes (one per core by
+default, at most one per concurrent request), which split the run's ``--concurrency`` slots (continuous batching
+within a process; each slot has the full context); the model client spreads the calls over them and sends a
+conversation back to the process that holds its prefix (uqh/harness/model/endpoints.py), whose slot reuses the
+cached prompt, so the steps of an episode and the continuation branches of one prefix share its KV cache.
+Processes rather than threads: llama.cpp's threads meet at a spinning barrier hundreds of times per token and
+stall whenever another process takes a core, where separate processes just share the cores (measured,
+docs/model-client.md).
 It computes logits for the generated positions only (llama-cpp-python's Python server needed
 ``logits_all`` -- every prompt position -- to return any logprob, which made it ~3x slower).
 
@@ -57,6 +63,9 @@ MAX_SLOTS = 8
 DEFAULT_THREADS = 1
 #: Environment variable setting the server's compute threads, for a machine whose cores uqh has to itself.
 LLAMA_THREADS_ENV = "UQH_LLAMA_THREADS"
+#: Environment variable setting how many server processes serve one local model in a run (default: one per
+#: core, each with :func:`server_threads` threads; never more than the run's concurrency).
+LLAMA_SERVERS_ENV = "UQH_LLAMA_SERVERS"
 
 
 @dataclass(frozen=True)
@@ -112,20 +121,43 @@ def find_llama_server() -> Path:
     raise UserError(f"llama-server is not installed; {_SETUP_HINT}, or set {LLAMA_SERVER_ENV} to a llama-server binary")
 
 
-def server_threads() -> int:
-    """The server's compute threads: ``$UQH_LLAMA_THREADS`` when set (a whole number >= 1; UserError otherwise),
-    else :data:`DEFAULT_THREADS`."""
-    raw = os.environ.get(LLAMA_THREADS_ENV, "").strip()
+def _positive_env(name: str, what: str, default: str) -> int | None:
+    """The whole number >= 1 in ``$name``; None when unset or blank; UserError naming it otherwise."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return DEFAULT_THREADS
+        return None
     try:
         n = int(raw)
     except ValueError:  # "two", "1.5", "²"
         n = 0
     if n < 1:
-        raise UserError(f"{LLAMA_THREADS_ENV}={raw} is not a whole number of threads >= 1; unset it to use "
-                        f"{DEFAULT_THREADS}")
+        raise UserError(f"{name}={raw} is not a whole number of {what} >= 1; unset it to use {default}")
     return n
+
+
+def server_threads() -> int:
+    """The server's compute threads: ``$UQH_LLAMA_THREADS`` when set (a whole number >= 1; UserError otherwise),
+    else :data:`DEFAULT_THREADS`."""
+    n = _positive_env(LLAMA_THREADS_ENV, "threads", str(DEFAULT_THREADS))
+    return DEFAULT_THREADS if n is None else n
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and ``taskset`` narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def server_count(parallel: int) -> int:
+    """How many server processes serve ``parallel`` concurrent requests: ``$UQH_LLAMA_SERVERS`` when set (a whole
+    number >= 1; UserError otherwise), else one per :func:`server_threads` threads of the usable cores; never
+    more than the requests (capped at :data:`MAX_SLOTS`), since a process without a request only holds memory."""
+    n = _positive_env(LLAMA_SERVERS_ENV, "servers", "one per core")
+    if n is None:
+        n = usable_cores() // server_threads()
+    return max(1, min(n, int(parallel), MAX_SLOTS))
 
 
 def _free_port() -> int:
@@ -300,6 +332,12 @@ class LocalModelServer:
                 )
             time.sleep(0.2)
 
+    def terminate(self) -> None:
+        """SIGTERM to the server's process group, without waiting: :meth:`stop` follows it up."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(os.getpgid(self.proc.pid), signal.SIGTERM)
+
     def stop(self, grace_s: float = STOP_GRACE_S, *, keep_log: bool = False) -> None:
         """Terminate the whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
         proc, self.proc = self.proc, None
@@ -351,17 +389,56 @@ def _server_for(model: str, **kwargs) -> LocalModelServer:
     return LocalModelServer(gguf, alias=LOCAL_MODELS[model].alias, **kwargs)
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """What to call for a model: its litellm string, its (first) endpoint, and every endpoint when several serve it."""
+
+    model: str
+    api_base: str | None
+    #: Two or more endpoints serving the model (the client spreads the calls over them), else empty.
+    api_bases: tuple[str, ...] = ()
+
+
 @contextlib.contextmanager
-def resolve_model(model: str, api_base: str | None = None, **server_kwargs) -> Iterator[tuple[str, str | None]]:
-    """Yield ``(litellm_model, api_base)`` to call; for ``local:*`` a server runs for the block's lifetime."""
+def serve_model(model: str, api_base: str | None = None, *, parallel: int = 1, servers: int | None = None,
+                **server_kwargs) -> Iterator[ServedModel]:
+    """Yield the :class:`ServedModel` to call. For ``local:*``, ``servers`` server processes (None:
+    :func:`server_count` of ``parallel``) share ``parallel`` slots and run for the block's lifetime: all are
+    started at once, and the block begins when every one answers; if one cannot start, all are stopped."""
     if not model.startswith("local:"):
-        yield model, api_base
+        yield ServedModel(model, api_base)
         return
     if api_base is not None:
         raise UserError(f"--api-base cannot be combined with {model}; the local server picks its own address")
-    server = _server_for(model, **server_kwargs)
-    with server:
-        yield server.litellm_model, server.base_url
+    slots = max(1, min(int(parallel), MAX_SLOTS))
+    n = server_count(slots) if servers is None else max(1, min(int(servers), slots))
+    group = [_server_for(model, parallel=-(-slots // n), **server_kwargs) for _ in range(n)]
+    try:  # a failure of any start or wait stops every one started
+        for server in group:  # in this thread (see LocalModelServer); they load the model side by side
+            server.start()
+        for server in group:
+            server.wait_ready()
+        urls = tuple(server.base_url for server in group)
+        yield ServedModel(group[0].litellm_model, urls[0], urls if n > 1 else ())
+    finally:
+        _stop_all(group)
+
+
+def _stop_all(group: list[LocalModelServer]) -> None:
+    """Stop every server within one grace period (SIGTERM to all, then each waited for until the shared deadline,
+    then SIGKILL), not one grace period after another."""
+    for server in group:
+        server.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for server in group:
+        server.stop(max(0.0, deadline - time.monotonic()))
+
+
+@contextlib.contextmanager
+def resolve_model(model: str, api_base: str | None = None, **server_kwargs) -> Iterator[tuple[str, str | None]]:
+    """Yield ``(litellm_model, api_base)`` to call; for ``local:*`` one server runs for the block's lifetime."""
+    with serve_model(model, api_base, servers=1, **server_kwargs) as served:
+        yield served.model, served.api_base
 
 
 @contextlib.asynccontextmanager
@@ -390,7 +467,8 @@ def check_model_string(model: str) -> None:
     if model.startswith("local:"):
         if model not in LOCAL_MODELS:
             raise UserError(f"unknown local model {model!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
-        server_threads()  # a bad UQH_LLAMA_THREADS is refused before a run directory is made
+        server_threads()  # a bad UQH_LLAMA_THREADS or UQH_LLAMA_SERVERS is refused before a run directory is made
+        server_count(1)
         return
     if model.startswith("openai/") and len(model) > len("openai/"):
         return  # any OpenAI-compatible endpoint; no need for the multi-second litellm import
