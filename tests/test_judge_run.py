@@ -318,3 +318,28 @@ def test_a_second_judge_writer_is_refused(judged_run, tmp_path, capsys):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_local_judge_spreads_its_calls_over_one_server_process_per_core(judged_run, tmp_path, capsys, monkeypatch):
+    """`--judge-model local:smollm2` starts a server process per core, as `uqh run` does, and the judge's calls
+    go to all of them (stub llama-servers: the fake OpenAI server, each logging the requests it answers)."""
+    reply = json.dumps({"score": 2, "rationale": "GF: fixed", "cited_steps": []})
+    exe = tmp_path / "llama-server"
+    exe.write_text(
+        "#!/bin/bash\n"
+        'while [ $# -gt 0 ]; do [ "$1" = --port ] && port=$2; shift; done\n'
+        f'exec {sys.executable} {REPO / "tests" / "fake_openai_server.py"} --port "$port" --latency 0.05 '
+        f'--request-log {tmp_path}/requests.$$ --text \'{reply}\'\n'
+    )
+    exe.chmod(0o755)
+    monkeypatch.setenv("UQH_LLAMA_SERVER", str(exe))
+    monkeypatch.setenv("UQH_LLAMA_SERVERS", "2")
+    out = tmp_path / "judges"
+    code, text, err = uqh_judge(capsys, judged_run, "--judge-model", "local:smollm2", "--metrics", "GF",
+                                "--concurrency", "4", "--out", out, "--no-progress")
+    assert code == 0, err
+    assert f"{N_TASKS}/{N_TASKS} made" in text
+    logs = sorted(tmp_path.glob("requests.*"))
+    per_process = [len(p.read_text().split()) for p in logs]
+    assert len(logs) == 2 and all(per_process) and sum(per_process) == N_TASKS, per_process
+    assert all(j.score == 2 for j in _judgments(out))

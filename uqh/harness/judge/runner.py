@@ -394,10 +394,12 @@ def run_sidecar(
         if not todo:
             return summary
         with contextlib.ExitStack() as stack:
-            from uqh.harness.model.local import resolve_model
+            from uqh.harness.model.local import serve_model
 
-            litellm_model, api_base = stack.enter_context(resolve_model(model, config.api_base,
-                                                                        parallel=concurrency))
+            # a local model: one server process per core, the calls spread over them (as for uqh run); a
+            # client_factory (tests, the observation-surprise probe's echo and forcing clients) takes one endpoint
+            served = stack.enter_context(serve_model(model, config.api_base, parallel=concurrency,
+                                                     servers=1 if client_factory is not None else None))
             bar = stack.enter_context(Progress(stats, enabled=progress, label=label))
 
             def done(record) -> None:
@@ -410,11 +412,12 @@ def run_sidecar(
 
             async def main() -> None:
                 if client_factory is not None:
-                    client = client_factory(litellm_model, api_base)
+                    client = client_factory(served.model, served.api_base)
                 else:
                     from uqh.harness.model.client import make_model_client
 
-                    client = make_model_client(litellm_model, api_base=api_base, decoding=config.decoding)
+                    client = make_model_client(served.model, api_base=served.api_base,
+                                               api_bases=served.api_bases or None, decoding=config.decoding)
                 try:
                     await run_calls(todo, work, client, store, concurrency=concurrency, on_done=done, on_error=error)
                 finally:
