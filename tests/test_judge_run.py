@@ -199,6 +199,8 @@ def test_changed_config_refused_one_line_nothing_written(judged_run, tmp_path, c
       "--out", "{tmp}/j"], "unknown judge metric(s) XY", "j"),
     (["{run}", "--judge-model", "openai/j", "--api-base", "http://x/v1", "--repeats", "0", "--out", "{tmp}/j"],
      "--repeats must be >= 1", "j"),
+    (["{run}", "--judge-model", "openai/j", "--api-base", "http://x/v1", "--timeout", "0", "--out", "{tmp}/j"],
+     "--timeout must be > 0 seconds, got 0", "j"),
     (["--judge-model", "openai/j", "--api-base", "http://x/v1", "--out", "{tmp}/j"], "give the run directories", "j"),
     (["{run}", "--out", "{tmp}/j"], "give --judge-model MODEL", "j"),
     (["{tmp}/nope", "--judge-model", "openai/j", "--api-base", "http://x/v1", "--out", "{tmp}/j"],
@@ -343,3 +345,17 @@ def test_a_local_judge_spreads_its_calls_over_one_server_process_per_core(judged
     per_process = [len(p.read_text().split()) for p in logs]
     assert len(logs) == 2 and all(per_process) and sum(per_process) == N_TASKS, per_process
     assert all(j.score == 2 for j in _judgments(out))
+
+
+def test_timeout_bounds_each_judge_call(judged_run, tmp_path, capsys):
+    """The first call hangs for 5 s: with `--timeout 0.5` it fails after 0.5 s and its retry is answered (at the
+    default 600 s it would have waited the 5 s and counted no retry)."""
+    out = tmp_path / "judges"
+    with FakeOpenAIServer(judge, faults=["timeout"], timeout_sleep_s=5.0) as srv:
+        code, text, err = uqh_judge(capsys, judged_run, "--judge-model", "openai/judge", "--api-base", srv.base_url,
+                                    "--metrics", "GF", "--limit", "1", "--timeout", "0.5", "--out", out,
+                                    "--no-progress")
+    assert code == 0, err
+    (j,) = _judgments(out)
+    call = j.attempts[0].call
+    assert j.score is not None and call.retries == 1 and call.latency_s < 5.0

@@ -134,6 +134,25 @@ def test_user_mistakes_are_one_line_and_write_nothing(urn_run, tmp_path, capsys)
     assert "is not a probe directory" in capsys.readouterr().err
 
 
+def test_timeout_bounds_each_probe_call(urn_run, tmp_path, capsys):
+    """`--timeout 0.5`: the call that hangs for 5 s fails after 0.5 s and is retried; a bad value is one line."""
+    from fake_openai_server import FakeOpenAIServer
+
+    out = tmp_path / "pt"
+    assert main(["probe", str(urn_run), "--probe", "p_true", "--model", "openai/fake", "--api-base",
+                 "http://127.0.0.1:9/v1", "--out", str(out), "--timeout", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--timeout must be > 0 seconds, got -1" in err and not out.exists()
+    with FakeOpenAIServer("Yes", scripted_logprobs=SCRIPT, faults=["timeout"], timeout_sleep_s=5.0) as srv:
+        assert main(["probe", str(urn_run), "--probe", "p_true", "--model", "openai/fake", "--api-base",
+                     srv.base_url, "--out", str(out), "--limit", "1", "--concurrency", "1", "--timeout", "0.5",
+                     "--no-progress"]) == 0
+    values = probe_lines(out)
+    assert values and all(v["value"] is not None for v in values)
+    assert sorted(v["call"]["retries"] for v in values) == [0] * (len(values) - 1) + [1]
+    assert max(v["call"]["latency_s"] for v in values) < 5.0
+
+
 def test_kill_9_and_resume_leave_no_duplicate_and_the_run_untouched(urn_run, tmp_path):
     from fake_openai_server import FakeOpenAIServer
 

@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--limit", type=int, metavar="N",
                    help="judge only the first N episodes of each run (canonical order)")
     j.add_argument("--concurrency", type=int, metavar="C", help="judge calls in flight (default 8; 2 for local:)")
+    j.add_argument("--timeout", type=finite_float, metavar="S",
+                   help="seconds one judge call may take before it counts as failed (default 600; retried)")
     j.add_argument("--temperature", type=finite_float, metavar="T", help="judge sampling temperature (default 0.2)")
     j.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"judge completion cap (default {DEFAULT_MAX_TOKENS})")
@@ -74,6 +76,8 @@ def _validate(args: argparse.Namespace) -> None:
     _positive("--bootstrap", args.bootstrap, 0)
     if args.temperature is not None and args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if not args.judge_model and not args.report:
         raise UserError("give --judge-model MODEL to judge, or --report to analyse the judgments in --out")
     if args.judge_model and not args.run_dirs:
@@ -132,7 +136,7 @@ def _judge(args: argparse.Namespace) -> int:
     from uqh.harness.judge.runner import run_judges
 
     summary = run_judges(config, readers, out, metrics=metrics, repeats=args.repeats, limit=args.limit,
-                         concurrency=concurrency, progress=not args.no_progress)
+                         concurrency=concurrency, progress=not args.no_progress, timeout_s=args.timeout)
     s = summary.stats
     print("\n".join(sidecar_summary_lines(summary, kind="judge", records="judgments")))
     missing_line = _missing_summary(summary.out)

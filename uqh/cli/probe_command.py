@@ -2,7 +2,8 @@
 directory (resumable).
 
     uqh probe RUN_DIR... --probe p_true|observation_surprise --model MODEL [--api-base URL] --out PROBE_DIR [--limit N]
-              [--top-logprobs K] [--concurrency C] [--surprise-method auto|echo|forced|replay] [--dry-run]
+              [--top-logprobs K] [--concurrency C] [--timeout S] [--surprise-method auto|echo|forced|replay]
+              [--dry-run]
 
 The probed runs are only read. Re-running the same command resumes (finished values are kept); a changed
 config is refused with the fields that differ. ``uqh score RUN --probes PROBE_DIR`` scores the values as the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from uqh.cli.arg_types import finite_float
 from uqh.cli.common import sidecar_summary_lines
 
 
@@ -33,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-logprobs", type=int, default=10, metavar="K",
                    help="alternatives asked for at the answer token (default 10)")
     p.add_argument("--concurrency", type=int, metavar="C", help="calls in flight (default 8; 2 for local:)")
+    p.add_argument("--timeout", type=finite_float, metavar="S",
+                   help="seconds one probe call (echo, forced or chat) may take before it counts as failed "
+                        "(default 600; retried)")
     p.add_argument("--surprise-method", choices=("auto", "echo", "forced", "replay"), metavar="METHOD",
                    help="observation_surprise only: how observations are teacher-forced. auto (default): "
                         "/v1/completions echo, else grammar-forced decoding on a local: model (llama-server), else "
@@ -60,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.surprise_method is not None and args.probe != "observation_surprise":
         raise UserError("--surprise-method applies to --probe observation_surprise only")
     check_endpoint_url("--api-base", args.api_base)  # no credentials or query string: they would be recorded
@@ -85,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         print("dry run: no model was called, nothing was written.")
         return 0
     summary = run_probes(config, readers, out, limit=args.limit, concurrency=concurrency,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, timeout_s=args.timeout)
     s = summary.stats
     print("\n".join(sidecar_summary_lines(summary, kind="probe", records="values")))
     if not summary.ok:

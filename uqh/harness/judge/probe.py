@@ -242,9 +242,12 @@ class SurpriseClients:
 
 
 def surprise_clients_factory(decoding: DecodingConfig, chat_factory: Callable[[str, str | None], Any] | None,
-                             methods: tuple[str, ...] = ("completion_echo", "chat_replay")):
+                             methods: tuple[str, ...] = ("completion_echo", "chat_replay"),
+                             timeout_s: float | None = None):
     """A runner ``client_factory`` making :class:`SurpriseClients` for ``methods`` (the chat one by ``chat_factory``
-    when given)."""
+    when given); ``timeout_s`` per call of any of them (None: :data:`ECHO_TIMEOUT_S`, the client's default)."""
+    timeout = ECHO_TIMEOUT_S if timeout_s is None else timeout_s
+
     def make(litellm_model: str, api_base: str | None) -> SurpriseClients:
         import os
 
@@ -253,11 +256,11 @@ def surprise_clients_factory(decoding: DecodingConfig, chat_factory: Callable[[s
         if chat_factory is not None:
             chat = chat_factory(litellm_model, api_base)
         else:
-            chat = make_model_client(litellm_model, api_base=api_base, decoding=decoding)
+            chat = make_model_client(litellm_model, api_base=api_base, decoding=decoding, timeout_s=timeout)
         echo, forced, refused = None, None, None
         if litellm_model.startswith("openai/") and api_base is not None:
             key = os.environ.get("OPENAI_API_KEY") or "sk-no-key"
-            endpoint = Endpoint(litellm_model, api_base, key, ECHO_TIMEOUT_S, decoding)
+            endpoint = Endpoint(litellm_model, api_base, key, timeout, decoding)
             if "completion_echo" in methods:
                 echo = make_model_client(litellm_model, api_base=api_base, decoding=decoding, api_key=key,
                                          transport=EchoTransport(endpoint))
@@ -345,11 +348,14 @@ def build_probe_config(readers: list[RunDir], probe: ProbeKind, model: str, api_
 
 def run_probes(config: ProbeConfig, readers: list[RunDir], out: Path | str, *, limit: int | None = None,
                concurrency: int = 8, progress: bool = True,
-               client_factory: Callable[[str, str | None], Any] | None = None) -> JudgeSummary:
-    """Make (or resume) every planned probe value into ``out`` with the judge's runner; return the summary."""
+               client_factory: Callable[[str, str | None], Any] | None = None,
+               timeout_s: float | None = None) -> JudgeSummary:
+    """Make (or resume) every planned probe value into ``out`` with the judge's runner; return the summary.
+    ``timeout_s``: seconds per call (None: the client's default)."""
     tasks = plan_probes(config, readers, limit=limit)
     if config.probe is ProbeKind.observation_surprise:
         methods = surprise_methods(config.surprise_method or "auto", config.model)
-        client_factory = surprise_clients_factory(config.decoding, client_factory, methods)
+        client_factory = surprise_clients_factory(config.decoding, client_factory, methods, timeout_s)
     return run_sidecar(config, PROBE_LAYOUT, tasks, Path(out), probe_one, probe_summary, model=config.model,
-                       concurrency=concurrency, progress=progress, label="uqh probe", client_factory=client_factory)
+                       concurrency=concurrency, progress=progress, label="uqh probe", client_factory=client_factory,
+                       timeout_s=timeout_s)

@@ -359,14 +359,17 @@ def run_judges(
     concurrency: int = 8,
     progress: bool = True,
     client_factory: Callable[[str, str | None], Any] | None = None,
+    timeout_s: float | None = None,
 ) -> JudgeSummary:
     """Make (or resume) every planned judgment into ``out``; return the summary.
 
     ``client_factory(litellm_model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests).
+    ``timeout_s``: seconds per call (None: the client's default).
     """
     tasks = plan_tasks(config, readers, metrics, repeats, limit=limit)
     return run_sidecar(config, JUDGE_LAYOUT, tasks, Path(out), judge_one, judgment_summary, model=config.judge_model,
-                       concurrency=concurrency, progress=progress, label="uqh judge", client_factory=client_factory)
+                       concurrency=concurrency, progress=progress, label="uqh judge", client_factory=client_factory,
+                       timeout_s=timeout_s)
 
 
 def run_sidecar(
@@ -382,6 +385,7 @@ def run_sidecar(
     progress: bool,
     label: str,
     client_factory: Callable[[str, str | None], Any] | None = None,
+    timeout_s: float | None = None,
 ) -> JudgeSummary:
     """The runner shared by ``uqh judge`` and ``uqh probe``: open (or resume) the directory, skip the tasks whose
     key it holds, start the model (a ``local:`` model is served for the duration), run the rest through
@@ -416,8 +420,9 @@ def run_sidecar(
                 else:
                     from uqh.harness.model.client import make_model_client
 
+                    timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
                     client = make_model_client(served.model, api_base=served.api_base,
-                                               api_bases=served.api_bases or None, decoding=config.decoding)
+                                               api_bases=served.api_bases or None, decoding=config.decoding, **timeout)
                 try:
                     await run_calls(todo, work, client, store, concurrency=concurrency, on_done=done, on_error=error)
                 finally:
