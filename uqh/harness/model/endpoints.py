@@ -145,7 +145,7 @@ class EndpointPool:
         self.affinity_slack = affinity_slack
         #: Prefix digest -> the endpoint that last served a request with that prefix.
         self._prefix_owner: OrderedDict[bytes, int] = OrderedDict()
-        #: Requests that went to the endpoint holding their prefix (for the tests and the benchmark).
+        #: Requests that went to the endpoint holding their prefix (read by the tests).
         self.affinity_hits = 0
 
     @property
