@@ -156,9 +156,7 @@ def test_openmp_sleeps_with_one_thread_and_keeps_its_own_policy_with_more(monkey
     assert LocalModelServer(Path("/m")).environment()["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
-def test_llama_threads_env_sets_the_server_threads_and_bad_values_are_one_line(monkeypatch, tmp_path, capsys):
-    from uqh.cli import main
-
+def test_llama_threads_env_sets_the_server_threads_and_bad_values_are_one_line(monkeypatch):
     monkeypatch.setenv(LLAMA_THREADS_ENV, " 2 ")
     srv = LocalModelServer(Path("/m"), port=1, binary=Path("/b"))
     assert _flags(srv.command())["--threads"] == _flags(srv.command())["--threads-batch"] == "2"
@@ -168,14 +166,6 @@ def test_llama_threads_env_sets_the_server_threads_and_bad_values_are_one_line(m
         with pytest.raises(UserError, match=f"UQH_LLAMA_THREADS={re.escape(bad)} is not a whole number") as exc:
             LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command()
         assert "\n" not in str(exc.value)
-    # refused by `uqh run` before a run directory is made, as one line and exit 2
-    monkeypatch.setenv(LLAMA_THREADS_ENV, "1.5")
-    out = tmp_path / "run"
-    assert main(["run", "--domain", "arithmetic", "--model", "local:smollm2", "--tasks", "1", "--out", str(out),
-                 "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "UQH_LLAMA_THREADS=1.5 is not a whole number of threads >= 1" in err
-    assert not out.exists()
     monkeypatch.setenv(LLAMA_THREADS_ENV, "")  # empty: the default
     assert _flags(LocalModelServer(Path("/m"), port=1, binary=Path("/b")).command())["--threads"] == "1"
 
@@ -202,15 +192,20 @@ def test_server_count_one_process_per_core_never_more_than_the_requests(monkeypa
             server_count(4)
 
 
-def test_a_bad_llama_servers_value_is_one_line_before_a_run_directory(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("env,value,message", [
+    (LLAMA_THREADS_ENV, "1.5", "UQH_LLAMA_THREADS=1.5 is not a whole number of threads >= 1"),
+    (LLAMA_SERVERS_ENV, "many", "UQH_LLAMA_SERVERS=many is not a whole number of servers >= 1"),
+])
+def test_a_bad_llama_env_value_is_one_line_before_a_run_directory(monkeypatch, tmp_path, capsys, env, value,
+                                                                  message):
     from uqh.cli import main
 
-    monkeypatch.setenv(LLAMA_SERVERS_ENV, "many")
+    monkeypatch.setenv(env, value)
     out = tmp_path / "run"
     assert main(["run", "--domain", "arithmetic", "--model", "local:smollm2", "--tasks", "1", "--out", str(out),
                  "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "UQH_LLAMA_SERVERS=many is not a whole number of servers >= 1" in err
+    assert err.count("\n") == 1 and message in err
     assert not out.exists()
 
 
