@@ -132,6 +132,25 @@ def test_a_conversation_goes_back_to_its_endpoint_unless_that_one_is_busier_than
     assert off._choose(set(), prefix_digests(_conversation(1, 1))) == 1 and off.affinity_hits == 0
 
 
+def test_with_a_known_capacity_a_conversation_waits_only_when_every_endpoint_is_full():
+    """Local servers: capacity = slots per process. A branch whose prefix is on a full process goes to one with a
+    free slot (re-reading the prefix there beats waiting for a generation); when all are full it stays."""
+    pool = EndpointPool(["a", "b"], [_Idle(), _Idle()], capacity=1)
+    branch = prefix_digests(_conversation(1, 2))
+    assert pool._choose(set(), branch) == 0
+    pool._endpoints[0].in_flight = pool._endpoints[0].sent = 1
+    assert pool._choose(set(), branch) == 1  # a's only slot is taken, b's is free
+    pool._endpoints[1].in_flight = pool._endpoints[1].sent = 1
+    assert pool._choose(set(), branch) == 1 and pool.affinity_hits == 1  # both full: where it was sent last
+    roomy = EndpointPool(["a", "b"], [_Idle(), _Idle()], capacity=3)
+    assert roomy._choose(set(), branch) == 0
+    roomy._endpoints[0].in_flight = 2  # 2 beyond b, past the slack, but a slot is free: it stays
+    assert roomy._choose(set(), branch) == 0 and roomy.affinity_hits == 1
+    roomy._endpoints[0].in_flight = 3
+    assert roomy._choose(set(), branch) == 1
+    assert _client(["http://a/v1", "http://b/v1"], endpoint_capacity=2).transport.capacity == 2  # the client's pool
+
+
 def test_every_step_of_an_episode_goes_to_one_endpoint_and_the_episodes_spread(fake_server, tmp_path, monkeypatch):
     """Through the runner: 12 two-step episodes at concurrency 4 over three endpoints; each endpoint keeps the
     episodes it started (its prompt cache holds them), and every one gets a share. (By fewest in flight alone,

@@ -242,7 +242,7 @@ def test_serve_model_starts_one_process_per_core_sharing_the_slots_and_stops_the
         assert len(pids) == 2 and all(_alive(pid) for pid in pids)
         assert [_flags(["x", *words[1:]])["--parallel"] for words in started] == ["2", "2"]  # 3 slots over 2
         assert served.model == "openai/smollm2" and len(set(served.api_bases)) == 2
-        assert served.api_base == served.api_bases[0]
+        assert served.api_base == served.api_bases[0] and served.slots == 2  # the client's endpoint capacity
         for url in served.api_bases:  # every one answers when the block begins
             with urllib.request.urlopen(url + "/models", timeout=5) as r:
                 assert r.status == 200

@@ -278,7 +278,8 @@ def _run_context(stack: contextlib.ExitStack, config: RunConfig, system_prompt: 
         user_model, user_base = stack.enter_context(resolve_model(config.user_model, config.user_api_base))
     return RunContext(config=config, system_prompt=system_prompt, model=served.model, api_base=served.api_base,
                       run_dir=run_dir, user_model=user_model, user_api_base=user_base,
-                      api_bases=tuple(config.api_bases or ()) or served.api_bases, **options)
+                      api_bases=tuple(config.api_bases or ()) or served.api_bases,
+                      endpoint_capacity=served.slots, **options)
 
 
 def _run_sequential(ctx: RunContext, scheduler: ConsensusScheduler, domain: Any, driver: _Driver,

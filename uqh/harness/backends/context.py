@@ -100,6 +100,8 @@ class RunContext:
     run_dir: Path
     #: Two or more endpoints serving the model (``config.api_bases``; ``api_base`` is the first), else empty.
     api_bases: tuple[str, ...] = ()
+    #: Requests each of those serves at once, when known (a local model's slots per server process), else None.
+    endpoint_capacity: int | None = None
     #: The simulated user's model and endpoint, resolved (``config.user_model`` set), else None.
     user_model: str | None = None
     user_api_base: str | None = None

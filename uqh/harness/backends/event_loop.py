@@ -235,7 +235,8 @@ async def run_in_process(ctx: RunContext, specs, domain, hooks: BatchHooks, endp
     stops early."""
     client = build_client(ctx.config, ctx.model, ctx.api_base, hooks.client_factory, timeout_s=ctx.timeout_s,
                           max_retries=ctx.max_retries, api_bases=ctx.api_bases,
-                          breaker=(ctx.breaker_failures, ctx.breaker_window_s))
+                          breaker=(ctx.breaker_failures, ctx.breaker_window_s),
+                          endpoint_capacity=ctx.endpoint_capacity)
     unfinished_calls = None
     if hooks.stats is not None:  # calls/s in the progress line while episodes are still running
         client = CountingClient(client, hooks.stats)

@@ -291,7 +291,8 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_cal
 
         client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
                               max_retries=ctx.max_retries, api_bases=ctx.api_bases,
-                          breaker=(ctx.breaker_failures, ctx.breaker_window_s))
+                              breaker=(ctx.breaker_failures, ctx.breaker_window_s),
+                              endpoint_capacity=ctx.endpoint_capacity)
         loop = asyncio.get_running_loop()
         pullers = ThreadPoolExecutor(max_workers=max(1, ctx.concurrency), thread_name_prefix="uqh-pull")
 

@@ -445,11 +445,11 @@ def build_domain(config: RunConfig) -> Domain:
 def build_client(config: RunConfig, model: str, api_base: str | None,
                  client_factory: Callable[[str, str | None], Any] | None = None, *, timeout_s: float | None = None,
                  max_retries: int | None = None, api_bases: tuple[str, ...] | list[str] | None = None,
-                 breaker: tuple[int, float] | None = None):
+                 breaker: tuple[int, float] | None = None, endpoint_capacity: int | None = None):
     """The model client for the run's agent: ``model`` / ``api_base`` as resolved (a local: model's server), the
     run's decoding and, with ``--grammar``, the domain's action grammar; ``timeout_s`` / ``max_retries`` per call
     (None: the client's defaults); ``api_bases``: two or more endpoints to spread the calls over
-    (:mod:`uqh.harness.model.endpoints`); ``breaker``: the circuit breaker's (failures, window seconds)
+    (:mod:`uqh.harness.model.endpoints`), ``endpoint_capacity`` the requests each serves at once when known; ``breaker``: the circuit breaker's (failures, window seconds)
     (:mod:`uqh.harness.model.breaker`; None: its defaults). ``client_factory(model, api_base)`` replaces
     :func:`uqh.harness.model.client.make_model_client` (tests)."""
     if client_factory is not None:
@@ -465,6 +465,7 @@ def build_client(config: RunConfig, model: str, api_base: str | None,
         options["max_retries"] = max_retries
     if api_bases and len(api_bases) > 1:
         options["api_bases"] = list(api_bases)
+        options["endpoint_capacity"] = endpoint_capacity
     if breaker is not None:
         options["breaker_failures"], options["breaker_window_s"] = breaker
     client = make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,

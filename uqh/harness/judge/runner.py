@@ -422,7 +422,8 @@ def run_sidecar(
 
                     timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
                     client = make_model_client(served.model, api_base=served.api_base,
-                                               api_bases=served.api_bases or None, decoding=config.decoding, **timeout)
+                                               api_bases=served.api_bases or None, endpoint_capacity=served.slots,
+                                               decoding=config.decoding, **timeout)
                 try:
                     await run_calls(todo, work, client, store, concurrency=concurrency, on_done=done, on_error=error)
                 finally:

@@ -340,7 +340,8 @@ class ModelClientImpl:
     ``backoff_initial_s``). ``action_grammar``: a domain's GBNF rule for the <action> field
     (``Domain.action_gbnf``), used with ``decoding.grammar``. ``api_bases``: two or more endpoints serving the
     model; calls are spread over them by an :class:`uqh.harness.model.endpoints.EndpointPool` (``api_base`` is then the
-    first, used in messages).
+    first, used in messages), ``endpoint_capacity`` the requests each serves at once when known (a local server's
+    slots).
     """
 
     def __init__(
@@ -358,6 +359,7 @@ class ModelClientImpl:
         transport: str | Transport | None = None,
         action_grammar: str | None = None,
         api_bases: Sequence[str] | None = None,
+        endpoint_capacity: int | None = None,
         breaker_failures: int = DEFAULT_BREAKER_FAILURES,
         breaker_window_s: float = DEFAULT_BREAKER_WINDOW_S,
     ) -> None:
@@ -386,7 +388,7 @@ class ModelClientImpl:
             else:  # several endpoints serving the model: calls spread over them (uqh/harness/model/endpoints.py)
                 from uqh.harness.model.endpoints import EndpointPool
 
-                transport = EndpointPool(urls, made)
+                transport = EndpointPool(urls, made, capacity=endpoint_capacity)
         elif api_bases and len(api_bases) > 1:
             raise ValueError("several api_bases need a built-in transport (one is made per endpoint)")
         self.transport: Transport = transport

@@ -9,8 +9,11 @@ client (retries, checks, accounting) is unchanged:
   :data:`AFFINITY_MIN_MESSAGES` or more messages equal a prefix of an earlier request: the next step of an
   episode, a continuation branch, another sample of the same task) goes to the endpoint that served that prefix,
   which holds it in its prompt cache (llama-server, vLLM and SGLang reuse a cached prefix instead of
-  re-reading it), unless that endpoint has more than :data:`AFFINITY_SLACK` requests in flight beyond the least
-  busy one. Re-reading a prefix costs as much as generating a third of its length on llama.cpp (measured).
+  re-reading it), unless that endpoint is busy: when the pool knows each endpoint's ``capacity`` (the requests
+  it serves at once: a local llama-server's slots), busy means every one of its slots is taken while another
+  endpoint has a free one; otherwise, more than :data:`AFFINITY_SLACK` requests in flight beyond the least busy
+  endpoint. Re-reading a prefix costs as much as generating a third of its length on llama.cpp (measured), but
+  waiting for a slot costs a whole generation.
 - **Out of rotation.** An endpoint whose last :data:`FAILURES_TO_REMOVE` requests failed (HTTP errors other than
   a bad request, timeouts, resets, refused connections) is taken out of rotation with a warning for
   :data:`COOLDOWN_S` seconds, then retried: a success puts it back (with a warning saying so), a failure takes it
@@ -131,8 +134,10 @@ class EndpointPool:
         max_cooldown_s: float = MAX_COOLDOWN_S,
         clock: Callable[[], float] = time.monotonic,
         affinity_slack: int | None = AFFINITY_SLACK,
+        capacity: int | None = None,
     ) -> None:
-        """``affinity_slack=None`` turns prefix affinity off (least in-flight only)."""
+        """``affinity_slack=None`` turns prefix affinity off (least in-flight only); ``capacity``: the requests one
+        endpoint serves at once, when known (module docstring)."""
         if len(urls) != len(transports) or not urls:
             raise ValueError("an endpoint pool needs one transport per URL, and at least one")
         self._endpoints = [_Endpoint(u, t) for u, t in zip(urls, transports)]
@@ -143,6 +148,7 @@ class EndpointPool:
         #: Sent only where every endpoint's transport sends it (litellm drops a seed some providers refuse).
         self.sends_seed = all(getattr(t, "sends_seed", True) for t in transports)
         self.affinity_slack = affinity_slack
+        self.capacity = capacity
         #: Prefix digest -> the endpoint that last served a request with that prefix.
         self._prefix_owner: OrderedDict[bytes, int] = OrderedDict()
         #: Requests that went to the endpoint holding their prefix (read by the tests).
@@ -172,17 +178,20 @@ class EndpointPool:
 
     def _prefix_holder(self, live: list[int], digests: Sequence[bytes]) -> int | None:
         """The live endpoint that served the longest prefix of at least AFFINITY_MIN_MESSAGES messages shared
-        with this request, if it is not too busy (AFFINITY_SLACK); else None."""
+        with this request, if it is not busy (module docstring); else None."""
         if self.affinity_slack is None or len(live) < 2:
             return None
-        least = min(self._endpoints[i].in_flight for i in live)
         for d in reversed(digests[AFFINITY_MIN_MESSAGES - 1:]):
             owner = self._prefix_owner.get(d)
             if owner is not None:
-                if owner in live and self._endpoints[owner].in_flight <= least + self.affinity_slack:
-                    return owner
-                return None  # the longest shared prefix is elsewhere: a shorter one is worth less
+                return owner if owner in live and not self._busy(owner, live) else None
         return None
+
+    def _busy(self, i: int, live: list[int]) -> bool:
+        in_flight = [self._endpoints[j].in_flight for j in live]
+        if self.capacity is not None:  # full while another has a free slot: waiting costs more than re-reading
+            return self._endpoints[i].in_flight >= self.capacity and min(in_flight) < self.capacity
+        return self._endpoints[i].in_flight > min(in_flight) + self.affinity_slack
 
     def _choose_endpoint(self, exclude: set[int], digests: Sequence[bytes]) -> int:
         now = self._clock()

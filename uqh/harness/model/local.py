@@ -397,6 +397,8 @@ class ServedModel:
     api_base: str | None
     #: Two or more endpoints serving the model (the client spreads the calls over them), else empty.
     api_bases: tuple[str, ...] = ()
+    #: Requests each endpoint serves at once, when known (a local server process's slots), else None.
+    slots: int | None = None
 
 
 @contextlib.contextmanager
@@ -419,7 +421,7 @@ def serve_model(model: str, api_base: str | None = None, *, parallel: int = 1, s
         for server in group:
             server.wait_ready()
         urls = tuple(server.base_url for server in group)
-        yield ServedModel(group[0].litellm_model, urls[0], urls if n > 1 else ())
+        yield ServedModel(group[0].litellm_model, urls[0], urls if n > 1 else (), group[0].slots)
     finally:
         _stop_all(group)
 
