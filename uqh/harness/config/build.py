@@ -449,8 +449,9 @@ def build_client(config: RunConfig, model: str, api_base: str | None,
     """The model client for the run's agent: ``model`` / ``api_base`` as resolved (a local: model's server), the
     run's decoding and, with ``--grammar``, the domain's action grammar; ``timeout_s`` / ``max_retries`` per call
     (None: the client's defaults); ``api_bases``: two or more endpoints to spread the calls over
-    (:mod:`uqh.harness.model.endpoints`), ``endpoint_capacity`` the requests each serves at once when known; ``breaker``: the circuit breaker's (failures, window seconds)
-    (:mod:`uqh.harness.model.breaker`; None: its defaults). ``client_factory(model, api_base)`` replaces
+    (:mod:`uqh.harness.model.endpoints`), ``endpoint_capacity`` the requests each serves at once when known;
+    ``breaker``: the circuit breaker's (failures, window seconds) (:mod:`uqh.harness.model.breaker`; None: its
+    defaults). ``client_factory(model, api_base)`` replaces
     :func:`uqh.harness.model.client.make_model_client` (tests)."""
     if client_factory is not None:
         return client_factory(model, api_base)

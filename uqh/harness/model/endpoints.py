@@ -168,6 +168,7 @@ class EndpointPool:
     # ------------------------------------------------------------------ choosing
 
     def _choose(self, exclude: set[int], digests: Sequence[bytes] = ()) -> int:
+        digests = digests[AFFINITY_MIN_MESSAGES - 1:]  # shorter prefixes tie nothing: neither looked up nor kept
         chosen = self._choose_endpoint(exclude, digests)
         for d in digests:  # the prefixes are cached there now (whichever endpoint held them before)
             self._prefix_owner[d] = chosen
@@ -177,11 +178,11 @@ class EndpointPool:
         return chosen
 
     def _prefix_holder(self, live: list[int], digests: Sequence[bytes]) -> int | None:
-        """The live endpoint that served the longest prefix of at least AFFINITY_MIN_MESSAGES messages shared
-        with this request, if it is not busy (module docstring); else None."""
+        """The live endpoint that served the longest prefix (``digests``: those of at least AFFINITY_MIN_MESSAGES
+        messages) shared with this request, if it is not busy (module docstring); else None."""
         if self.affinity_slack is None or len(live) < 2:
             return None
-        for d in reversed(digests[AFFINITY_MIN_MESSAGES - 1:]):
+        for d in reversed(digests):
             owner = self._prefix_owner.get(d)
             if owner is not None:
                 return owner if owner in live and not self._busy(owner, live) else None
