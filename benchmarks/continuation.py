@@ -76,7 +76,7 @@ async def timed_calls(client, prompts: list[tuple[list[dict], int]]) -> tuple[fl
 def run_mode(server_cache: bool, orders: dict[str, list[str]], messages: dict[str, list[dict]], branches: int,
              max_tokens: int) -> dict[str, tuple[float, int, int]]:
     from uqh.harness.continuation import branch_seed
-    from uqh.harness.model.local import LOCAL_MODELS, LocalModelServer, find_gguf
+    from uqh.harness.model.llama_server import LOCAL_MODELS, LocalModelServer, find_gguf
     from uqh.harness.model.client import make_model_client
 
     spec = LOCAL_MODELS["local:smollm2"]

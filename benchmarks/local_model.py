@@ -50,15 +50,15 @@ sys.path.insert(0, str(REPO))
 
 DRIVER = """
 import os, sys
-from uqh.harness.model import local
+from uqh.harness.model import llama_server
 old = sys.argv[1] == "old"
 if old:  # llama-cpp-python's Python server, as uqh ran it before the native server
     def old_command(self):
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.alias,
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--logits_all", "true",
                 "--seed", str(self.seed), "--verbose", "false"]
-    local.LocalModelServer.command = old_command
-    local.LocalModelServer.environment = lambda self: dict(os.environ)
+    llama_server.LocalModelServer.command = old_command
+    llama_server.LocalModelServer.environment = lambda self: dict(os.environ)
 from uqh.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -128,11 +128,11 @@ def run_raw(prompts: list[list[dict]], decoding: dict, *, parallel: int, grammar
     """The prompts straight to the llama-server processes uqh would start for ``parallel`` concurrent requests,
     ``parallel`` in flight, prompt i to process i mod n, the request body uqh sends (``grammar``: with the
     four-tag grammar; ``binary``: that llama-server instead of the one uqh finds)."""
-    from uqh.harness.model import local
+    from uqh.harness.model import llama_server
     from uqh.harness.model.transports import grammar_text
 
-    n = local.server_count(parallel)
-    servers = [local.LocalModelServer(local.find_gguf("local:smollm2"), parallel=-(-parallel // n), binary=binary)
+    n = llama_server.server_count(parallel)
+    servers = [llama_server.LocalModelServer(llama_server.find_gguf("local:smollm2"), parallel=-(-parallel // n), binary=binary)
                for _ in range(n)]
     grammar_body = {"grammar": grammar_text()} if grammar else {}
 
@@ -190,17 +190,17 @@ ROWS = ("readme", "readme-1s", "readme-2t", "many", "raw", "raw-nogrammar", "raw
 
 def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
     """One row of the table (``raw`` needs the ``many`` run's directory for its prompts)."""
-    from uqh.harness.model import local
+    from uqh.harness.model import llama_server
 
     n = args.readme_tasks
     if key == "readme":
-        return run_uqh(f"uqh README job ({n} tasks), {local.server_count(4)} servers x 1 thread", tmp / "readme", n)
+        return run_uqh(f"uqh README job ({n} tasks), {llama_server.server_count(4)} servers x 1 thread", tmp / "readme", n)
     if key == "readme-1s":
         return run_uqh(f"uqh README job ({n} tasks), 1 server x 1 thread", tmp / "readme1s", n,
-                       env={local.LLAMA_SERVERS_ENV: "1"})
+                       env={llama_server.LLAMA_SERVERS_ENV: "1"})
     if key == "readme-2t":
         return run_uqh(f"uqh README job ({n} tasks), 1 server x 2 threads", tmp / "readme2", n,
-                       env={local.LLAMA_THREADS_ENV: "2"})
+                       env={llama_server.LLAMA_THREADS_ENV: "2"})
     if key == "many":
         return run_uqh(f"uqh {args.tasks} tasks, --concurrency 4", tmp / "many", args.tasks, concurrency=4)
     if key.startswith("raw"):
@@ -223,7 +223,7 @@ def measure(key: str, args: argparse.Namespace, tmp: Path) -> Row | None:
         print("old path skipped: llama_cpp (llama-cpp-python) is not installed", file=sys.stderr)
         return None
     return run_uqh(f"old path: README job ({n} tasks) on llama-cpp-python's server", tmp / "old", n, old=True,
-                   concurrency=2, env={local.LLAMA_SERVERS_ENV: "1"})
+                   concurrency=2, env={llama_server.LLAMA_SERVERS_ENV: "1"})
 
 
 def main() -> int:

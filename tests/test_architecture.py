@@ -30,13 +30,13 @@ FORBIDDEN = {
 }
 #: Inside the write path, each part imports only parts of a lower rank (and itself).
 HARNESS_RANK = {
-    "signals": 0, "model": 1, "store": 1, "progress": 1, "episode": 2, "importers": 2, "sampling": 3, "config": 4,
-    "backends": 5, "judge": 5, "runner": 6, "continuation": 7,
+    "interrupts": 0, "model": 1, "store": 1, "progress": 1, "episode": 2, "importers": 2, "sampling": 3, "config": 4,
+    "backends": 5, "judge": 5, "probes": 6, "runner": 6, "continuation": 7,
 }
 #: Modules (besides the store) that append to files: the judge's own directory (not a run directory).
-APPENDERS = {"uqh.harness.store.writer", "uqh.harness.store.repair", "uqh.harness.judge.runner"}
+APPENDERS = {"uqh.harness.store.writer", "uqh.harness.store.repair", "uqh.harness.judge.judge_runner"}
 #: Modules in uqh/cli that are not commands: the entry point and the pieces every command shares.
-CLI_SHARED = {"uqh.cli", "uqh.cli.__main__", "uqh.cli.arg_types", "uqh.cli.console_log", "uqh.cli.common"}
+CLI_SHARED = {"uqh.cli", "uqh.cli.__main__", "uqh.cli.arg_types", "uqh.cli.console_log", "uqh.cli.arguments"}
 RUN_FILES = {"episodes.jsonl", "logprobs.jsonl", "manifest.json", "user_logprobs.jsonl"}
 RUN_FILE_NAMES = {"EPISODES_FILE", "SIDECAR_FILE", "MANIFEST_FILE", "USER_SIDECAR_FILE"}
 
@@ -195,7 +195,7 @@ def test_command_modules_live_in_cli():
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _package(m) == "cli" and m not in CLI_SHARED))
 def test_command_modules_do_not_import_each_other(module):
     siblings = sorted(t for t in EDGES[module] if _package(t) == "cli" and t not in CLI_SHARED)
-    assert not siblings, f"{module} imports another command module: {siblings} (shared parts go in uqh.cli.common)"
+    assert not siblings, f"{module} imports another command module: {siblings} (shared parts go in uqh.cli.arguments)"
 
 
 def _appends(tree: ast.AST) -> list[int]:

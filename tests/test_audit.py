@@ -8,7 +8,7 @@ import pytest
 
 from uqh.cli import main
 from uqh.rundir.errors import UserError
-from uqh.reports.audit import audit, load_runs, selection_diagnostic_table, termination_audit
+from uqh.reports.termination_tables import audit, load_runs, selection_diagnostic_table, termination_audit
 from report_fixtures import tau2_like, webshop_like
 
 

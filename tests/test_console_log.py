@@ -32,8 +32,8 @@ def _emit_mixture() -> None:
         bm25s.setLevel(old)
     logging.getLogger("asyncio").debug("Using selector: EpollSelector")
     logging.getLogger("litellm").warning("some library chatter")
-    logging.getLogger("uqh.harness.model.local").info("local model server: starting smollm2")
-    logging.getLogger("uqh.domains.qa.common").warning("StrategyQA: using the fallback corpus\nsecond line")
+    logging.getLogger("uqh.harness.model.llama_server").info("local model server: starting smollm2")
+    logging.getLogger("uqh.domains.qa.qa_base").warning("StrategyQA: using the fallback corpus\nsecond line")
 
 
 def test_normal_run_prints_our_warnings_as_one_line_notices_and_nothing_else(capsys):

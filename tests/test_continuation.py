@@ -438,7 +438,7 @@ def test_interrupted_branch_resumes_from_its_checkpoint(source_run, tmp_path):
     """Issue item 6 through the same machinery: a branch whose model fails mid-way keeps its checkpoint (prefix +
     completed new steps); re-running continues from the last completed step instead of restarting."""
     from uqh.harness.model.client import make_model_client
-    from uqh.harness.model.errors import ModelCallFailed
+    from uqh.harness.model.call_errors import ModelCallFailed
 
     src, srv, responder = source_run
     responder.mode = "source"  # always Calc: branches only end on their budget

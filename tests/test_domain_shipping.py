@@ -50,7 +50,7 @@ def test_a_pickled_domain_carries_its_data_and_opens_the_same_episodes(name, opt
 
 
 def test_a_pickled_webshop_domain_needs_no_data_files(tmp_path, monkeypatch):
-    from uqh.domains.qa.common import shared_data_root
+    from uqh.domains.qa.qa_base import shared_data_root
 
     src = shared_data_root() / "webshop"
     data = tmp_path / "webshop"

@@ -16,7 +16,7 @@ from uqh.cli import main
 from uqh.harness.model.endpoints import (AFFINITY_SLACK, EndpointCounts, EndpointPool, endpoint_summary_lines,
                                      merge_counts, prefix_digests)
 from uqh.harness.model.client import make_model_client
-from uqh.harness.model.errors import EndpointUnreachable
+from uqh.harness.model.call_errors import EndpointUnreachable
 from uqh.harness.runner import run_batch
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import DecodingConfig, RunConfig

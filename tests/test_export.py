@@ -25,7 +25,7 @@ from uqh.scoring.export import (
 )
 from uqh.scoring.pipeline import ScoreOptions, score_run
 from uqh.scoring.registry import step_predictors
-from uqh.scoring.render import csv_records
+from uqh.scoring.long_records import csv_records
 from uqh.scoring.streams import load_run
 from scoring_fixtures import synthetic_run
 

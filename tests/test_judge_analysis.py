@@ -11,14 +11,14 @@ import pytest
 
 from fake_openai_server import FakeOpenAIServer
 from uqh.cli import main
-from uqh.harness.judge.runner import JudgmentStore, build_judge_config, open_runs
+from uqh.harness.judge.judge_runner import JudgmentStore, build_judge_config, open_runs
 from judge_fixtures import agent, judge
 from uqh.rundir.errors import UserError
 from uqh.rundir.judgments import JudgeAttempt, JudgeMetric, Judgment
 from uqh.rundir.schema import CallRecord, DecodingConfig, Usage
 from uqh.scoring.judges.agreement import krippendorff_alpha
 from uqh.scoring.diagnostics import auprc, auroc
-from uqh.scoring.judges.results import JudgeAnalysis
+from uqh.scoring.judges.judge_results import JudgeAnalysis
 from uqh.scoring.judges.analysis import analyse_judgments
 from uqh.scoring.pipeline import ScoreOptions, score_run
 from uqh.scoring.streams import load_run

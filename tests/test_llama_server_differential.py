@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from uqh.harness.model.client import make_model_client
-from uqh.harness.model.local import resolve_model
+from uqh.harness.model.llama_server import resolve_model
 from uqh.rundir.schema import DecodingConfig
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "llama_reference" / "reference.json").read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from uqh.rundir.errors import UserError
-from uqh.harness.model.local import (
+from uqh.harness.model.llama_server import (
     DEFAULT_API_MODEL,
     LOCAL_DEFAULT,
     LOCAL_MODELS,
@@ -171,17 +171,17 @@ def test_llama_threads_env_sets_the_server_threads_and_bad_values_are_one_line(m
 
 
 def test_server_count_one_process_per_core_never_more_than_the_requests(monkeypatch):
-    from uqh.harness.model import local
+    from uqh.harness.model import llama_server
 
     monkeypatch.delenv(LLAMA_SERVERS_ENV, raising=False)
     monkeypatch.delenv(LLAMA_THREADS_ENV, raising=False)
-    monkeypatch.setattr(local, "usable_cores", lambda: 2)
+    monkeypatch.setattr(llama_server, "usable_cores", lambda: 2)
     assert [server_count(c) for c in (1, 2, 3, 4, 16)] == [1, 2, 2, 2, 2]
-    monkeypatch.setattr(local, "usable_cores", lambda: 16)
+    monkeypatch.setattr(llama_server, "usable_cores", lambda: 16)
     assert [server_count(c) for c in (1, 4, 16)] == [1, 4, MAX_SLOTS]  # the slot cap bounds the KV memory
     monkeypatch.setenv(LLAMA_THREADS_ENV, "4")  # threads x processes stay within the cores
     assert server_count(16) == 4
-    monkeypatch.setattr(local, "usable_cores", lambda: 2)
+    monkeypatch.setattr(llama_server, "usable_cores", lambda: 2)
     assert server_count(4) == 1  # 2 threads or more on 2 cores: one process
     monkeypatch.delenv(LLAMA_THREADS_ENV)
     monkeypatch.setenv(LLAMA_SERVERS_ENV, " 3 ")
@@ -228,14 +228,14 @@ def _fake_llama_server(tmp_path: Path, fail_from: int | None = None) -> tuple[Pa
 
 
 def test_serve_model_starts_one_process_per_core_sharing_the_slots_and_stops_them_all(tmp_path, monkeypatch):
-    from uqh.harness.model import local
+    from uqh.harness.model import llama_server
     import urllib.request
 
     exe, log = _fake_llama_server(tmp_path)
     monkeypatch.setenv(LLAMA_SERVER_ENV, str(exe))
     monkeypatch.delenv(LLAMA_SERVERS_ENV, raising=False)
     monkeypatch.delenv(LLAMA_THREADS_ENV, raising=False)
-    monkeypatch.setattr(local, "usable_cores", lambda: 2)
+    monkeypatch.setattr(llama_server, "usable_cores", lambda: 2)
     with serve_model("local:smollm2", parallel=3) as served:
         started = [line.split() for line in log.read_text().splitlines()]
         pids = [int(words[0]) for words in started]
@@ -259,7 +259,7 @@ def test_serve_model_starts_one_process_per_core_sharing_the_slots_and_stops_the
 
 
 def test_one_server_failing_to_start_stops_the_others_and_is_one_line(tmp_path, monkeypatch):
-    from uqh.harness.model import local
+    from uqh.harness.model import llama_server
 
     exe, log = _fake_llama_server(tmp_path, fail_from=1)  # the first starts, the second exits 3
     monkeypatch.setenv(LLAMA_SERVER_ENV, str(exe))
@@ -352,7 +352,7 @@ def test_server_exiting_at_startup_is_a_clear_error(tmp_path):
 
 
 def test_exception_inside_block_stops_server():
-    from uqh.harness.model.local import _free_port
+    from uqh.harness.model.llama_server import _free_port
 
     port = _free_port()
     script = str(Path(__file__).resolve().parent / "fake_openai_server.py")
@@ -490,7 +490,7 @@ def test_openai_compatible_model_check_needs_no_litellm_import():
 
     code = (
         "import sys, uqh\n"
-        "from uqh.harness.model.local import check_credentials\n"
+        "from uqh.harness.model.llama_server import check_credentials\n"
         "check_credentials('openai/my-vllm-model', 'http://127.0.0.1:9/v1')\n"
         "check_credentials('local:smollm2', None)\n"
         "print('litellm' in sys.modules)\n"

@@ -26,7 +26,7 @@ from uqh.harness.episode.loop import (
     run_episode,
 )
 from uqh.harness.model.types import Completion
-from uqh.harness.model.errors import ModelCallFailed
+from uqh.harness.model.call_errors import ModelCallFailed
 from uqh.harness.episode.parsing import repair_message
 from uqh.rundir.schema import CallRecord, DecodingConfig, StopReason, TokenLogprob, TopLogprob, Usage
 

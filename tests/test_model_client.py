@@ -20,7 +20,7 @@ from uqh.harness.model.client import (
     normalise_top_logprobs,
     rebuild_text,
 )
-from uqh.harness.model.errors import ModelCallFailed
+from uqh.harness.model.call_errors import ModelCallFailed
 from uqh.rundir.schema import DecodingConfig, TokenLogprob, TopLogprob
 
 PATHS = ["litellm", "aiohttp", "openai"]  # transports: litellm, the direct path, the openai SDK
@@ -595,7 +595,7 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("transport", PATHS)
 @pytest.mark.parametrize("where,reason", [("dns", "DNS lookup failed"), ("refused", "connection refused")])
 def test_first_call_that_cannot_connect_fails_fast(transport, where, reason):
-    from uqh.harness.model.errors import EndpointUnreachable
+    from uqh.harness.model.call_errors import EndpointUnreachable
 
     base = "http://nohost.invalid/v1" if where == "dns" else f"http://127.0.0.1:{_closed_port()}/v1"
     client = make_model_client("openai/fake", api_base=base, decoding=DecodingConfig(), max_retries=6,
@@ -611,7 +611,7 @@ def test_first_call_that_cannot_connect_fails_fast(transport, where, reason):
 
 def test_refused_connection_after_a_success_is_retried(fake_server):
     """Once the endpoint has answered, a refused connection is a restarting server: transient, retried."""
-    from uqh.harness.model.errors import EndpointUnreachable
+    from uqh.harness.model.call_errors import EndpointUnreachable
 
     srv = fake_server(STEP).start()
     client = _client(srv, "aiohttp", max_retries=2)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from uqh.cli import main
-from uqh.harness.judge.probe import surprise_from_completion
+from uqh.harness.probes.probe_runner import surprise_from_completion
 from uqh.harness.model.echo import completion_prompt
 from uqh.harness.model.types import Completion
 from uqh.rundir.schema import CallRecord, TokenLogprob
@@ -97,7 +97,7 @@ def test_target_tokens_start_at_the_observation_and_a_straddling_token_is_left_o
 def test_echo_of_one_observation_equals_the_literal_hand_computation():
     """Through the model client and the echo transport: Draw(0.9) 1(0.7) of(0.8) 3(0.7) :(0.6) red(0.25) .(0.6)."""
     from fake_openai_server import FakeOpenAIServer
-    from uqh.harness.judge.probe import probe_decoding, surprise_clients_factory
+    from uqh.harness.probes.probe_runner import probe_decoding, surprise_clients_factory
     from uqh.rundir.probes import ProbeKind
 
     async def score(base_url):
@@ -302,7 +302,7 @@ def test_gbnf_string_escapes_quotes_backslashes_and_control_characters():
 
 
 def forced_score(base_url, messages, top_logprobs=5, model="openai/fake"):
-    from uqh.harness.judge.probe import probe_decoding, surprise_clients_factory
+    from uqh.harness.probes.probe_runner import probe_decoding, surprise_clients_factory
     from uqh.rundir.probes import ProbeKind
 
     async def score():
@@ -432,7 +432,7 @@ def test_local_llama_server_forced_values_are_its_unconstrained_logprobs(urn_run
     where that reply has the same tokens (within 1e-3), and a forced unlikely first token is reported with its
     low probability, not ~1: the logprobs are the model's, before the grammar."""
     from uqh.harness.model.client import make_model_client
-    from uqh.harness.model.local import resolve_model
+    from uqh.harness.model.llama_server import resolve_model
     from uqh.rundir.schema import DecodingConfig
 
     out = tmp_path / "local"

@@ -15,7 +15,7 @@ import pytest
 
 from run_files import read_episodes
 
-from uqh.harness.model.local import LLAMA_SERVER_ENV, find_llama_server
+from uqh.harness.model.llama_server import LLAMA_SERVER_ENV, find_llama_server
 from uqh.rundir.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from uqh.cli import main
-from uqh.harness.judge.probe import p_true_from_tokens
+from uqh.harness.probes.probe_runner import p_true_from_tokens
 from uqh.rundir.schema import TokenLogprob, TopLogprob
 from run_files import read_episodes
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import uqh.domains.qa.common as qa_common
+import uqh.domains.qa.qa_base as qa_common
 from uqh.domains.registry import get_domain_class
 from uqh.domains.qa.hotpotqa import context_paragraphs
-from uqh.domains.qa.common import DataSource, load_rows, resolve_data_source
+from uqh.domains.qa.qa_base import DataSource, load_rows, resolve_data_source
 from uqh.domains.qa.strategyqa import fallback_corpus
 from uqh.rundir.errors import UserError
 

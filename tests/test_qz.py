@@ -174,7 +174,7 @@ def test_paired_comparison_table8():
     assert c2.difference.ci == pytest.approx((-0.2, -0.2))
     from uqh.reports.continuation_audit import audit_output
     from uqh.reports.render import markdown_text
-    from uqh.scoring.qz.audit import AuditCounts, AuditSettings, ContinuationAudit
+    from uqh.scoring.qz.run_estimate import AuditCounts, AuditSettings, ContinuationAudit
 
     audit = ContinuationAudit(counts=AuditCounts(min_valid=1, retained=2),
                               distribution=qz.qz_distribution(np.array([0.0, 1.0])), comparison=c2,

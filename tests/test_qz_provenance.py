@@ -96,7 +96,7 @@ def test_qz_for_runs_assigns_each_file_to_the_run_with_its_source_hash(runs):
 
 
 def test_report_scores_exact_censoring_only_for_the_run_the_q_z_file_belongs_to(runs):
-    from uqh.reports.audit import open_audited_run as load_run
+    from uqh.reports.termination_tables import open_audited_run as load_run
     from uqh.reports.scoring_calls import ReportOptions, score_runs
 
     a, b, qz = runs

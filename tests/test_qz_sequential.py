@@ -172,7 +172,7 @@ def test_sequential_run_is_a_prefix_of_the_fixed_run(source, tmp_path, capsys):
 
 def test_killed_sequential_run_resumes_to_the_same_decisions(source, tmp_path):
     from uqh.harness.model.client import make_model_client
-    from uqh.harness.model.errors import ModelCallFailed
+    from uqh.harness.model.call_errors import ModelCallFailed
     from uqh.rundir.schema import DecodingConfig
 
     src, _ = source

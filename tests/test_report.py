@@ -12,7 +12,7 @@ from uqh.cli import main
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import StopReason
 from report_fixtures import Ep, tau2_like, webshop_like, write_run
-from uqh.reports.report.build import ReportOptions, build_report
+from uqh.reports.report.write_report import ReportOptions, build_report
 
 B, SEED = 60, 3
 
@@ -67,7 +67,7 @@ def _score(run_dir, **kw):
 
 
 def test_transparency_and_long_csv_equal_scoring_output(report):
-    from uqh.scoring.render import csv_records
+    from uqh.scoring.long_records import csv_records
 
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
@@ -359,7 +359,7 @@ def test_exact_censored_score_with_q_z(tmp_path, capsys):
 
 def test_a_report_that_fails_half_way_leaves_the_directory_as_it_was(tmp_path, monkeypatch):
     """Issue 33 item 13: the report is written into a staging folder and moved into place only when whole."""
-    import uqh.reports.report.build as build
+    import uqh.reports.report.write_report as build
 
     d = tau2_like(tmp_path / "t2")
     out = tmp_path / "out"

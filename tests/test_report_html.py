@@ -17,7 +17,7 @@ import pytest
 from environment import unavailable
 from report_fixtures import Ep, tau2_like, webshop_like, write_run
 from uqh.reports.report.browser import browser, find_chromium, open_report
-from uqh.reports.report.build import ReportOptions, build_report
+from uqh.reports.report.write_report import ReportOptions, build_report
 from uqh.rundir.schema import StopReason
 
 CHROMIUM = find_chromium()

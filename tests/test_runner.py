@@ -46,7 +46,7 @@ def make_config(n_tasks=3, samples=1, **kw) -> RunConfig:
 def fast_client_factory(max_retries=0, fail_after=None, max_tokens=64, **client_kwargs):
     """Real client, no backoff waits; optionally raising ModelCallFailed after ``fail_after`` calls."""
     from uqh.harness.model.client import make_model_client
-    from uqh.harness.model.errors import ModelCallFailed
+    from uqh.harness.model.call_errors import ModelCallFailed
 
     calls = Counter()
 

@@ -22,7 +22,7 @@ from uqh.scoring.diagnostics import trajectory_scalar
 from uqh.scoring.labels import LABEL_CONVENTIONS, label_convention, training_labels
 from uqh.scoring.pipeline import ScoreOptions, score_run
 from uqh.scoring.registry import PREDICTORS, step_predictors
-from uqh.scoring.render import CSV_FIELDS, csv_records
+from uqh.scoring.long_records import CSV_FIELDS, csv_records
 from uqh.scoring.rules import parse_score
 from uqh.scoring.streams import RunData, build_sample, load_run
 from uqh.scoring.weights import WEIGHT_SCHEMES, trajectory_weights

@@ -170,7 +170,7 @@ def test_a_registered_predictor_is_scored_tabled_and_exported(toy_predictor, syn
 
 def test_a_registered_predictor_reaches_the_report(toy_predictor, tmp_path):
     from report_fixtures import tau2_like
-    from uqh.reports.report.build import ReportOptions, build_report
+    from uqh.reports.report.write_report import ReportOptions, build_report
 
     res = build_report([tau2_like(tmp_path / "t2")], tmp_path / "out", ReportOptions(n_bootstrap=5, max_traces=2))
     rows = list(csv.DictReader((res.out_dir / "transparency__t2.csv").open()))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from uqh.rundir.errors import UserError
-from uqh.scoring.signals import entropy_confidence, token_probability
+from uqh.scoring.step_values import entropy_confidence, token_probability
 from uqh.scoring.streams import build_sample, load_run
 from scoring_fixtures import make_episode, make_row, make_tokens, write_run_dir
 

@@ -16,7 +16,7 @@ from fake_openai_server import FakeOpenAIServer
 from judge_fixtures import judge
 from test_runner import solver
 from uqh.cli import main
-from uqh.harness.model.errors import error_line
+from uqh.harness.model.call_errors import error_line
 from uqh.harness.store import lock
 from uqh.rundir import secrets
 

@@ -99,7 +99,7 @@ def test_printed_hoeffding_rule_needs_20_unanimous_samples(fake_server, tmp_path
 
 
 def test_an_infrastructure_error_leaves_the_task_undecided_until_resumed(fake_server, tmp_path):
-    from uqh.harness.model.errors import ModelCallFailed
+    from uqh.harness.model.call_errors import ModelCallFailed
     from uqh.harness.runner import run_batch
     from test_runner import make_config
 

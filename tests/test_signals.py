@@ -146,7 +146,7 @@ def test_stop_signal_summary_no_orphans_no_late_requests(fake_server, tmp_path, 
 STUB_DRIVER = """
 import sys
 from pathlib import Path
-from uqh.harness.model import local as local_model
+from uqh.harness.model import llama_server as local_model
 from uqh.cli import main
 
 fake, log = sys.argv[1], sys.argv[2]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from report_fixtures import Ep, tau2_like, user_token_p, webshop_like, write_run
-from uqh.reports.view.catalog import find_directories
+from uqh.reports.view.run_discovery import find_directories
 from uqh.reports.view.runs import ViewedRun, attach_judgments, attach_qz
 from uqh.rundir.errors import UserError
 from uqh.rundir.judgments import JUDGE_MANIFEST_FILE, JUDGMENTS_FILE, JudgeConfig, JudgedRun, JudgeManifest, Judgment

@@ -5,7 +5,7 @@ those modules keep heavy imports (litellm, tau2, bm25s) inside functions so `uqh
 
 Whatever a command meets, the user gets one line on stderr, never a traceback: a :class:`UserError` exits 2,
 a :class:`RunDirWriteError` (or any other OS error) exits 1 with what to do, and SIGINT / SIGTERM
-(:mod:`uqh.harness.signals`) exit 130 / 143 after the command has stopped its children (``uqh run`` first prints its
+(:mod:`uqh.harness.interrupts`) exit 130 / 143 after the command has stopped its children (``uqh run`` first prints its
 summary and the resume hint).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import sys
 
 from uqh.cli import console_log
-from uqh.harness import signals
+from uqh.harness import interrupts
 from uqh.rundir import secrets
 from uqh.rundir.errors import OutputWriteError, RunDirWriteError, UserError
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"uqh {args.command}"
     console_log.configure(verbose=args.verbose, prog=name)
     try:
-        with signals.stop_signals():
+        with interrupts.stop_signals():
             return int(args._run(args) or 0)
     except UserError as exc:
         print(secrets.redact(f"{name}: error: {exc}"), file=sys.stderr)
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
         print(f"{name}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
-    except signals.Interrupted as exc:
-        print(f"{name}: interrupted by {signals.signal_name(exc.signum)}", file=sys.stderr)
-        return signals.exit_code(exc.signum)
+    except interrupts.Interrupted as exc:
+        print(f"{name}: interrupted by {interrupts.signal_name(exc.signum)}", file=sys.stderr)
+        return interrupts.exit_code(exc.signum)
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130

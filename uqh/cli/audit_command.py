@@ -17,17 +17,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from uqh.reports.audit import audit
+    from uqh.reports.termination_tables import audit
     from uqh.reports.render import Output, emit, tables_json
     from uqh.rundir.errors import OutputWriteError, UserError
 
-    from uqh.cli.common import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if args.out is not None:  # before the tables are computed and printed: a bad --out writes nothing
-        from uqh.reports.report.build import check_out_writable
+        from uqh.reports.report.write_report import check_out_writable
 
         check_out_writable(args.out)
     tables = audit(args.run_dirs, n_boot=args.bootstrap)

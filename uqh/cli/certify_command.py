@@ -203,7 +203,7 @@ def certify_run(run_dir: str, args: argparse.Namespace):
     from uqh.harness.sampling.consensus import RULES, stopping_time
     from uqh.rundir.errors import UserError
     from uqh.scoring.certify.certificate import CertifyOptions, certify_items
-    from uqh.scoring.certify.results import RunStopping
+    from uqh.scoring.certify.certificate_results import RunStopping
 
     reader, items, now, context = load_items(run_dir)
     known = {it.task_id for it in items}

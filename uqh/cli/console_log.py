@@ -56,7 +56,7 @@ class NoticeFormatter(logging.Formatter):
 
 
 class VerboseFormatter(logging.Formatter):
-    """``12:03:04.512 uqh.harness.model.local: message`` (``WARNING``/``ERROR`` named; tracebacks kept)."""
+    """``12:03:04.512 uqh.harness.model.llama_server: message`` (``WARNING``/``ERROR`` named; tracebacks kept)."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs):03d}"

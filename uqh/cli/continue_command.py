@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, metavar="N",
                    help="worker processes sharing --concurrency (default 1); with --backend ray: Ray actors "
                         "(default: one per CPU of the cluster)")
-    from uqh.cli.common import add_backend_arguments
+    from uqh.cli.arguments import add_backend_arguments
 
     add_backend_arguments(p)
     p.add_argument("--api-base", action="append", metavar="URL",
@@ -156,7 +156,7 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
         )
         if report.decisions:
             print(stop_summary(report))
-        from uqh.cli.common import print_endpoint_lines
+        from uqh.cli.arguments import print_endpoint_lines
 
         print_endpoint_lines(report.summary)
         stopped = report.summary.stopped if report.summary is not None else None
@@ -232,12 +232,12 @@ def stop_summary(report) -> str:
 
 
 def audit_continuation(cont_dir, *, write: bool = True, **options):
-    """q_Z and the audit of a continuation run (:func:`uqh.scoring.qz.audit.estimate_qz`, options as there), its
+    """q_Z and the audit of a continuation run (:func:`uqh.scoring.qz.run_estimate.estimate_qz`, options as there), its
     files written unless ``write=False``. Returns (estimate, the audit's Markdown text)."""
     from uqh.harness.store.writer import write_continuation_audit
     from uqh.reports.continuation_audit import audit_text
     from uqh.rundir.reader import RunDir
-    from uqh.scoring.qz.audit import estimate_qz
+    from uqh.scoring.qz.run_estimate import estimate_qz
 
     estimate = estimate_qz(RunDir.open(cont_dir), **options)
     text = audit_text(estimate.audit)

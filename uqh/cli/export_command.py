@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_destination(to) -> None:
     """UserError unless ``to`` is (or can be created as) a directory that is not a run directory."""
-    from uqh.reports.report.build import check_out_writable
+    from uqh.reports.report.write_report import check_out_writable
     from uqh.rundir.errors import UserError
     from uqh.rundir.schema import MANIFEST_FILE
 
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.export import FRAMES, export_frames
     from uqh.scoring.pipeline import ScoreOptions
 
-    from uqh.cli.common import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
     print_reading_notes("uqh export", args.run_dirs)

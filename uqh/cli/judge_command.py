@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from uqh.cli.arg_types import finite_float
-from uqh.cli.common import sidecar_summary_lines
+from uqh.cli.arguments import sidecar_summary_lines
 from uqh.rundir.judgments import JudgeMetric
 
 #: Every judge, in the order JudgeMetric (the one place the set is defined) lists them.
@@ -96,8 +96,8 @@ def _judge(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from uqh.harness.judge.runner import build_judge_config, check_judge_out, check_judge_resumable, open_runs, plan_tasks
-    from uqh.harness.model.local import check_credentials
+    from uqh.harness.judge.judge_runner import build_judge_config, check_judge_out, check_judge_resumable, open_runs, plan_tasks
+    from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.config.build import check_endpoint_url, validate_model_string
     from uqh.harness.runner import default_concurrency
     from uqh.rundir.judgments import JudgeDir, parse_metrics
@@ -133,7 +133,7 @@ def _judge(args: argparse.Namespace) -> int:
         print("dry run: no model was called, nothing was written.")
         return 0
 
-    from uqh.harness.judge.runner import run_judges
+    from uqh.harness.judge.judge_runner import run_judges
 
     summary = run_judges(config, readers, out, metrics=metrics, repeats=args.repeats, limit=args.limit,
                          concurrency=concurrency, progress=not args.no_progress, timeout_s=args.timeout)

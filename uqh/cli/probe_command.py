@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from uqh.cli.arg_types import finite_float
-from uqh.cli.common import sidecar_summary_lines
+from uqh.cli.arguments import sidecar_summary_lines
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from uqh.harness.config.build import check_endpoint_url, validate_model_string
-    from uqh.harness.judge.probe import (PROBE_LAYOUT, build_probe_config, plan_probes, probe_decoding, run_probes,
+    from uqh.harness.probes.probe_runner import (PROBE_LAYOUT, build_probe_config, plan_probes, probe_decoding, run_probes,
                                          surprise_methods)
-    from uqh.harness.judge.runner import check_judge_out, check_judge_resumable, open_runs
-    from uqh.harness.model.local import check_credentials
+    from uqh.harness.judge.judge_runner import check_judge_out, check_judge_resumable, open_runs
+    from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.runner import default_concurrency
     from uqh.rundir.errors import UserError
     from uqh.rundir.probes import ProbeDir, ProbeKind

@@ -32,9 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from uqh.rundir.errors import UserError
-    from uqh.reports.report.build import ReportOptions, build_report
+    from uqh.reports.report.write_report import ReportOptions, build_report
 
-    from uqh.cli.common import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
     if args.bootstrap < 1:

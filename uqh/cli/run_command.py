@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from uqh.cli.arg_types import finite_float
-from uqh.cli.common import add_backend_arguments, print_endpoint_lines
+from uqh.cli.arguments import add_backend_arguments, print_endpoint_lines
 from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
 
 #: The QA flags: aliases of domain options (`-D key=value` sets the same option).

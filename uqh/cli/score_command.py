@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.pipeline import pool_runs, score_run
     from uqh.scoring.streams import load_run
 
-    from uqh.cli.common import check_distinct_runs, run_notes
+    from uqh.cli.arguments import check_distinct_runs, run_notes
 
     check_distinct_runs(args.run_dirs)
     opts = options_from_args(args)

@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from uqh.harness import signals
+    from uqh.harness import interrupts
     from uqh.reports.view.server import ViewServer
     from uqh.rundir.errors import UserError
 
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     server = ViewServer(list(args.dirs), host=args.host, port=args.port)
     runs = len(server.viewer.runs)
     print(f"uqh view: {runs} run director{'y' if runs == 1 else 'ies'} at {server.url} (Ctrl-C stops)", flush=True)
-    with signals.on_stop(lambda signum: server.stop()):
+    with interrupts.on_stop(lambda signum: server.stop()):
         server.serve()
     print("uqh view: stopped", file=sys.stderr)
     return 0

@@ -18,7 +18,7 @@ subset), ``M`` independent continuation branches under the same model, prompt, d
    finished branches (:func:`check_resume`). The source run directory is only read.
    With ``--stop-rule ci:H`` (:mod:`uqh.harness.sampling.branch_rules`) the branches run in rounds and a prefix stops once its
    interval for q_Z is narrow enough (:func:`run_rounds`); branch k is the same episode under every rule.
-3. **q_Z** is not computed here (the write path never imports scoring): :func:`uqh.scoring.qz.audit.estimate_qz`
+3. **q_Z** is not computed here (the write path never imports scoring): :func:`uqh.scoring.qz.run_estimate.estimate_qz`
    reads the finished continuation run directory, and ``uqh.reports.continuation_audit`` writes ``qz.jsonl`` and the
    Table 7/8-shaped audit.
 """
@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 from uqh.domains.base import ReplayMismatch, Runtime
 from uqh.harness.config.build import build_domain, check_endpoint_list
 from uqh.harness.episode.loop import Branch, EpisodeSpec, branch_episode_id, derive_seed, open_episode
-from uqh.harness.model.local import resolve_model
+from uqh.harness.model.llama_server import resolve_model
 from uqh.harness.runner import run_batch
 from uqh.harness.sampling.branch_rules import FIXED, StopRule, decide, parse_stop_rule, resolved_outcome
 from uqh.harness.store import lock as run_lock

@@ -20,13 +20,13 @@ its share of the ``concurrency`` slots; the parent stays the single writer of th
 
 Stopping early -- the batch ends before its last episode, with a :class:`uqh.harness.backends.context.StopCause` in the summary, and re-running
 the same command resumes -- on
-- SIGINT or SIGTERM (:mod:`uqh.harness.signals`): in-flight episodes are cancelled at once (no model request is sent
+- SIGINT or SIGTERM (:mod:`uqh.harness.interrupts`): in-flight episodes are cancelled at once (no model request is sent
   after the signal; their checkpoints stay, and the summary counts their calls), episodes already finished are
   still written, worker processes and the local model server are stopped, and the summary is returned within
   about a second;
 - a run-directory write failure (:class:`uqh.rundir.errors.RunDirWriteError`: disk full, read-only file system): the
   store has cut its files back to the last whole episode;
-- an endpoint that cannot be reached on the first call (:class:`uqh.harness.model.errors.EndpointUnreachable`: a wrong
+- an endpoint that cannot be reached on the first call (:class:`uqh.harness.model.call_errors.EndpointUnreachable`: a wrong
   address or a server that is not up): no retries, no point in trying the other episodes.
 """
 from __future__ import annotations
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from uqh.harness import signals
-from uqh.harness.backends.base import Backend, BatchHooks
+from uqh.harness import interrupts
+from uqh.harness.backends.backend import Backend, BatchHooks
 from uqh.harness.backends.context import (
     CHECKPOINT_INTERVAL_S,
     DEFAULT_MAX_RETRIES,
@@ -54,7 +54,7 @@ from uqh.harness.backends.event_loop import serialize
 from uqh.harness.backends.local import LocalBackend
 from uqh.harness.config.build import build_domain, prompt_sha256
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, Resume, derive_seed, episode_id_for
-from uqh.harness.model.local import resolve_model, serve_model
+from uqh.harness.model.llama_server import resolve_model, serve_model
 from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
 from uqh.harness.progress import BatchStats, EpisodeSummary, Progress
 from uqh.harness.sampling.scheduler import ConsensusScheduler
@@ -203,7 +203,7 @@ def run_batch(
                        max_retries=max_retries, breaker_failures=breaker_failures, breaker_window_s=breaker_window_s,
                        concurrency=concurrency or default_concurrency(config.model))
 
-    with signals.stop_signals(), RunStore.open_or_create(
+    with interrupts.stop_signals(), RunStore.open_or_create(
         run_dir, config, system_prompt=system_prompt, info=domain.manifest_info(), execution=execution
     ) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
@@ -261,10 +261,10 @@ def _drive(backend: Backend, config: RunConfig, system_prompt: str, run_dir: Pat
         summary.stopped = exc.cause
     except RunDirWriteError as exc:
         summary.stopped = StopCause.write_failure(exc)
-    except signals.Interrupted as exc:
+    except interrupts.Interrupted as exc:
         summary.stopped = StopCause.signal(exc.signum)
-    if signals.requested() is not None and (summary.stopped is None or summary.stopped.signum is None):
-        summary.stopped = StopCause.signal(signals.requested())
+    if interrupts.requested() is not None and (summary.stopped is None or summary.stopped.signum is None):
+        summary.stopped = StopCause.signal(interrupts.requested())
 
 
 def _run_context(stack: contextlib.ExitStack, config: RunConfig, system_prompt: str, run_dir: Path,

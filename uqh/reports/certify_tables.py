@@ -1,11 +1,11 @@
 """`uqh certify` output: the certificate tables (Tables 2, 4, 6 and 10 of Mouzouni, "Black-box reliability certification" in shape) and long-format CSV
-records, arranged from :class:`uqh.scoring.certify.results.CertifyResult` for :mod:`uqh.reports.render`."""
+records, arranged from :class:`uqh.scoring.certify.certificate_results.CertifyResult` for :mod:`uqh.reports.render`."""
 from __future__ import annotations
 
 from typing import Any
 
 from uqh.reports.tables import Table, fmt
-from uqh.scoring.certify.results import AlphaRow, CertifyResult, Proportion
+from uqh.scoring.certify.certificate_results import AlphaRow, CertifyResult, Proportion
 from uqh.scoring.results import Estimate
 
 

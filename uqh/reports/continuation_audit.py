@@ -1,6 +1,6 @@
 """The continuation audit as tables and text (``uqh continue``).
 
-Numbers come from :func:`uqh.scoring.qz.audit.estimate_qz`; this module only arranges them (tables in the shape of
+Numbers come from :func:`uqh.scoring.qz.run_estimate.estimate_qz`; this module only arranges them (tables in the shape of
 the paper's Tables 7 and 8, for :mod:`uqh.reports.render`, and the text of ``audit.md``). The files are written by
 :func:`uqh.harness.store.writer.write_continuation_audit`.
 """
@@ -114,7 +114,7 @@ def audit_notes(audit) -> list[str]:
 
 
 def audit_output(audit) -> Output:
-    """The audit for :func:`uqh.reports.render.emit` (json: the :class:`uqh.scoring.qz.audit.ContinuationAudit` dump)."""
+    """The audit for :func:`uqh.reports.render.emit` (json: the :class:`uqh.scoring.qz.run_estimate.ContinuationAudit` dump)."""
     return Output(tables=audit_tables(audit), json_text=audit.model_dump_json(indent=2),
                   header=[counts_line(audit), *audit_notes(audit)], prog="uqh continue")
 

@@ -1,4 +1,4 @@
-"""`uqh judge --report` output: the GPA-judge analysis (:class:`uqh.scoring.judges.results.JudgeAnalysis`) arranged as
+"""`uqh judge --report` output: the GPA-judge analysis (:class:`uqh.scoring.judges.judge_results.JudgeAnalysis`) arranged as
 tables -- rich on a terminal, Markdown, or CSV + Markdown files -- and as JSON. Computes nothing."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from uqh.reports.tables import Table
 from uqh.rundir.judgments import JudgeMetric
-from uqh.scoring.judges.results import ALL_METRICS, GPA_MEAN, JudgeAnalysis
+from uqh.scoring.judges.judge_results import ALL_METRICS, GPA_MEAN, JudgeAnalysis
 from uqh.scoring.registry import get_metric
 from uqh.scoring.results import Comparison
 

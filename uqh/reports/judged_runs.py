@@ -14,8 +14,8 @@ from typing import Any
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.judgments import JudgeDir, Judgment, JudgeMetric
-from uqh.scoring.certify.results import CertifyResult
-from uqh.scoring.judges.results import JudgeAnalysis
+from uqh.scoring.certify.certificate_results import CertifyResult
+from uqh.scoring.judges.judge_results import JudgeAnalysis
 
 #: characters of a judge's rationale embedded in the page per judgment
 RATIONALE_CHARS = 600

@@ -20,7 +20,7 @@ from uqh.scoring.registry import (
     get_metric,
     predictor_label,
 )
-from uqh.scoring.render import CSV_FIELDS, csv_records
+from uqh.scoring.long_records import CSV_FIELDS, csv_records
 from uqh.scoring.results import Comparison, Estimate
 
 NEED_COMPLETE = "No run has complete trajectories with an observed outcome (clean stop), which this analysis needs."

@@ -5,7 +5,7 @@ comparison (``--paired``) and the notes -- all arranged from :class:`uqh.scoring
 
 Terminal cells hold the value and, on a second line, its percentile interval (``lo–hi``); β-family scores are
 shown ×10³ (the header says so) so that they fit; Markdown flattens the two lines, CSV is the long format of
-:func:`uqh.scoring.render.csv_records`.
+:func:`uqh.scoring.long_records.csv_records`.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from uqh.scoring.registry import (
     diagnostic_metrics,
     get_predictor,
 )
-from uqh.scoring.render import CSV_FIELDS, csv_records
+from uqh.scoring.long_records import CSV_FIELDS, csv_records
 from uqh.scoring.results import Comparison, Estimate, PairedComparison, RunScores
 
 #: β-family scores are a few thousandths: shown ×10³ in the terminal table.

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from uqh.rundir.errors import UserError
-from uqh.reports.audit import Run
+from uqh.reports.termination_tables import Run
 from uqh.scoring.analyses import CalibratedStream
 from uqh.scoring.qz.prefixes import CensoredPrefixAudit
 from uqh.scoring.results import (

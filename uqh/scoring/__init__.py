@@ -27,7 +27,7 @@ Public API (arrays are flat per-step ``values`` + per-trajectory ``offsets``; se
                                                                                                   -- App. I.2, Tables 13–14
 - artificial:  :func:`length_stratified_censoring`, :func:`artificial_censoring_analysis`         -- App. I.1
 - termination: :func:`termination_counts`, :func:`selection_diagnostic`                            -- App. G.1, Fig. 2B
-- q_Z:         :func:`uqh.scoring.qz.audit.estimate_qz` (continuation runs -> q_hat_Z + audit)          -- App. H
+- q_Z:         :func:`uqh.scoring.qz.run_estimate.estimate_qz` (continuation runs -> q_hat_Z + audit)          -- App. H
                :func:`uqh.scoring.qz.prefixes.censored_prefix_audit` (every predictor over the retained
                prefixes; plug-in bias)                                             -- App. H.2 Tables 7–9, C.4/C.5
 - certify:     :func:`certify_items`, :class:`CertifyItem`, :class:`CertifyOptions`, :class:`CertifyResult`;
@@ -56,7 +56,7 @@ _EXPORTS = {
     "CertifyItem": "uqh.scoring.certify.certificate",
     "CertifyOptions": "uqh.scoring.certify.certificate",
     "certify_items": "uqh.scoring.certify.certificate",
-    "CertifyResult": "uqh.scoring.certify.results",
+    "CertifyResult": "uqh.scoring.certify.certificate_results",
     "conformal_threshold": "uqh.scoring.certify.conformal",
     "cp_scores": "uqh.scoring.certify.conformal",
     "rank_scores": "uqh.scoring.certify.conformal",
@@ -115,8 +115,8 @@ _EXPORTS = {
     "RunScores": "uqh.scoring.results",
     "selection_diagnostic": "uqh.scoring.termination",
     "termination_counts": "uqh.scoring.termination",
-    "entropy_confidence": "uqh.scoring.signals",
-    "token_probability": "uqh.scoring.signals",
+    "entropy_confidence": "uqh.scoring.step_values",
+    "token_probability": "uqh.scoring.step_values",
     "RunData": "uqh.scoring.streams",
     "Sample": "uqh.scoring.streams",
     "build_sample": "uqh.scoring.streams",

@@ -172,10 +172,10 @@ def tokens_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFram
 
 
 def scores_df(runs: "Sequence[str | Path | RunDir | LoadedRun]", options: "ScoreOptions | None" = None) -> "pd.DataFrame":
-    """The long-format scores of every run (:func:`uqh.scoring.render.csv_records` of :func:`uqh.scoring.pipeline.score_run`
+    """The long-format scores of every run (:func:`uqh.scoring.long_records.csv_records` of :func:`uqh.scoring.pipeline.score_run`
     under ``options``; default: ``uqh score``'s defaults). Runs without a finished episode are left out."""
     from uqh.scoring.pipeline import ScoreOptions, score_run
-    from uqh.scoring.render import CSV_FIELDS, csv_records
+    from uqh.scoring.long_records import CSV_FIELDS, csv_records
 
     options = options or ScoreOptions()
     # the run column is "run" in every exported table (score's CSV calls it run_dir)

@@ -26,7 +26,7 @@ import numpy as np
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
-from uqh.scoring import role_signals, self_consistency, signals, token_signals as ts, truth
+from uqh.scoring import role_signals, self_consistency, step_values, token_signals as ts, truth
 
 MetricKind = Literal["diagnostic", "tps", "censored_tps", "truth_gap", "truth_distance"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
@@ -219,11 +219,11 @@ METRICS: dict[str, Metric] = {
 PREDICTORS: dict[str, Predictor] = {
     p.name: p
     for p in (
-        Predictor("verbal", "Verbal confidence", signals.verbal_value),
-        Predictor("token_prob", "Completion token probability", signals.token_prob_value),
-        Predictor("token_entropy", "Completion entropy confidence", signals.token_entropy_value),
-        Predictor("action_prob", "Action-span token probability", signals.action_prob_value),
-        Predictor("action_entropy", "Action-span entropy confidence", signals.action_entropy_value),
+        Predictor("verbal", "Verbal confidence", step_values.verbal_value),
+        Predictor("token_prob", "Completion token probability", step_values.token_prob_value),
+        Predictor("token_entropy", "Completion entropy confidence", step_values.token_entropy_value),
+        Predictor("action_prob", "Action-span token probability", step_values.action_prob_value),
+        Predictor("action_entropy", "Action-span entropy confidence", step_values.action_entropy_value),
         *token_signal_predictors(),
         *role_predictors(),
         Predictor("sc_mode_freq", "Self-consistency mode frequency", trajectory_value=self_consistency.mode_frequency),

@@ -1,7 +1,7 @@
 """White-box token signals of the agent-UQ literature, from the recorded tokens of one step (no new model call).
 
 Each function takes the tokens of one span -- the whole completion or the <action> content
-(:func:`uqh.scoring.signals.action_tokens`) -- and returns a confidence in [0, 1], or NaN when missing (never
+(:func:`uqh.scoring.step_values.action_tokens`) -- and returns a confidence in [0, 1], or NaN when missing (never
 imputed). Definitions follow agentuq (``deeplearning-wisc/agentuq``, ``src/tau2/utils/uq_logprobs.py``: per-token
 ``chosen_logprob``, ``chosen_prob``, ``topk_entropy``, ``topk_mass``; per-role ``avg_token_nll``,
 ``trajectory_nll``, ``min_chosen_prob``, ``mean_topk_entropy``), uqlm's white-box scorers (minimum token
@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from uqh.rundir.schema import LogprobRow, Step, TokenLogprob
-from uqh.scoring.signals import action_tokens
+from uqh.scoring.step_values import action_tokens
 
 NAN = float("nan")
 

@@ -39,7 +39,7 @@ def main() -> int:
     except ImportError:
         print("llama-cpp-python is not installed; nothing to do", file=sys.stderr)
         return 0
-    from uqh.harness.model.local import find_gguf
+    from uqh.harness.model.llama_server import find_gguf
 
     llm = llama_cpp.Llama(model_path=str(find_gguf("local:smollm2")), n_ctx=2048, logits_all=True, seed=SEED,
                           n_threads=1, verbose=False)

@@ -17,7 +17,7 @@ from uqh.rundir.schema import Episode
 
 from uqh.domains.registry import register_domain
 from uqh.domains.base import EnvResponse, InvalidAction, PositiveInt, option_field
-from uqh.domains.qa.common import QADomain, QAOptions, QATask
+from uqh.domains.qa.qa_base import QADomain, QAOptions, QATask
 from uqh.domains.qa.retrieval import Paragraph, dedupe
 
 CONTEXT_CORPUS_LABEL = "hotpotqa-context-union"

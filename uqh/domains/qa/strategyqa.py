@@ -12,7 +12,7 @@ from uqh.rundir.schema import Episode
 
 from uqh.domains.registry import register_domain
 from uqh.domains.base import EnvResponse, InvalidAction, PositiveInt, option_field
-from uqh.domains.qa.common import QADomain, QAOptions, QATask, warn_once
+from uqh.domains.qa.qa_base import QADomain, QAOptions, QATask, warn_once
 from uqh.domains.qa.retrieval import Paragraph, dedupe
 
 FALLBACK_CORPUS_LABEL = "fallback-facts"

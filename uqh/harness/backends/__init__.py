@@ -1,9 +1,9 @@
 """Where a batch's episodes run: this machine (in this process, or ``--workers N`` processes) or a Ray cluster.
 
 :func:`uqh.harness.runner.run_batch` owns the run directory and hands the episodes still to run to a backend together
-with :class:`uqh.harness.backends.base.BatchHooks`, the driver's side of the batch: whichever backend runs the episodes, the driver is the
+with :class:`uqh.harness.backends.backend.BatchHooks`, the driver's side of the batch: whichever backend runs the episodes, the driver is the
 only writer of the run directory (the same :class:`uqh.harness.store.writer.RunStore`, files, crash safety and resume), so a
-resumed run may switch backends. A backend returns a :class:`uqh.harness.backends.base.BackendResult`.
+resumed run may switch backends. A backend returns a :class:`uqh.harness.backends.backend.BackendResult`.
 
 - :class:`uqh.harness.backends.local.LocalBackend`: one event loop in this process, or the worker processes of :mod:`uqh.harness.backends.workers`.
 - :class:`uqh.harness.backends.ray_backend.RayBackend` (``uqh run --backend ray``): per-CPU actors on a Ray cluster;
@@ -11,7 +11,7 @@ resumed run may switch backends. A backend returns a :class:`uqh.harness.backend
 """
 from __future__ import annotations
 
-from uqh.harness.backends.base import Backend
+from uqh.harness.backends.backend import Backend
 from uqh.harness.backends.local import LocalBackend
 from uqh.rundir.errors import UserError
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from uqh.domains.base import Runtime
-from uqh.harness import signals
+from uqh.harness import interrupts
 from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
 from uqh.rundir.errors import RunDirWriteError, first_line
 from uqh.rundir.schema import RunConfig
@@ -58,7 +58,7 @@ class StopCause:
 
     @classmethod
     def signal(cls, signum: int) -> StopCause:
-        return cls(f"interrupted by {signals.signal_name(signum)}", signum=signum)
+        return cls(f"interrupted by {interrupts.signal_name(signum)}", signum=signum)
 
     @classmethod
     def write_failure(cls, exc: RunDirWriteError) -> "StopCause":
@@ -76,7 +76,7 @@ class StopCause:
 
     @property
     def exit_code(self) -> int:
-        return signals.exit_code(self.signum) if self.signum is not None else 1
+        return interrupts.exit_code(self.signum) if self.signum is not None else 1
 
 
 class BatchStopped(Exception):

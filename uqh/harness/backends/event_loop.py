@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
 from uqh.domains.base import EnvironmentUnavailable
-from uqh.harness import signals
-from uqh.harness.backends.base import BatchHooks
+from uqh.harness import interrupts
+from uqh.harness.backends.backend import BatchHooks
 from uqh.harness.backends.context import BatchStopped, RunContext, StopCause
 from uqh.harness.config.build import build_client
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, PartialEpisode, Resume, open_episode, run_episode
-from uqh.harness.model.errors import EndpointsDown, EndpointUnreachable, ModelCallFailed
+from uqh.harness.model.call_errors import EndpointsDown, EndpointUnreachable, ModelCallFailed
 from uqh.harness.progress import CallTotals, CountingClient, EpisodeSummary, TotallingClient
 from uqh.harness.sampling.scheduler import annotate_canonical_answer
 from uqh.harness.store.writer import CheckpointEncoder, SidecarBytes, write_checkpoint_json
@@ -217,15 +217,15 @@ def _mark_retrieved(fut: asyncio.Future) -> None:
 
 
 async def run_cancellable(coro: Awaitable[None]) -> None:
-    """Await ``coro`` as a task that a stop signal cancels (see :mod:`uqh.harness.signals`); return normally when it
+    """Await ``coro`` as a task that a stop signal cancels (see :mod:`uqh.harness.interrupts`); return normally when it
     was cancelled that way."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)
-    with signals.on_stop(lambda signum: loop.call_soon_threadsafe(task.cancel)):
+    with interrupts.on_stop(lambda signum: loop.call_soon_threadsafe(task.cancel)):
         try:
             await task
         except asyncio.CancelledError:
-            if signals.requested() is None:
+            if interrupts.requested() is None:
                 raise
 
 

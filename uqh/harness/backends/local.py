@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uqh.harness.backends.base import BackendResult, BatchHooks, SpecSource
+from uqh.harness.backends.backend import BackendResult, BatchHooks, SpecSource
 from uqh.harness.backends.context import RunContext, gc_tuned
 from uqh.harness.backends.event_loop import run_in_process
 from uqh.harness.backends.workers import run_workers

@@ -17,7 +17,7 @@ are the local backend's, and a resumed run may switch backends. The cluster only
   else as planned -- and a replacement actor is started (used if the cluster can place it). An episode is
   written once: the first finished attempt wins, later ones are dropped. After :data:`MAX_ATTEMPTS` lost
   attempts an episode counts as an infrastructure error (re-run the command to try again).
-- **Stopping.** SIGINT/SIGTERM (:mod:`uqh.harness.signals`), a write failure or an unreachable endpoint kill the actors
+- **Stopping.** SIGINT/SIGTERM (:mod:`uqh.harness.interrupts`), a write failure or an unreachable endpoint kill the actors
   at once (no model request after that), keep the checkpoints and return; re-running the command resumes.
 - **Code and secrets.** Every actor checks that it imports the driver's uqh code (a digest of the sources and
   prompts) and refuses to start otherwise. Actors receive the driver's provider variables (API keys and
@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from uqh.harness import signals
-from uqh.harness.backends.base import BackendResult, BatchHooks
+from uqh.harness import interrupts
+from uqh.harness.backends.backend import BackendResult, BatchHooks
 from uqh.harness.model.endpoints import merge_counts
 from uqh.harness.episode.loop import EpisodeSpec, Resume
 from uqh.harness.backends.context import RunContext, StopCause
@@ -153,7 +153,7 @@ class RayBackend:
                 raise UserError(f"--backend ray: cannot connect to {where} ({_remote_error_line(exc)}); start the cluster "
                                 "(`ray start --head`) or correct --ray-address") from None
             self._owns_connection = True
-            signals.reinstall()  # ray.init installs its own SIGTERM handler
+            interrupts.reinstall()  # ray.init installs its own SIGTERM handler
         self._connected = True
 
     def close(self) -> None:
@@ -248,7 +248,7 @@ class _RayBatch:
         self._make_actor = lambda: remote.remote(*args)
         self.replacement_budget = n
         try:
-            with signals.on_stop(self._on_signal):
+            with interrupts.on_stop(self._on_signal):
                 asyncio.run(self._main(n))
         finally:
             self.io.shutdown(wait=True)  # every write handed over is done before the summary
@@ -259,7 +259,7 @@ class _RayBatch:
         return self.result
 
     def _on_signal(self, signum: int) -> None:  # the main thread's signal handler: short, non-blocking
-        if self.loop is not None:  # else _main sees signals.requested() when it starts
+        if self.loop is not None:  # else _main sees interrupts.requested() when it starts
             with contextlib.suppress(RuntimeError):
                 self.loop.call_soon_threadsafe(self._stop, StopCause.signal(signum))
 
@@ -277,8 +277,8 @@ class _RayBatch:
     async def _main(self, n: int) -> None:
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
-        if signals.requested() is not None:  # a signal arrived before the loop existed
-            self._stop(StopCause.signal(signals.requested()))
+        if interrupts.requested() is not None:  # a signal arrived before the loop existed
+            self._stop(StopCause.signal(interrupts.requested()))
         for _ in range(n):
             self._start_actor()
         stop_wait = asyncio.ensure_future(self.stopping.wait())

@@ -25,11 +25,11 @@ import signal
 import threading
 import time
 
-from uqh.harness import signals
+from uqh.harness import interrupts
 from uqh.harness.config.build import build_client, build_domain
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec
 from uqh.harness.model.endpoints import EndpointCounts, merge_counts
-from uqh.harness.backends.base import BackendResult
+from uqh.harness.backends.backend import BackendResult
 from uqh.harness.backends.context import BatchStopped, RunContext, StopCause, gc_tuned
 from uqh.harness.backends.event_loop import endpoint_counts, run_cancellable, run_specs, serialize
 from uqh.rundir.errors import RunDirWriteError
@@ -62,9 +62,9 @@ def run_workers(ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, 
 
     ``write(episode_id, line, rows, summary)`` appends and counts a finished episode; ``error(spec, message,
     retries)`` counts an infrastructure failure, and ``unfinished_calls(totals)`` the calls of an episode that
-    ended without a result (:class:`uqh.harness.backends.base.BatchHooks`)."""
+    ended without a result (:class:`uqh.harness.backends.backend.BatchHooks`)."""
     pool = _WorkerPool(ctx, specs, workers, write, error, unfinished_calls)
-    with signals.on_stop(lambda signum: pool.request_stop(StopCause.signal(signum))):
+    with interrupts.on_stop(lambda signum: pool.request_stop(StopCause.signal(signum))):
         try:
             pool.start()
             pool.serve()
@@ -246,11 +246,11 @@ def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, en
     _exit_with_parent(parent_pid)
     endpoint_calls: list[EndpointCounts] = []
     drained = False  # every slot of this worker read its end marker
-    with signals.stop_signals():  # SIGINT and SIGTERM stop this worker quietly (see the module docstring)
+    with interrupts.stop_signals():  # SIGINT and SIGTERM stop this worker quietly (see the module docstring)
         try:
             _work(ctx, jobs, results, parent_pid, environ, endpoint_calls)
-            drained = signals.requested() is None  # a stop signal ends the loop early without an error
-        except signals.Interrupted:
+            drained = interrupts.requested() is None  # a stop signal ends the loop early without an error
+        except interrupts.Interrupted:
             pass  # stopped before its event loop ran: nothing in flight
         except BatchStopped as exc:
             _ignore_stop_signals()
@@ -263,7 +263,7 @@ def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, en
 
 
 def _ignore_stop_signals() -> None:
-    for s in signals.STOP_SIGNALS:
+    for s in interrupts.STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
 
 

@@ -189,7 +189,7 @@ def endpoint_overrides(api_bases: list[str] | None, endpoints_file: str | Path |
 
 def validate_model_string(model: str, api_base: str | None, *, flag: str = "--api-base") -> None:
     """Raise UserError for a model string litellm cannot route (no network), or ``flag`` given with a local model."""
-    from uqh.harness.model.local import check_model_string
+    from uqh.harness.model.llama_server import check_model_string
 
     check_model_string(model)
     if model.startswith("local:") and api_base is not None:
@@ -248,7 +248,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     checks a flag's precedence and its error message in one place, top to bottom."""
     from uqh.domains.registry import get_domain_class
     from uqh import __version__
-    from uqh.harness.model.local import default_model
+    from uqh.harness.model.llama_server import default_model
 
     domain_name = overrides.domain or (preset.domain if preset else None)
     if not domain_name:
@@ -376,7 +376,7 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     model strings and API keys, the domain (it is built, its tasks listed) and, when the run directory holds a run,
     that its config is this one (resume). Raises UserError; writes nothing.
     """
-    from uqh.harness.model.local import check_credentials
+    from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.store.writer import check_out_dir, check_resumable
 

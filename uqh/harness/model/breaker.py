@@ -5,7 +5,7 @@ retry for as long as it had episodes (a 40-episode run was still at it after 5 m
 hanging one cost ``--timeout`` per attempt. The breaker trips when *both* hold: at least ``failures`` transient
 failures in a row across all the client's calls (with several endpoints the pool rotates between them, so a row
 of failures means every endpoint failed), and no success for ``window_s`` seconds. The client then raises
-:class:`~uqh.harness.model.errors.EndpointsDown` and the batch stops with one line and the resume hint.
+:class:`~uqh.harness.model.call_errors.EndpointsDown` and the batch stops with one line and the resume hint.
 Both thresholds are recorded in the manifest's execution settings.
 """
 from __future__ import annotations

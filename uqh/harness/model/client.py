@@ -60,7 +60,7 @@ from typing import Any, Sequence
 from uqh.harness.model.pricing import cost_usd
 from uqh.harness.model.types import Completion
 from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S, CircuitBreaker
-from uqh.harness.model.errors import (
+from uqh.harness.model.call_errors import (
     EndpointsDown,
     EndpointUnreachable,
     ModelCallFailed,
@@ -559,5 +559,5 @@ def make_model_client(model: str, **options: Any) -> ModelClientImpl:
     ``options`` are :class:`ModelClientImpl`'s (``api_base`` and ``decoding`` required). A ``local:`` model must
     be resolved (started) first."""
     if model.startswith("local:"):
-        raise ValueError(f"{model!r} must be resolved first: use uqh.harness.model.local.resolve_model()")
+        raise ValueError(f"{model!r} must be resolved first: use uqh.harness.model.llama_server.resolve_model()")
     return ModelClientImpl(model, **options)

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from uqh.harness.model.errors import error_line, unreachable_reason
+from uqh.harness.model.call_errors import error_line, unreachable_reason
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from aiohttp import web
 
 from uqh.reports.report.html import ASSETS as REPORT_ASSETS
-from uqh.reports.view.catalog import find_directories
+from uqh.reports.view.run_discovery import find_directories
 from uqh.reports.view.runs import ViewedRun, attach_judgments, attach_probes, attach_qz
 from uqh.rundir.errors import UserError
 

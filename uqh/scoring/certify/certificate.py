@@ -1,6 +1,6 @@
 """The reliability certificate of one run (Mouzouni, "Black-box reliability certification for AI agents", §6, §7, §9, §11): calibration split, reliability level, M*,
 test coverage, α sweep, split stability and the sequential-stopping replay, as one typed
-:class:`~uqh.scoring.certify.results.CertifyResult`.
+:class:`~uqh.scoring.certify.certificate_results.CertifyResult`.
 
 Input is data, not a run directory: one :class:`CertifyItem` per task -- the canonical class of every recorded
 sample (from ``Domain.canonical_answer``, which scoring cannot import: the ``uqh certify`` command computes or
@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from uqh.scoring.bootstrap import interval, paired_bootstrap, standard_error
-from uqh.scoring.certify.results import (
+from uqh.scoring.certify.certificate_results import (
     AlphaRow,
     CertifyResult,
     CertifySettings,

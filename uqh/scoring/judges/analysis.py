@@ -35,7 +35,7 @@ from uqh.scoring.judges.agreement import alpha_from_coincidences, cohen_kappa, e
     unit_coincidences, unit_value_counts, within_one_agreement
 from uqh.scoring.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, interval, paired_bootstrap, standard_error
 from uqh.scoring.diagnostics import ScalarDiagnostics, trajectory_scalar
-from uqh.scoring.judges.results import (
+from uqh.scoring.judges.judge_results import (
     ALL_METRICS,
     GPA_MEAN,
     GROUPS,

@@ -2,7 +2,7 @@
 
 Paper: Appendix H (H.1 operational strategies, H.2 Monte Carlo audit, Tables 7-8) and Appendix C
 (Proposition C.2, Remark C.4). Pure numpy on flat arrays; the only run-directory knowledge used is
-:mod:`uqh.rundir.schema` (for :func:`prefix_features`). Estimation from run directories: :mod:`uqh.scoring.qz.audit`.
+:mod:`uqh.rundir.schema` (for :func:`prefix_features`). Estimation from run directories: :mod:`uqh.scoring.qz.run_estimate`.
 
 Three routes, one output shape (per prefix: ``q_hat_z``, ``n_valid``, ``method``):
 

@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from uqh.scoring.pipeline import ScoreOptions, platt_stream
-from uqh.scoring.qz.audit import estimate_qz
+from uqh.scoring.qz.run_estimate import estimate_qz
 from uqh.scoring.qz.estimate import QzDistribution, projection_identity_error, qz_distribution
 from uqh.scoring.registry import BASE_RATE, get_predictor
 from uqh.scoring.rules import ScoreRule, parse_score
@@ -255,7 +255,7 @@ def _subset(p: RetainedPrefixes, keep: np.ndarray) -> RetainedPrefixes:
 def retained_prefixes(cont, *, min_valid: int = 5, seed: int = 0) -> tuple[RetainedPrefixes, PrefixCounts, str]:
     """The retained prefixes of the continuation run ``cont`` (a :class:`rundir.RunDir`), their counts and the
     source run directory: q̂_Z^MC under the three unresolved-branch policies and the cross-fitted plug-in q̂_Z
-    (:func:`uqh.scoring.qz.audit.estimate_qz`, hybrid route)."""
+    (:func:`uqh.scoring.qz.run_estimate.estimate_qz`, hybrid route)."""
     est = estimate_qz(cont, min_valid=min_valid, method="hybrid", n_boot=1, seed=seed)
     primary = est.mc["exclude"]
     keep = primary.retained

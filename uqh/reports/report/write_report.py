@@ -7,7 +7,7 @@ explorer's data (:mod:`uqh.reports.report.traces`) only arrange them. This modul
 
 Artefacts (``--out DIR``):
 
-- ``termination_audit``, ``selection_diagnostic`` (Appendix G.1 Table 6; Fig. 2B) -- from :mod:`uqh.reports.audit`;
+- ``termination_audit``, ``selection_diagnostic`` (Appendix G.1 Table 6; Fig. 2B) -- from :mod:`uqh.reports.termination_tables`;
 - ``transparency__<run>`` (Table 2 shape: predictor × raw/Platt + base rate, complete-observation sample);
 - ``scores_long__<run>.csv`` -- the scoring package's own long-format records (values, 95% CI, SE, counts);
 - ``auq_scalar`` (Table 5 shape), ``platt_diagnostics`` (Appendix D / Table 1 shape);
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from uqh.rundir.atomic import check_creatable
 from uqh.rundir.errors import OutputWriteError, UserError
-from uqh.reports.audit import load_runs, selection_diagnostic_table, termination_audit
+from uqh.reports.termination_tables import load_runs, selection_diagnostic_table, termination_audit
 from uqh.reports.censoring_tables import (
     artificial_censoring_table,
     base_rate_margin_table,

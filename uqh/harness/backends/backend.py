@@ -72,7 +72,7 @@ class Backend(Protocol):
 
     def run(self, ctx: RunContext, specs: Any, domain: Any, hooks: BatchHooks) -> BackendResult:
         """Run ``specs`` (none finished yet; some may resume from a checkpoint) and hand every finished or failed
-        episode to ``hooks``; stop early on a stop signal (:mod:`uqh.harness.signals`), a write failure or an
+        episode to ``hooks``; stop early on a stop signal (:mod:`uqh.harness.interrupts`), a write failure or an
         unreachable endpoint."""
         ...
 

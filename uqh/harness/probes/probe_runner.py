@@ -1,6 +1,6 @@
 """`uqh probe`'s write path: per-step probes over the episodes of recorded runs, into a probe directory.
 
-It reuses the judge's runner (:func:`uqh.harness.judge.runner.run_sidecar`): the same directory store (append +
+It reuses the judge's runner (:func:`uqh.harness.judge.judge_runner.run_sidecar`): the same directory store (append +
 fsync, torn tail cut, finished keys skipped on resume, a changed config refused), concurrency, retries,
 accounting and cost. The probed runs are only read.
 
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from uqh.harness.episode.loop import build_messages, derive_seed
-from uqh.harness.judge.runner import JudgeSummary, SidecarLayout, run_sidecar
+from uqh.harness.judge.judge_runner import JudgeSummary, SidecarLayout, run_sidecar
 from uqh.harness.model.echo import EchoTransport, EchoUnsupported
-from uqh.harness.model.errors import ModelCallFailed
+from uqh.harness.model.call_errors import ModelCallFailed
 from uqh.harness.model.forced import ForcedTransport
 from uqh.harness.model.transports import Endpoint
 from uqh.harness.model.types import Completion

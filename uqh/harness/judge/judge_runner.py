@@ -304,7 +304,7 @@ async def run_calls(
     """Run ``await work(client, task)`` for every task with at most ``concurrency`` in flight; each finished
     record (a judgment, a probe value) is appended (fsynced) by one I/O thread, so the event loop never blocks on
     the disk. A failed call (``ModelCallFailed``) or a crash is reported, not written: a re-run retries it."""
-    from uqh.harness.model.errors import ModelCallFailed
+    from uqh.harness.model.call_errors import ModelCallFailed
 
     loop = asyncio.get_running_loop()
     io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uqh-judge-io")
@@ -398,7 +398,7 @@ def run_sidecar(
         if not todo:
             return summary
         with contextlib.ExitStack() as stack:
-            from uqh.harness.model.local import serve_model
+            from uqh.harness.model.llama_server import serve_model
 
             # a local model: one server process per core, the calls spread over them (as for uqh run); a
             # client_factory (tests, the observation-surprise probe's echo and forcing clients) takes one endpoint
