@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from uqh.domains.locations import SOURCE_ROOT, cache_root
 from uqh.rundir.errors import UserError, read_user_text
+from uqh.rundir.secrets import mask_url, url_credentials
 
 log = logging.getLogger(__name__)
 
@@ -290,15 +291,22 @@ ES_MAPPINGS = {
 
 
 def check_es_url(url: str) -> str:
-    """Reject credentials in the URL: the URL is part of the run config and would be written to the manifest."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"--es-url {url!r} is not an http(s) URL; pass e.g. http://localhost:9200")
-    if parts.username or parts.password:
+    """Reject credentials in the URL (userinfo, ``;`` parameters, a query string, a fragment): the URL is part of
+    the run config and would be written to the manifest. Messages show the URL masked."""
+    found = url_credentials(url)
+    if found is not None:
         raise UserError(
-            "do not put credentials in --es-url (it is recorded in the manifest); "
+            f"do not put credentials in --es-url: {mask_url(url)} contains {found} (it would be recorded in the "
+            "manifest); "
             "set UQH_ES_API_KEY or UQH_ES_USER and UQH_ES_PASSWORD in the environment instead"
         )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"--es-url {mask_url(url)!r} is not an http(s) URL; pass e.g. http://localhost:9200")
     return url
 
 
