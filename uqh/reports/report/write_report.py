@@ -125,7 +125,7 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
     opts = opts or ReportOptions()
     check_out_writable(out_dir)
     runs = load_runs(paths)
-    certificates = [c for f in opts.certify_files for c in read_certificates(f)]
+    certificates = [c for f in opts.certify_files for c in read_certificates(f, [Path(p) for p in paths])]
     scored = score_runs(runs, opts)  # everything that can fail on the inputs fails before anything is written
     judges = None
     if opts.judgments_dir is not None:
