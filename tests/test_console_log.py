@@ -138,4 +138,4 @@ def test_litellm_log_is_checked_and_normalised(monkeypatch):
 def test_no_command_is_usage_on_stderr_and_exit_2(argv, capsys):
     assert main(argv) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith("usage: uqh") and "uqh: error: give a command" in err
+    assert out == "" and err.startswith("usage: uqh") and "    run " in err

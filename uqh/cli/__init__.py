@@ -83,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     _load_dotenv()
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):  # `uqh`, `uqh -v`: a usage mistake, so stderr and exit 2
-        parser.print_usage(sys.stderr)
-        print(f"uqh: error: give a command ({', '.join(COMMANDS)}); see uqh --help", file=sys.stderr)
+    if not getattr(args, "_run", None):  # `uqh`, `uqh -v`: a usage mistake, so the help on stderr and exit 2
+        parser.print_help(sys.stderr)
         return 2
     name = f"uqh {args.command}"
     console_log.configure(verbose=args.verbose, prog=name)
