@@ -86,3 +86,15 @@ def test_a_plugin_metric_that_is_not_a_computed_diagnostic_is_refused_in_one_lin
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == ("uqh list: error: the uqh.metrics entry point 'bad' (from uqh-bad 0.1) gave str, "
                                    "not a Metric")
+
+
+def test_a_stale_build_of_uqh_on_the_path_does_not_hide_the_installed_entry_points(tmp_path):
+    """`pip wheel .` in a checkout leaves a uqh.egg-info there; from that working directory (first on sys.path) it
+    used to stand for uqh, and if it predates the entry points no built-in domain existed."""
+    stale = tmp_path / "stale"
+    (stale / "uqh.egg-info").mkdir(parents=True)
+    (stale / "uqh.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: uqh\nVersion: 0.0.1\n")
+    (stale / "uqh.egg-info" / "entry_points.txt").write_text("[console_scripts]\nuqh = uqh.cli:main\n")
+    done = uqh("list", "domains", site=stale, cwd=stale)
+    assert done.returncode == 0, done.stderr
+    assert "arithmetic" in done.stdout and "uqh 0.1.0" in done.stdout
