@@ -615,3 +615,23 @@ def test_only_a_fixed_greeting_is_the_opening_an_agent_speaking_first_has_none(t
     ep = RunDir.open(tmp_path / "out").episode(f"{sim['task_id']}#0")
     assert ep.task_prompt == "" and ep.n_steps == len(generated)
     assert ep.steps[0].action == json.dumps(generated[0]["content"]).join(("Respond[", "]"))
+
+
+@pytest.mark.parametrize("good", [False, True])
+def test_tau2_s_env_warning_never_reaches_stderr(tmp_path, good):
+    """tau2 warns "No .env file found" through loguru when its utils are first imported (a fresh process, from a
+    directory without .env): the import silences it at the source, so a bad file gives exactly one line and a good
+    one none of tau2's."""
+    if good:
+        source = agentuq_results(tmp_path / "good.json")
+    else:
+        source = tmp_path / "bad.json"
+        source.write_text(json.dumps({"info": {}, "simulations": [{}]}))
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.run([sys.executable, "-m", "uqh.cli", "import", "tau2", str(source), "--out", str(tmp_path / "o")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert ".env" not in proc.stderr and "WARNING" not in proc.stderr, proc.stderr
+    if good:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
