@@ -8,7 +8,9 @@ with 10 bins (Eq. 10 with empirical bins); T-Brier is the scalarized trajectory 
 Tie handling: tied scalars are never split. AUROC counts ties as 1/2 (Mann–Whitney); AUPRC is average
 precision with one threshold per distinct value; AURC is the expected area under uniformly random
 tie-breaking (closed form through the digamma function); T-ECE assigns a whole block of tied values to the
-quantile bin of its first member. Scalars equal to 12 decimals count as tied (float-rounding tolerance).
+quantile bin of its first member. Scalars equal to 12 significant digits count as tied (a relative float-rounding
+tolerance, :func:`tie_rounded`): trajectory probabilities of 1e-200 keep their order, where rounding to 12 decimals
+would flatten every value below 5e-13 to one tie at 0.
 
 Every metric accepts resampling ``weights`` -- ``None``, shape (n,), or (B, n) bootstrap counts -- and is then
 evaluated for all B rows at once from a single sort of C (the paired bootstrap of :mod:`uqh.scoring.bootstrap`).
@@ -22,7 +24,7 @@ from uqh.scoring import failure_association as fa
 
 
 N_BINS = 10
-TIE_DECIMALS = 12
+TIE_DIGITS = 12  # significant digits that decide a tie
 DIAGNOSTICS = ("auroc", "auprc", "aurc", "t_ece", "t_brier")
 #: every quantity :meth:`ScalarDiagnostics.compute` knows: the paper's five and agentuq's four (failure_association)
 ALL_DIAGNOSTICS = DIAGNOSTICS + fa.AGENTUQ_METRICS
@@ -64,6 +66,22 @@ AGGREGATORS = {"last": phi_last, "avg": phi_avg, "min": phi_min}
 # ------------------------------------------------------------------------------------------ metrics
 
 
+def tie_rounded(c: np.ndarray, digits: int = TIE_DIGITS) -> np.ndarray:
+    """``c`` rounded to ``digits`` significant digits (mantissa and decimal exponent apart, so 1e-300 neither
+    overflows nor underflows): a monotone map, so the order of distinct values is kept except where they agree to
+    ``digits`` digits. Zeros stay zero."""
+    c = np.asarray(c, dtype=float)
+    out = c.copy()
+    nonzero = c != 0
+    if nonzero.any():
+        # subnormals (< 1e-307) share the smallest normal scale: they round to 0 together
+        exponent = np.maximum(np.floor(np.log10(np.abs(c[nonzero]))), -307.0)
+        scale = 10.0 ** exponent
+        out[nonzero] = np.round(c[nonzero] / scale, digits - 1) * scale
+    return out
+
+
+
 class ScalarDiagnostics:
     """The five diagnostics of a scalar ``c`` against outcomes ``y`` (one sort, reused for every weighting).
 
@@ -78,9 +96,9 @@ class ScalarDiagnostics:
             raise ValueError("c and y must be 1-d arrays of the same length")
         if not np.all(np.isfinite(c)) or not np.all(np.isin(y, (0.0, 1.0))):
             raise ValueError("diagnostics need finite scalars and outcomes Y in {0, 1}")
-        # Tie tolerance: scalars equal to 12 decimals are one tie block, so that weighted means of a constant
-        # stream over different horizons (equal up to float rounding) tie as they should.
-        c = np.round(c, TIE_DECIMALS)
+        # Tie tolerance: scalars equal to 12 significant digits are one tie block, so that weighted means of a
+        # constant stream over different horizons (equal up to float rounding) tie as they should.
+        c = tie_rounded(c)
         self.n = c.size
         self.n_bins = n_bins
         self.order = np.argsort(c, kind="stable")  # ascending C
