@@ -491,15 +491,17 @@ def test_user_messages_are_numbered_as_a_live_run_numbers_them(tmp_path, capsys)
                                                 tokens_of(calls[3]), None]
     ep = run.episode("r0#0")
     assert "Tool (user): Status: ok" in ep.steps[1].observation and "User: Done." in ep.steps[1].observation
-    # step 2's reply came without tokens: the user predictors are missing from there on, step 1's are not
+    # a user turn enters the step whose information set holds it: the opening step 1, the reply to step 1's action
+    # (t = 1) step 2; the replies to the last action (t = 2, one without tokens) enter no step
     from uqh.scoring.streams import load_run
 
     data_ = load_run(tmp_path / "out")
     k = int(data_.offsets[list(data_.episode_ids).index("r0#0")])
     user_gmean = data_.streams["user_gmean_prob"][k:k + 2]
+    opening = [lp for _, lp in tokens_of(calls[0])]
     opening_and_reply = [lp for c in calls[:2] for _, lp in tokens_of(c)]
-    assert user_gmean[0] == pytest.approx(math.exp(sum(opening_and_reply) / len(opening_and_reply)), abs=1e-12)
-    assert math.isnan(user_gmean[1])
+    assert user_gmean[0] == pytest.approx(math.exp(sum(opening) / len(opening)), abs=1e-12)
+    assert user_gmean[1] == pytest.approx(math.exp(sum(opening_and_reply) / len(opening_and_reply)), abs=1e-12)
 
 
 def tokens_of_row(row) -> list[tuple[str, float]] | None:

@@ -14,7 +14,8 @@ trajectory, mapped:
   -- 1000 tokens give 0.5 -- only matters for the raw TPS rows, which the Platt rows recalibrate).
 
 Tokens per step: the assistant's are the accepted call's (as every token predictor's); the user's are the user
-sidecar's rows numbered t (the user's turn in step t's observation; the opening turn, numbered 0, counts at step 1).
+sidecar's rows numbered t - 1 (row t is the user's reply to step t's action, which enters step t + 1's information
+set; the opening turn, numbered 0, counts at step 1; the reply to the last action enters no step).
 A step without a user turn adds nothing; a call without logprobs, or a token without top-k for ``entropy``, makes
 the value missing from that step on (never imputed). Without a user sidecar the user and combined values are missing.
 """

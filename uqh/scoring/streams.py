@@ -168,8 +168,8 @@ def run_data_from_records(
         cum = cumulative_within(terms[p.name], offsets)
         streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
     if user_rows is not None:
-        for row in user_rows:  # the opening turn (t = 0) is in step 1's task prompt: it counts at step 1
-            k = where.get((row.episode_id, max(row.t, 1)))
+        for row in user_rows:  # row t answers step t's action: it enters step t + 1's information set (docs/scoring.md)
+            k = where.get((row.episode_id, row.t + 1))
             if k is not None:
                 roles.user_call(k, row.tokens)
     roles.fill(streams, offsets, has_user_sidecar=user_rows is not None)
