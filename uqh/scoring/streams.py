@@ -21,7 +21,7 @@ from uqh.rundir.probes import ProbeDir
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import CAPABILITY_TIERS, NO_LOGPROBS, Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
-from uqh.scoring import role_signals
+from uqh.scoring import process_features, role_signals
 from uqh.scoring.registry import PREDICTORS, get_predictor
 from uqh.scoring.truth import TRUTH
 
@@ -55,6 +55,8 @@ class RunData:
     #: whether the run recorded the simulated user's tokens (user_logprobs.jsonl): without them the user and
     #: combined per-role predictors are missing
     has_user_sidecar: bool = False
+    #: per parsed step, the process signals of uqh.scoring.process_features (the HTC features are built from them)
+    signals: np.ndarray | None = None
 
     def tier_counts(self) -> dict[str, int]:
         """Parsed steps per logprob capability tier (full / selected_only / none)."""
@@ -85,6 +87,7 @@ class RunData:
             streams={k: v[step_mask] for k, v in self.streams.items()}, task_ids=self.tasks[mask],
             step_tier=None if self.step_tier is None else self.step_tier[step_mask],
             has_user_sidecar=self.has_user_sidecar,
+            signals=None if self.signals is None else self.signals[step_mask],
         )
 
     def count(self, stop_reason: str) -> int:
@@ -146,6 +149,7 @@ def run_data_from_records(
     where = {(eid, step.t): k for k, (eid, step) in enumerate(pairs)}  # (episode_id, t) -> flat index
     running = [p for p in PREDICTORS.values() if p.running is not None]
     terms = {p.name: np.full((int(offsets[-1]), 2), np.nan) for p in running}
+    signals = np.full((len(steps), len(process_features.STEP_SIGNALS)), np.nan)
     has_row = np.zeros(len(steps), dtype=bool)
     step_tier = np.full(len(steps), NO_LOGPROBS, dtype=object)
     roles = RoleTerms(len(steps))
@@ -158,12 +162,19 @@ def run_data_from_records(
                 streams[p.name][k] = p.step_value(steps[k], row)
             for p in running:
                 terms[p.name][k] = p.running.terms(steps[k], row)
+            signals[k] = process_features.step_signals(steps[k], row)
             has_row[k] = True
     for k in np.flatnonzero(~has_row):
         for p in predictors:
             streams[p.name][k] = p.step_value(steps[k], None)
         for p in running:
             terms[p.name][k] = p.running.terms(steps[k], None)
+        signals[k] = process_features.step_signals(steps[k], None)
+    process_features.fill_text_signals(signals, episodes)
+    for p in PREDICTORS.values():
+        if p.signal_running is not None:
+            cum = cumulative_within(p.signal_running.terms(signals), offsets)
+            streams[p.name] = np.asarray(p.signal_running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
     for p in running:
         cum = cumulative_within(terms[p.name], offsets)
         streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
@@ -197,6 +208,7 @@ def run_data_from_records(
         task_ids=np.array([ep.task_id for ep in episodes], dtype=object),
         step_tier=step_tier,
         has_user_sidecar=user_rows is not None,
+        signals=signals,
     )
 
 
@@ -273,6 +285,11 @@ class Sample:
     labels: np.ndarray | None = None  # per trajectory, the training label of that convention (NaN: not trained on)
     #: q_t of every scored step where the run records it on all of them (oracle domains), else None
     truth: np.ndarray | None = None
+    #: a learned calibrator's inputs: the prefix features of every scored step (columns ``feature_names``) and the
+    #: feature columns left out because the run records them on no step of the working sample
+    features: np.ndarray | None = None
+    feature_names: list[str] | None = None
+    dropped_features: list[str] | None = None
 
     @property
     def n(self) -> int:
@@ -286,7 +303,9 @@ class Sample:
         return Sample(self.predictor, self.episode_ids[mask], self.values[step_mask], new_off, self.y[mask],
                       self.delta[mask], self.q_z[mask], self.horizon[mask], self.ybar, dict(self.counts),
                       self.label_convention, None if self.labels is None else self.labels[mask],
-                      None if self.truth is None else self.truth[step_mask])
+                      None if self.truth is None else self.truth[step_mask],
+                      None if self.features is None else self.features[step_mask], self.feature_names,
+                      self.dropped_features)
 
     @property
     def label_mean(self) -> float:
@@ -391,8 +410,11 @@ def build_sample(
     y = np.where(censored, np.nan, run.outcome)
     target = np.full(lengths.size, np.nan)
     target[keep] = training_labels(y[keep], ~censored[keep], qz[keep], convention)
+    features = names = dropped = None
     if spec.is_constant:
         flat = np.full(int(run.offsets[-1]), spec.constant(target[keep & np.isfinite(target)]))
+    elif spec.learned is not None:
+        flat, features, names, dropped = learned_inputs(run, keep)
     elif predictor in run.streams:
         flat = run.streams[predictor]
     else:
@@ -424,7 +446,27 @@ def build_sample(
         label_convention=convention,
         labels=target[use],
         truth=truth if truth is not None and truth.size and np.isfinite(truth).all() else None,
+        features=None if features is None else features[step_use],
+        feature_names=names,
+        dropped_features=dropped,
     )
+
+
+def learned_inputs(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+    """A learned calibrator's inputs on ``run``: (a stream that is 0 where every used feature has a value and NaN
+    where one is missing -- the trajectory is then skipped and counted, as for any predictor --, the prefix features,
+    the used feature names, the dropped ones). A feature is dropped when it is missing on every step of the
+    working sample (the run does not record it, e.g. the logprob features of a run without logprobs)."""
+    if run.signals is None:
+        raise ValueError(f"{run.run_dir} was loaded without process signals; load it with load_run")
+    feats = process_features.prefix_features(run.signals, run.offsets, run.step_budget)
+    step_keep = np.repeat(keep, np.diff(run.offsets))
+    used = np.isfinite(feats[step_keep]).any(axis=0) if step_keep.any() else np.zeros(feats.shape[1], dtype=bool)
+    names = [n for n, u in zip(process_features.FEATURES, used) if u]
+    dropped = [n for n, u in zip(process_features.FEATURES, used) if not u]
+    feats = feats[:, used]
+    flat = np.where(np.isfinite(feats).all(axis=1), 0.0, np.nan)
+    return flat, feats, names, dropped
 
 
 def episode_step_values(episode: Episode, rows: Iterable[LogprobRow]) -> dict[str, list[float]]:
