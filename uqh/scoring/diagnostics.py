@@ -24,6 +24,8 @@ from uqh.scoring import failure_association as fa
 
 
 N_BINS = 10
+#: AUARC on tied scalars: the mean over tie-breaking orders (uqh), or the input order (agentuq's stable sort)
+AUARC_TIES = ("mean", "input")
 TIE_DIGITS = 12  # significant digits that decide a tie
 DIAGNOSTICS = ("auroc", "auprc", "aurc", "t_ece", "t_brier")
 #: every quantity :meth:`ScalarDiagnostics.compute` knows: the paper's five and agentuq's four (failure_association)
@@ -89,7 +91,7 @@ class ScalarDiagnostics:
     ascending order, per resample row: failures ``tp`` and all trajectories ``pp`` at or below each value.
     """
 
-    def __init__(self, c: np.ndarray, y: np.ndarray, n_bins: int = N_BINS):
+    def __init__(self, c: np.ndarray, y: np.ndarray, n_bins: int = N_BINS, auarc_ties: str = "mean"):
         c = np.asarray(c, dtype=float)
         y = np.asarray(y, dtype=float)
         if c.shape != y.shape or c.ndim != 1:
@@ -101,6 +103,9 @@ class ScalarDiagnostics:
         c = tie_rounded(c)
         self.n = c.size
         self.n_bins = n_bins
+        if auarc_ties not in AUARC_TIES:
+            raise ValueError(f"unknown AUARC tie rule {auarc_ties!r}; use mean or input")
+        self.auarc_ties = auarc_ties  # "mean": expected over orders (uqh); "input": input order (agentuq)
         self.order = np.argsort(c, kind="stable")  # ascending C
         cs = c[self.order]
         self.c_sorted = cs
@@ -201,7 +206,8 @@ class ScalarDiagnostics:
                 if "aurc" in which:
                     out["aurc"] = aurc
                 if "auarc" in which:
-                    out["auarc"] = fa.auarc_from_aurc(aurc, N, F)
+                    out["auarc"] = (fa.auarc_from_aurc(aurc, N, F) if self.auarc_ties == "mean"
+                                    else fa.auarc_in_order(ws, self.ys))
                 del e, psi
             if "t_ece" in which:
                 # tie-aware quantile bins: group g (a block of ties) is in bin floor(K * pp_{g-1} / N); per-bin sums
@@ -257,9 +263,11 @@ def t_brier(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
     return _one("t_brier", c, y, weights)
 
 
-def auarc(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
-    """agentuq's area under the accuracy–rejection curve, expected over random tie-breaking (higher is better)."""
-    return _one("auarc", c, y, weights)
+def auarc(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None, ties: str = "mean"):
+    """agentuq's area under the accuracy–rejection curve (higher is better): on tied values expected over random
+    tie-breaking (``ties="mean"``), or in input order as agentuq's stable sort takes them (``ties="input"``)."""
+    r = ScalarDiagnostics(c, y, auarc_ties=ties).compute(weights, ("auarc",))["auarc"]
+    return float(r[0]) if (weights is None or np.ndim(weights) == 1) else r
 
 
 def pearson_failure(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):

@@ -87,7 +87,9 @@ class ScoreOptions:
     #: fit the learned calibrators on this run and apply them to the scored one (HTC's General Agent Calibrator);
     #: None: cross-fitted on the scored run
     calibrator_from: RunData | None = None
-    agentuq_conventions: bool = False  # recorded in the settings; the streams were loaded with them (load_run)
+    #: agentuq's conventions: AUARC on ties in input order (here); the per-role streams must have been loaded with
+    #: them too (load_run(..., agentuq_conventions=True)): docs/scoring.md, "uqh and agentuq"
+    agentuq_conventions: bool = False
 
     def predictor_names(self) -> list[str]:
         """The predictors to score: per-step ones first, constants (the base rate) last."""
@@ -161,13 +163,14 @@ def learned_sample(sample: Sample, weights: np.ndarray, opts: ScoreOptions) -> t
 
 
 
-def _diagnostic_statistic(c: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+def _diagnostic_statistic(c: np.ndarray, y: np.ndarray, auarc_ties: str = "mean"
+                          ) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """Every registered diagnostic of the scalar ``c`` against ``y`` for a (B, n) count matrix: the built-in ones
     from one :class:`ScalarDiagnostics` sort, registered ones through their ``compute``."""
     metrics = diagnostic_metrics()
     builtin = tuple(m.name for m in metrics if m.compute is None)
     extra = [m for m in metrics if m.compute is not None]
-    diag = ScalarDiagnostics(c, y)
+    diag = ScalarDiagnostics(c, y, auarc_ties=auarc_ties)
 
     def compute(counts: np.ndarray) -> dict[str, np.ndarray]:
         out = diag.compute(counts, builtin) if builtin else {}
@@ -281,11 +284,12 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
             if values is None:
                 continue
             c = trajectory_scalar(values, sample.offsets, w)[complete]
-            row_diag = _diagnostic_statistic(c, y_c) if complete.any() else None
+            ties = "input" if opts.agentuq_conventions else "mean"
+            row_diag = _diagnostic_statistic(c, y_c, ties) if complete.any() else None
             auq = {}
             if auq_on and complete.any():
                 for name, phi in AGGREGATORS.items():
-                    auq[name] = _diagnostic_statistic(phi(values, sample.offsets)[complete], y_c)
+                    auq[name] = _diagnostic_statistic(phi(values, sample.offsets)[complete], y_c, ties)
             stat = _stream_statistic(values, sample, w, rules, eta, complete, row_diag, auq)
             if cal == "raw" and spec.rank_only_raw:
                 stat = _rank_metrics_only(stat)

@@ -99,16 +99,19 @@ class RunData:
         return bool(np.isfinite(self.streams[predictor]).any())
 
 
-def load_run(run_dir: "str | Path | RunDir", probes: Sequence[ProbeDir] = ()) -> RunData:
+def load_run(run_dir: "str | Path | RunDir", probes: Sequence[ProbeDir] = (), *,
+             agentuq_conventions: bool = False) -> RunData:
     """Read a run directory (through :class:`rundir.RunDir`) into :class:`RunData`; UserError for bad input.
-    ``probes``: probe directories (``uqh probe``) whose values for this run fill the probe predictors' streams."""
+    ``probes``: probe directories (``uqh probe``) whose values for this run fill the probe predictors' streams.
+    ``agentuq_conventions``: the per-role streams under agentuq's conventions (:func:`run_data_from_records`)."""
     reader = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
     if not reader.has_episodes_file:
         raise UserError(f"{reader.path} has no episodes yet (no finished episode); run `uqh run` first")
     episodes = reader.episodes()
     user_rows = reader.user_sidecar() if reader.has_user_sidecar else None
+    other = (r for r in reader.sidecar() if not r.accepted) if agentuq_conventions else None
     data = run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted),
-                                 user_rows=user_rows)
+                                 user_rows=user_rows, other_rows=other)
     fill_probe_streams(data, probes)
     return data
 
@@ -134,11 +137,15 @@ def fill_probe_streams(data: RunData, probes: Sequence[ProbeDir]) -> None:
 
 def run_data_from_records(
     run_dir: Path, manifest: Manifest, episodes: list[Episode], accepted_rows: Iterable[LogprobRow],
-    user_rows: Iterable[LogprobRow] | None = None,
+    user_rows: Iterable[LogprobRow] | None = None, *, other_rows: Iterable[LogprobRow] | None = None,
 ) -> RunData:
     """Assemble :class:`RunData` from episodes (unique ids, as :meth:`rundir.RunDir.episodes` gives them) and the
     sidecar rows of accepted attempts (streamed: only the per-step values are kept, not the tokens); ``user_rows``:
-    the user sidecar's rows (None: the run has none, so the user and combined per-role predictors are missing)."""
+    the user sidecar's rows (None: the run has none, so the user and combined per-role predictors are missing).
+
+    ``other_rows`` (not None: agentuq's conventions, docs/scoring.md "uqh and agentuq"): the rejected calls' rows,
+    which then count in the assistant's per-role terms; the per-role entropy is agentuq's (nats, a token without
+    top-k counted with entropy 0); and the user's reply to the last action counts at the last step."""
     episodes = sorted(episodes, key=lambda e: e.episode_id)
     lengths = np.array([len(ep.steps) for ep in episodes], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -152,7 +159,8 @@ def run_data_from_records(
     signals = np.full((len(steps), len(process_features.STEP_SIGNALS)), np.nan)
     has_row = np.zeros(len(steps), dtype=bool)
     step_tier = np.full(len(steps), NO_LOGPROBS, dtype=object)
-    roles = RoleTerms(len(steps))
+    agentuq = other_rows is not None
+    roles = RoleTerms(len(steps), agentuq)
     for row in accepted_rows:
         k = where.get((row.episode_id, row.t))
         if k is not None:  # a later accepted row of the same step overwrites
@@ -170,6 +178,10 @@ def run_data_from_records(
         for p in running:
             terms[p.name][k] = p.running.terms(steps[k], None)
         signals[k] = process_features.step_signals(steps[k], None)
+    for row in other_rows or ():
+        k = where.get((row.episode_id, row.t))
+        if k is not None and has_row[k]:
+            roles.other_assistant_call(k, row.tokens)
     process_features.fill_text_signals(signals, episodes)
     for p in PREDICTORS.values():
         if p.signal_running is not None:
@@ -179,8 +191,12 @@ def run_data_from_records(
         cum = cumulative_within(terms[p.name], offsets)
         streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
     if user_rows is not None:
+        n_of = {ep.episode_id: len(ep.steps) for ep in episodes}
         for row in user_rows:  # row t answers step t's action: it enters step t + 1's information set (docs/scoring.md)
-            k = where.get((row.episode_id, row.t + 1))
+            t = row.t + 1
+            if agentuq and t == n_of.get(row.episode_id, -1) + 1:  # agentuq's summary counts the final reply too
+                t -= 1
+            k = where.get((row.episode_id, t))
             if k is not None:
                 roles.user_call(k, row.tokens)
     roles.fill(streams, offsets, has_user_sidecar=user_rows is not None)
@@ -213,11 +229,13 @@ def run_data_from_records(
 
 
 class RoleTerms:
-    """The per-step terms of the per-role predictors (:mod:`uqh.scoring.role_signals`), gathered call by call."""
+    """The per-step terms of the per-role predictors (:mod:`uqh.scoring.role_signals`), gathered call by call
+    (``agentuq``: under agentuq's conventions, :func:`uqh.scoring.role_signals.with_conventions`)."""
 
-    def __init__(self, n_steps: int) -> None:
+    def __init__(self, n_steps: int, agentuq: bool = False) -> None:
         self.predictors = [p for p in PREDICTORS.values() if p.role is not None]
-        kinds = {(p.role.terms, p.role.accumulate) for p in self.predictors}
+        self.roles = {p.name: role_signals.with_conventions(p.role, agentuq) for p in self.predictors}
+        kinds = {(r.terms, r.accumulate) for r in self.roles.values()}
         self.assistant = {kind: np.full((n_steps, 2), np.nan) for kind in kinds}  # no accepted row: missing
         self.user = {kind: role_signals.empty_terms(n_steps, kind[1]) for kind in kinds}  # no user turn: nothing
 
@@ -229,21 +247,27 @@ class RoleTerms:
         for (terms, acc), arr in self.user.items():
             arr[k] = role_signals.combine(arr[k : k + 1], np.array([terms(tokens)]), acc)[0]
 
+    def other_assistant_call(self, k: int, tokens) -> None:
+        """A repair or failed call of step k (agentuq counts every call): added to the accepted call's terms."""
+        for (terms, acc), arr in self.assistant.items():
+            arr[k] = role_signals.combine(arr[k : k + 1], np.array([terms(tokens)]), acc)[0]
+
     def fill(self, streams: dict[str, np.ndarray], offsets: np.ndarray, *, has_user_sidecar: bool) -> None:
         n = int(offsets[-1])
         for p in self.predictors:
-            kind = (p.role.terms, p.role.accumulate)
-            if p.role.role != "assistant" and not has_user_sidecar:
+            role = self.roles[p.name]
+            kind = (role.terms, role.accumulate)
+            if role.role != "assistant" and not has_user_sidecar:
                 streams[p.name] = np.full(n, np.nan)
                 continue
-            per_step = {"assistant": self.assistant[kind], "user": self.user[kind]}.get(p.role.role)
+            per_step = {"assistant": self.assistant[kind], "user": self.user[kind]}.get(role.role)
             if per_step is None:
-                per_step = role_signals.combine(self.assistant[kind], self.user[kind], p.role.accumulate)
-            if p.role.accumulate == "max":
+                per_step = role_signals.combine(self.assistant[kind], self.user[kind], role.accumulate)
+            if role.accumulate == "max":
                 cum = role_signals.running_max_within(per_step, offsets)
             else:
                 cum = cumulative_within(per_step, offsets)
-            streams[p.name] = np.asarray(p.role.confidence(cum[:, 0], cum[:, 1]), dtype=float)
+            streams[p.name] = np.asarray(role.confidence(cum[:, 0], cum[:, 1]), dtype=float)
 
 
 def cumulative_within(terms: np.ndarray, offsets: np.ndarray) -> np.ndarray:
