@@ -34,7 +34,7 @@ REJECTED_ACTION_MARK = "was rejected:"
 
 #: per-step signals: name -> what it is (the dynamic ones are summarised over the prefix, :data:`DYNAMIC`)
 STEP_SIGNALS = {
-    "verbal": "the step's verbal confidence",
+    "verbal": "the step's verbal confidence on the logit scale (clipped to [1e-6, 1 - 1e-6], Platt's feature)",
     "token_mean_lp": "mean chosen-token logprob of the accepted completion",
     "token_min_lp": "minimum chosen-token logprob of the accepted completion",
     "token_entropy": "mean top-k entropy / ln K of the accepted completion",
@@ -74,7 +74,9 @@ def step_signals(step: Step, row: LogprobRow | None) -> np.ndarray:
     """The signals of one step that need only the step and its accepted sidecar row (the text ones are NaN here:
     :func:`episode_text_signals` fills them)."""
     out = np.full(len(STEP_SIGNALS), NAN)
-    out[SIGNAL_INDEX["verbal"]] = NAN if step.verbal_confidence is None else float(step.verbal_confidence)
+    if step.verbal_confidence is not None:
+        p = min(max(float(step.verbal_confidence), 1e-6), 1.0 - 1e-6)
+        out[SIGNAL_INDEX["verbal"]] = math.log(p) - math.log1p(-p)
     lp = chosen_logprobs(row.tokens if row is not None else None)
     if lp.size:
         out[SIGNAL_INDEX["token_mean_lp"]] = lp.mean()
