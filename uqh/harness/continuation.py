@@ -453,7 +453,7 @@ def _open_out_dir(plan: ContinuationPlan, domain, skipped: list[SkippedPrefix], 
     M the directory grew from (None: it did not grow)."""
     grown_from = plan.recorded if plan.recorded < plan.config.continuation["branches"] else None
     store = RunStore.open_or_create(plan.out_dir, plan.config_at(plan.recorded), system_prompt=domain.system_prompt(),
-                                    info=domain.manifest_info())
+                                    info=domain.recorded_info())
     try:
         scope.enter_context(run_lock.hold(plan.out_dir))
         if grown_from is not None:  # before any branch of the larger M runs

@@ -204,7 +204,7 @@ def run_batch(
                        concurrency=concurrency or default_concurrency(config.model))
 
     with interrupts.stop_signals(), RunStore.open_or_create(
-        run_dir, config, system_prompt=system_prompt, info=domain.manifest_info(), execution=execution
+        run_dir, config, system_prompt=system_prompt, info=domain.recorded_info(), execution=execution
     ) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
         todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])

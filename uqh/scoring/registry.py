@@ -19,11 +19,13 @@ labels, headers and directions from here. Adding a predictor or a scalar diagnos
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from uqh.rundir import entry_points
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
 from uqh.scoring import role_signals, saup, self_consistency, step_values, token_signals as ts, truth
@@ -213,9 +215,9 @@ RANK_METRICS = frozenset({"auroc", "auprc", "aurc", "auarc", "spearman_failure",
 BASE_RATE = "base_rate"
 TPS_GAP, TRUTH_MAE = "tps_gap", "truth_mae"
 
-METRICS: dict[str, Metric] = {
-    m.name: m
-    for m in (
+def builtin_metrics() -> list[Metric]:
+    """uqh's own metrics, in table order (the ``uqh.metrics`` entry point ``builtin``)."""
+    return [
         Metric("auroc", "AUROC (failure-oriented)", "AUROC", True, "diagnostic"),
         Metric("auprc", "AUPRC (failure-oriented average precision)", "AUPRC", True, "diagnostic"),
         Metric("aurc", "area under the risk-coverage curve", "AURC", False, "diagnostic"),
@@ -237,12 +239,11 @@ METRICS: dict[str, Metric] = {
         Metric(TPS_GAP, "TPS gap to the truth: TPS(q) − TPS(F) on the same trajectories", "TPS gap {score}", False,
                "truth_gap"),
         Metric(TRUTH_MAE, "mean |F_t − q_t| over a trajectory's steps", "mean |F−q|", False, "truth_distance"),
-    )
-}
+    ]
 
-PREDICTORS: dict[str, Predictor] = {
-    p.name: p
-    for p in (
+def builtin_predictors() -> list[Predictor]:
+    """uqh's own predictors, in table order (the ``uqh.predictors`` entry point ``builtin``)."""
+    return [
         Predictor("verbal", "Verbal confidence", step_values.verbal_value),
         Predictor("token_prob", "Completion token probability", step_values.token_prob_value),
         Predictor("token_entropy", "Completion entropy confidence", step_values.token_entropy_value),
@@ -266,8 +267,66 @@ PREDICTORS: dict[str, Predictor] = {
         # HTC (arXiv:2601.15778): ridge-logistic on the prefix features, cross-fitted like Platt
         Predictor("htc", "HTC learned calibrator (cross-fitted)", learned=LearnedCalibrator(), calibratable=False,
                   default=False),
-    )
-}
+    ]
+
+class Registry(MutableMapping):
+    """Entries by name, filled on first use from the entry points of ``group`` (uqh's own ``builtin`` first, then
+    installed packages', see :mod:`uqh.rundir.entry_points`), in that order. An entry point names one entry or a
+    function returning several; what it yields must be of type ``kind`` and pass ``check``."""
+
+    def __init__(self, group: str, kind: type, check: Callable[[Any], None] = lambda entry: None):
+        self.group, self.kind, self.check = group, kind, check
+        self._entries: dict[str, Any] = {}
+        self._loaded = False
+        #: the entry point each loaded entry came from (entries registered in code have none)
+        self.sources: dict[str, entry_points.Extension] = {}
+
+    def _load(self) -> dict[str, Any]:
+        if not self._loaded:
+            self._loaded = True  # first, so that a registration from a plugin's import does not recurse
+            for ext in entry_points.active(self.group).values():
+                for entry in self._entries_of(ext):
+                    self._entries.setdefault(entry.name, entry)
+        return self._entries
+
+    def _entries_of(self, ext: entry_points.Extension) -> list[Any]:
+        obj = entry_points.load(ext)
+        entries = obj() if callable(obj) and not isinstance(obj, self.kind) else obj
+        entries = [entries] if isinstance(entries, self.kind) else list(entries)
+        for entry in entries:
+            if not isinstance(entry, self.kind):
+                raise UserError(f"the {self.group} entry point {ext.name!r} (from {ext.source}) gave "
+                                f"{type(entry).__name__}, not a {self.kind.__name__}")
+            if not ext.builtin:
+                self.check(entry)
+        self.sources.update({e.name: ext for e in entries})
+        return entries
+
+    def __getitem__(self, name: str) -> Any:
+        return self._load()[name]
+
+    def __setitem__(self, name: str, entry: Any) -> None:
+        self._load()[name] = entry
+
+    def __delitem__(self, name: str) -> None:
+        del self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+def check_registered_metric(m: Metric) -> None:
+    """A metric from outside uqh is a diagnostic with its own ``compute`` (the TPS families are built in)."""
+    if m.kind != "diagnostic" or m.compute is None:
+        raise UserError(f"metric {m.name!r}: only diagnostics with a compute function can be registered (TPS "
+                        "metrics are built in)")
+
+
+METRICS: Registry = Registry("uqh.metrics", Metric, check_registered_metric)
+PREDICTORS: Registry = Registry("uqh.predictors", Predictor)
 
 CALIBRATION_LABELS = {"raw": "raw", "platt": "Platt"}
 
@@ -349,8 +408,10 @@ def register_metric(m: Metric) -> Metric:
     """Add a metric. A new diagnostic needs its ``compute`` (the built-in five are computed together)."""
     if m.name in METRICS:
         raise ValueError(f"metric {m.name!r} is already registered")
-    if m.kind != "diagnostic" or m.compute is None:
-        raise ValueError("only diagnostics with a compute function can be registered (TPS metrics are built in)")
+    try:
+        check_registered_metric(m)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
     METRICS[m.name] = m
     return m
 

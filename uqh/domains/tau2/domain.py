@@ -144,6 +144,7 @@ class Tau2Options(DomainOptions):
 class Tau2Domain(Domain):
     tau2_domain: ClassVar[str]
     prompt_file = "tau2.txt"
+    display_name = "Tau2-Bench"
     default_step_budget = 50
     default_split = "base"
     supports_replay = True

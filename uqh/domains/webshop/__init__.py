@@ -128,6 +128,7 @@ def kept_goals_message(res) -> str:
 @register_domain("webshop")
 class WebShopDomain(Domain):
     prompt_file = "webshop.txt"
+    display_name = "WebShop"
     default_step_budget = 30
     action_gbnf = '("Search[" | "Click[") [^\\]<\\n]{1,120} "]"'
     default_split = "test"
