@@ -28,7 +28,7 @@ import numpy as np
 from uqh.rundir import entry_points
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
-from uqh.scoring import role_signals, self_consistency, step_values, token_signals as ts, truth
+from uqh.scoring import role_signals, saup, self_consistency, step_values, token_signals as ts, truth
 
 MetricKind = Literal["diagnostic", "tps", "censored_tps", "truth_gap", "truth_distance"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
@@ -73,6 +73,25 @@ class RunningValue:
 
 
 @dataclass(frozen=True)
+class SignalRunning:
+    """A running per-step value from the process signals of :mod:`uqh.scoring.process_features` (which read the
+    episode's earlier text, not only the step): per-step terms from the (steps, signals) matrix, summed along the
+    trajectory, then mapped to a confidence (a missing term makes that step and every later one missing)."""
+
+    terms: Callable[[np.ndarray], np.ndarray]  # (steps, signals) -> (steps, 2)
+    confidence: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class LearnedCalibrator:
+    """A predictor learned from the outcomes: a regularised logistic model on the prefix features
+    (:mod:`uqh.scoring.learned`), cross-fitted across trajectories as Platt is (or fitted on another run,
+    ``uqh score --calibrator-from``). Its stream exists only once scored: ``RunData`` holds the features."""
+
+    penalty: str = "ridge"
+
+
+@dataclass(frozen=True)
 class Predictor:
     """One predictor: a per-step function, a per-trajectory function of the run's episodes, or a per-sample
     constant (exactly one of the three)."""
@@ -103,12 +122,17 @@ class Predictor:
     #: the raw stream is a signal, not a probability: its raw row has the rank metrics only (RANK_METRICS); the
     #: cross-fitted Platt row has every metric
     rank_only_raw: bool = False
+    #: a running value of the process signals (SAUP)
+    signal_running: SignalRunning | None = None
+    #: a learned calibrator on the prefix features (HTC); its one row is already calibrated (``calibratable=False``)
+    learned: LearnedCalibrator | None = None
 
     def __post_init__(self) -> None:
-        kinds = (self.step_value, self.constant, self.trajectory_value, self.running, self.probe, self.role)
+        kinds = (self.step_value, self.constant, self.trajectory_value, self.running, self.probe, self.role,
+                 self.signal_running, self.learned)
         if sum(f is not None for f in kinds) != 1:
             raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, running, "
-                             "constant, probe and role")
+                             "constant, probe, role, signal_running and learned")
 
     def probe_stream_value(self, value: float) -> float:
         """A probe value as this predictor's stream holds it (a confidence)."""
@@ -236,6 +260,13 @@ def builtin_predictors() -> list[Predictor]:
         Predictor("observation_surprise", "Observation surprise exp(−NLL) (probe)", probe="observation_surprise",
                   probe_confidence=lambda nll: float(np.exp(-nll)), rank_only_raw=True),
         Predictor(truth.TRUTH, "True q_t (oracle domains)", truth.truth_value, calibratable=False),
+        # SAUP (arXiv:2412.01033): RMS of situation-weighted step NLLs to date, as exp(-U); a signal, not a probability
+        Predictor("saup", "SAUP situation-weighted uncertainty exp(−U)",
+                  signal_running=SignalRunning(saup.saup_terms, saup.saup_confidence), rank_only_raw=True,
+                  default=False),
+        # HTC (arXiv:2601.15778): ridge-logistic on the prefix features, cross-fitted like Platt
+        Predictor("htc", "HTC learned calibrator (cross-fitted)", learned=LearnedCalibrator(), calibratable=False,
+                  default=False),
     ]
 
 class Registry(MutableMapping):
@@ -322,8 +353,9 @@ def default_predictors() -> list[str]:
 
 def step_predictors() -> list[str]:
     """Names of the registered predictors with a stream of per-step values: per-step functions and trajectory
-    predictors (registry order)."""
-    return [p.name for p in PREDICTORS.values() if not p.is_constant]
+    predictors (registry order). Constants and learned calibrators (whose stream needs the scored sample's labels)
+    are not among them."""
+    return [p.name for p in PREDICTORS.values() if not p.is_constant and p.learned is None]
 
 
 def diagnostic_metrics() -> list[Metric]:
