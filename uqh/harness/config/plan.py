@@ -168,6 +168,7 @@ def run_plan(config: RunConfig, out, *, note: str | None, execution: str, stoppi
         lines.append(f"note          {note}")
     lines.append(f"task ids      {', '.join(config.task_ids[:5])}{' ...' if len(config.task_ids) > 5 else ''}")
     lines.append(f"model         {config.model}" + (f" via {', '.join(config.endpoints)}" if config.endpoints else ""))
+    lines.append(f"agent         {config.agent}")
     if config.user_model:
         lines.append(f"user model    {config.user_model}"
                      + (f" via {config.user_api_base}" if config.user_api_base else ""))
