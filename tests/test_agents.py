@@ -254,3 +254,36 @@ def test_a_reply_ends_with_its_confidence_line_taken_off():
     assert split_confidence_line("Done.\n  confidence = 70% ") == ("Done.", 0.7, "70%")
     assert split_confidence_line("No line here.") == ("No line here.", None, None)
     assert split_confidence_line("Hi.\nConfidence: unsure") == ("Hi.", None, "unsure")
+
+
+def test_a_tools_run_resumes_from_its_checkpoints(fake_server, tmp_path, capsys):
+    """An episode whose third call fails (HTTP 400) is not written; its checkpoint is. The rerun continues it from
+    the checkpoint: the conversation it sends holds the recorded calls and results, and the episode ends clean."""
+    out = tmp_path / "run"
+
+    def fails_at_third_call(body):
+        results = [m for m in body["messages"] if m["role"] == "tool"]
+        if len(results) >= 2:
+            raise RuntimeError("the endpoint breaks")
+        return call("calc", expression=f"{len(results) + 1}+1", confidence=0.3)
+
+    def finishes(body):
+        return call("finish", answer="0", confidence=0.6)
+
+    argv = ["--domain", "arithmetic", "--agent", "tools", "--task-ids", "arith-0000", "--step-budget", "5",
+            "--model", "openai/fake", "--out", str(out), "--no-progress", "--max-retries", "0"]
+    with fake_server(fails_at_third_call) as srv:
+        uqh(*argv, "--api-base", srv.base_url)
+    assert read_episodes(out) == [] and list((out / "checkpoints").glob("*.json"))
+    with fake_server(finishes) as srv:
+        assert uqh(*argv, "--api-base", srv.base_url) == 0, capsys.readouterr().err
+        (resumed_request,) = srv.requests
+    (ep,) = read_episodes(out)
+    done = ep.info["resumed_after_step"]
+    assert done >= 1 and ep.n_steps == done + 1 and ep.stop_reason == StopReason.clean
+    assert [s.verbal_confidence for s in ep.steps] == [0.3] * done + [0.6]
+    messages = resumed_request["messages"]
+    assert [m["role"] for m in messages] == ["system", "user"] + ["assistant", "tool"] * done
+    for assistant, result in zip(messages[2::2], messages[3::2]):
+        assert result["tool_call_id"] == assistant["tool_calls"][0]["id"]
+    assert len(read_sidecar(out)) == done + 1
