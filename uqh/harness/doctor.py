@@ -115,11 +115,11 @@ def measure_speed(gguf: Path, binary: Path, *, tokens: int = SPEED_TOKENS) -> Sp
     return Speed(float(rate), int(timings.get("predicted_n") or generated), threads)
 
 
-def packaged_data() -> list[tuple[str, int]]:
-    """Every file in a ``data`` folder of :mod:`uqh.domains` (the demo data shipped as package data), with its
-    size, found through importlib.resources (so an installed wheel is read where it is)."""
-    root = importlib.resources.files("uqh.domains")
-    base = Path(str(root))
+def packaged_data(base: Path | None = None) -> list[tuple[str, int]]:
+    """Every file in a ``data`` folder of :mod:`uqh.domains` (the demo data shipped as package data; ``base``:
+    another folder laid out the same way), with its size; the package is found through importlib.resources, so an
+    installed wheel is read where it is."""
+    base = Path(str(importlib.resources.files("uqh.domains"))) if base is None else base
     found = []
     for folder in sorted(p for p in base.rglob("data") if p.is_dir() and "__pycache__" not in p.parts):
         for path in sorted(folder.rglob("*")):
