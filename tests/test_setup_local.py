@@ -314,3 +314,37 @@ def test_no_message_names_a_file_the_wheel_does_not_ship():
              for line, text in _strings_outside_docstrings(ast.parse(path.read_text()))
              if re.search(r"(?<![\w/])(scripts|docs)/", text)]
     assert found == []
+
+
+# ------------------------------------------------------------------------------------- pre-flight in every command
+
+
+@pytest.fixture
+def local_run(tmp_path):
+    """A recorded run of local:smollm2 with one censored episode (something to judge, probe and continue)."""
+    from report_fixtures import Ep, write_run
+    from uqh.rundir.schema import StopReason
+
+    return write_run(tmp_path / "src", "arithmetic", 2, [Ep("arith-0000", StopReason.max_steps, [0.5, 0.6],
+                                                          actions=["compute[1+1]", "compute[2+2]"])],
+                     model="local:smollm2")
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--domain", "arithmetic", "--model", "local:smollm2", "--tasks", "1", "--out", "{out}"],
+    ["judge", "{src}", "--judge-model", "local:smollm2", "--out", "{out}"],
+    ["probe", "{src}", "--probe", "p_true", "--model", "local:smollm2", "--out", "{out}"],
+    ["continue", "{src}", "--branches", "1", "--out", "{out}"],
+], ids=["run", "judge", "probe", "continue"])
+def test_a_missing_local_model_stops_every_command_before_it_writes(tools, local_run, capsys, argv):
+    """No llama-server anywhere: one line naming the fix, exit 2, and no output directory."""
+    out = local_run.parent / "out"
+    before = sorted(p.relative_to(local_run.parent) for p in local_run.parent.rglob("*"))
+    code = main([{"{src}": str(local_run), "{out}": str(out)}.get(a, a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.endswith(
+        "llama-server is not installed; pip install 'uqh[local]' then uqh setup local "
+        f"(or set {LLAMA_SERVER_ENV} to a llama-server binary)\n")
+    assert not out.exists()
+    assert sorted(p.relative_to(local_run.parent) for p in local_run.parent.rglob("*")) == before
