@@ -348,3 +348,13 @@ def test_a_missing_local_model_stops_every_command_before_it_writes(tools, local
         f"(or set {LLAMA_SERVER_ENV} to a llama-server binary)\n")
     assert not out.exists()
     assert sorted(p.relative_to(local_run.parent) for p in local_run.parent.rglob("*")) == before
+
+
+def test_the_setup_script_builds_with_the_same_flags():
+    """scripts/setup.sh keeps its own build (it overlaps the package install); its flags must not drift from
+    `uqh setup local`'s, or the two installs would run different binaries."""
+    script = (Path(__file__).resolve().parent.parent / "scripts" / "setup.sh").read_text()
+    flags = set(re.findall(r"-D[A-Z][A-Za-z0-9_]*=[A-Za-z0-9]+", script))
+    assert flags == set(llama_build.CMAKE_FLAGS)
+    assert f"LLAMA_PY={LLAMA_CPP_PYTHON_VERSION}\n" in script
+    assert f"$PWD/{llama_build.COLD_SOURCES.relative_to(Path(__file__).resolve().parent.parent)}" in script
