@@ -91,7 +91,7 @@ def load_resources(
         if goal_source == "auto" and human is None:
             log.warning(
                 "webshop: no items_human_ins.json in %s: using synthetic goals (the original's test split uses "
-                "human goals; see docs/webshop.md)", catalog.catalog_path.parent,
+                "human goals: put items_human_ins.json beside the catalog for them)", catalog.catalog_path.parent,
             )
         doc, gpath, sha = freeze_goals(catalog, goal_seed, human_path=human)
         path = str(gpath)

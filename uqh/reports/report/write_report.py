@@ -241,10 +241,10 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
                 [margin_t] if margin_t.rows else [], notes=[] if margin_t.rows else [no_cens]),
         Section("parse-errors", "Parse-error sensitivity", "Appendix G.2.", [parse_t] if parse_t.rows else [],
                 notes=[] if parse_t.rows else [no_parse]),
-        Section("judges", "GPA judges", "Judge scores, stability, failure detection and localisation (docs/judges.md); "
+        Section("judges", "GPA judges", "Judge scores, stability, failure detection and localisation (Agent GPA judges); "
                 "a trajectory's judgments are shown under it in the trace explorer.", judge_ts,
                 notes=judge_header(judges) if judges is not None else [NO_JUDGES]),
-        Section("certificate", "Reliability certificate", "Self-consistency + conformal certificate (docs/certify.md).",
+        Section("certificate", "Reliability certificate", "Self-consistency + conformal certificate (Mouzouni).",
                 certify_ts, notes=certify_header(list(certificates)) if certificates else [NO_CERTIFICATE]),
     ]
     meta = [
