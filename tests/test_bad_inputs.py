@@ -221,6 +221,8 @@ def _cases() -> list[tuple[list[str], str]]:
     add("invalid int value", "setup", "local", "--jobs", "x")
     add("unrecognized arguments", "doctor", "extra")
     add("unrecognized arguments", "doctor", "--speed")
+    add("invalid choice", "list", "nope")
+    add("invalid choice", "list", "--format", "nope")
     return cases
 
 
@@ -308,3 +310,48 @@ def test_an_out_of_range_value_is_read_as_missing_with_a_note(field, value, tmp_
     assert note in outputs["edited"][1] and "outside their range" not in outputs["null"][1]
     assert main(["audit", str(edited), "--bootstrap", "1"]) == 0
     assert note in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- empty runs, runs being written
+
+EMPTY_RUN_COMMANDS = [
+    ["score", "{run}"], ["certify", "{run}"], ["report", "{run}", "--out", "r"], ["audit", "{run}"],
+    ["export", "{run}", "--to", "e"], ["judge", "{run}", "--judge-model", "openai/j", "--api-base", URL, "--out", "j"],
+    ["probe", "{run}", "--probe", "p_true", "--model", "openai/p", "--api-base", URL, "--out", "p"],
+]
+
+
+@pytest.mark.parametrize("argv", EMPTY_RUN_COMMANDS, ids=[a[0] for a in EMPTY_RUN_COMMANDS])
+def test_an_empty_run_is_refused_alike_by_every_reading_command(argv, tmp_path, capsys, monkeypatch):
+    """On a run with a manifest and no finished episode, score, report and certify exited 2 while audit, export,
+    judge and probe exited 0: now all exit 2 with the same line, and write nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    shutil.copy(PRE_RUN / "manifest.json", tmp_path / "run" / "manifest.json")
+    before = _digest(tmp_path)
+    assert main([a.replace("{run}", str(tmp_path / "run")) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    (line,) = err.strip().splitlines()
+    assert f"uqh {argv[0]}: error: {tmp_path / 'run'} has no finished episode" in line and "run `uqh run` first" in line
+    assert out == "" and _digest(tmp_path) == before
+
+
+def test_certify_on_a_run_being_written_says_so(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(PRE_RUN, run)
+    repo = Path(__file__).resolve().parent.parent
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from uqh.harness.store import lock\n"
+                               f"with lock.hold({str(run)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(repo)))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["certify", str(run), "--alpha", "0.3", "--cal-frac", "1.0"]) == 0
+    finally:
+        holder.communicate("", timeout=60)
+    err = capsys.readouterr().err
+    assert f"uqh certify: note: {run}: 8 of 8 planned episodes, run in progress (pid {holder.pid}" in err, err

@@ -34,9 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.rundir.errors import UserError
     from uqh.reports.report.write_report import ReportOptions, build_report
 
-    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if args.max_traces < 0:
