@@ -128,6 +128,8 @@ def _cases() -> list[tuple[list[str], str]]:
     add("--q-z", "score", "{run}", "--q-z", "{bin}")
     add("q_Z file", "score", "{run}", "--censoring", "exact", "--q-z", "{bin}")
     add("q_Z file", "score", "{run}", "--censoring", "exact", "--q-z", "{missing}")
+    add("is a directory, not a file", "score", "{run}", "--censoring", "exact", "--q-z", "{run}")  # said "does not exist"
+    add("is a directory, not a file", "report", "{run}", "--out", "r", "--q-z", "{run}")
     add("", "score", "{run}", "--censoring", "exact", "--q-z", "{afile}")
     add("", "score", "{run}", "--paired")
     add("", "score", "{run}", "--fixed-rank", "nope")
