@@ -86,6 +86,14 @@ def _cases() -> list[tuple[list[str], str]]:
                 "http://h/v1?api_key=k", "http://h/v1#frag", "//h/v1"):
         add("--api-base", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", url,
             "--out", "o")
+    for url in ("http://h/v1;api_key=k", "http://u:pa/ss@h/v1", "u:pa/ss@h"):  # ; parameters, malformed userinfo
+        add("--api-base", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", url,
+            "--out", "o")
+    for way in (["--es-url"], ["-D", "es_url="]):
+        for url in ("http://h:9200/?api_key=k", "http://h:9200/;k=v", "http://h:9200/#k", "u:p@h:9200"):
+            add("--es-url", "run", "--domain", "hotpotqa", "--tasks", "1", "--model", "openai/x", "--api-base", URL,
+                "--out", "o", *(way[:-1] + [way[-1] + url] if way[0] == "-D" else way + [url]))
+    add("--user-model needs a domain with a simulated user", *RUN, "--user-model", "openai/u")
     add("given twice", *RUN, "--api-base", URL)
     add("--endpoints", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--endpoints",
         "{bin}", "--out", "o")
@@ -159,6 +167,15 @@ def _cases() -> list[tuple[list[str], str]]:
     add("", "report", "{run}", "--out", "r", "--max-traces", "-1")
     add("", "report", "{run}", "--out", "{empty}")
     add("", "report", "{run}", "--out", "r", "--bootstrap", "-1")
+    add("is inside the run directory", "report", "{run}", "--out", "{run}/rep")
+    add("is a non-empty directory that holds no earlier output", "report", "{run}", "--out", "{nonempty}")
+    add("is not a UTF-8 text file", "report", "{run}", "--out", "r", "--certify", "{bin}")
+    add("is inside the run directory", "audit", "{run}", "--out", "{run}/aud")
+    add("is inside the run directory", "export", "{run}", "--to", "{run}/exp")
+    add("is a non-empty directory that holds no earlier output", "export", "{run}", "--to", "{nonempty}")
+    add("is inside the run directory", "certify", "{run}", "--alpha", "0.1", "--export-verification", "{run}/v.csv")
+    add("is inside the run directory", "judge", "--report", "--out", "{run}", "--tables", "{run}/t")
+    add("is inside the run directory", "index", "--corpus", "{run}/manifest.json", "--out", "{run}/idx")
     add("not a run directory", "export", "{missing}", "--to", "e")
     add("", "export", "{run}", "--to", "e", "--bootstrap", "-1")
     add("", "export", "{run}", "--to", "{empty}")
@@ -231,6 +248,12 @@ def _cases() -> list[tuple[list[str], str]]:
 CASES = _cases()
 
 
+def _substitute(text: str, subst: dict[str, str]) -> str:
+    for key, value in subst.items():
+        text = text.replace(key, value)
+    return text
+
+
 def _digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -250,9 +273,11 @@ def test_a_bad_input_is_one_line_exit_2_and_nothing_written(argv, fragment, tmp_
     (tmp_path / "bin.dat").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "afile").write_text("not what was expected\n")
-    subst = {"{run}": str(tmp_path / "run"), "{bin}": str(tmp_path / "bin.dat"), "{empty}": str(tmp_path / "empty.txt"),
+    (tmp_path / "nonempty").mkdir()
+    (tmp_path / "nonempty" / "notes.txt").write_text("someone's notes\n")
+    subst = {"{nonempty}": str(tmp_path / "nonempty"), "{run}": str(tmp_path / "run"), "{bin}": str(tmp_path / "bin.dat"), "{empty}": str(tmp_path / "empty.txt"),
              "{missing}": str(tmp_path / "missing"), "{afile}": str(tmp_path / "afile")}
-    argv = [subst.get(a, a) for a in argv]
+    argv = [_substitute(a, subst) for a in argv]
     before = _digest(tmp_path)
     try:
         code = main(argv)
