@@ -11,7 +11,8 @@ against the fake server, next to the react agent it must not change.
   ``none``.
 - Resume and continuations: the conversation rebuilt from recorded steps is the one the model saw; a
   checkpoint resumes, and ``uqh continue`` branches a tools run with the tools agent.
-- The manifest records the agent; a react run's config hash is the one it had before agents existed.
+- The manifest records the agent (a react config, the default, is written as before agents existed, so its
+  config hash is the one it had).
 """
 from __future__ import annotations
 
@@ -220,7 +221,9 @@ def test_the_manifest_records_the_agent_and_old_react_runs_keep_their_hash():
     react = RunConfig(**base, agent="react")
     tools = RunConfig(**base, agent="tools")
     assert old.agent == "react" and old.config_hash() == react.config_hash()
-    assert json.loads(react.model_dump_json())["agent"] == "react"
+    assert "agent" not in json.loads(react.model_dump_json())  # a react config is written as before agents existed
+    assert json.loads(tools.model_dump_json())["agent"] == "tools"
+    assert RunConfig.model_validate_json(tools.model_dump_json()).agent == "tools"
     assert tools.config_hash() != react.config_hash()
 
 
