@@ -167,6 +167,9 @@ def test_tool_call_logprobs_are_kept_and_their_absence_is_a_tier(fake_server):
     assert [c.has_logprobs for c in calls] == [True, False]
     assert not any(c.content_null for c in calls)  # a call is an answer, not a null content
     assert result.episode.steps[0].think == "Let me compute."
+    start, end = rows[0].action_token_range  # the call's tokens, from its name to its argument's value
+    assert "".join(t.token for t in rows[0].tokens[start:end]) == 'calc", "arguments": "{\\"expression\\": \\"6*7'
+    assert rows[1].action_token_range is None  # no tokens, no range
 
 
 def test_the_conversation_rebuilt_from_recorded_steps_is_the_one_sent_and_a_checkpoint_resumes(fake_server):
