@@ -220,6 +220,9 @@ def _cases() -> list[tuple[list[str], str]]:
     add("invalid int value", "setup", "local", "--jobs", "x")
     add("unrecognized arguments", "doctor", "extra")
     add("unrecognized arguments", "doctor", "--speed")
+    # ---- list
+    add("invalid choice", "list", "widgets")
+    add("invalid choice", "list", "--format", "yaml")
     return cases
 
 
