@@ -131,6 +131,7 @@ class ArithmeticEnv(Environment):
 @register_domain("arithmetic")
 class ArithmeticDomain(Domain):
     prompt_file = "arithmetic.txt"
+    display_name = "Arithmetic"
     default_step_budget = 6
     action_gbnf = '"Calc[" [0-9+*/(). -]{1,60} "]" | "Finish[" "-"? [0-9]{1,12} "]"'
     default_split = None

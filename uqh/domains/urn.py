@@ -141,6 +141,7 @@ class UrnEnv(Environment):
 @register_domain("urn")
 class UrnDomain(Domain):
     prompt_file = "urn.txt"
+    display_name = "Urn"
     default_step_budget = 6
     action_gbnf = '"Draw[]" | "Stop[]"'
     default_observation_chars = None

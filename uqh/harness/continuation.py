@@ -34,7 +34,7 @@ from uqh.domains.base import ReplayMismatch, Runtime
 from uqh.harness.config.build import build_domain, check_endpoint_list
 from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import Branch, EpisodeSpec, branch_episode_id, derive_seed, open_episode
-from uqh.harness.model.llama_server import resolve_model
+from uqh.harness.model.llama_server import check_local_model, resolve_model
 from uqh.harness.runner import run_batch
 from uqh.harness.sampling.branch_rules import FIXED, StopRule, decide, parse_stop_rule, resolved_outcome
 from uqh.harness.store import lock as run_lock
@@ -428,6 +428,9 @@ def plan_continuations(source_dir: Path, out_dir: Path, *, branches: int, extra_
                                    stop_rule=rule, selection=selection)
 
     config = config_at(branches)
+    for model in (config.model, config.user_model):  # a local model's GGUF and binary, before anything is written
+        if model:
+            check_local_model(model)
     check_out_dir(out_dir)  # also refuses, naming it, another process writing out_dir
     recorded = branches
     if is_run_dir(out_dir):  # resume refuses a different config: check now, before any replay work
@@ -453,8 +456,9 @@ def _open_out_dir(plan: ContinuationPlan, domain, skipped: list[SkippedPrefix], 
     even if the run is interrupted; its writer lock passes from the store to ``scope`` without a gap. Returns the
     M the directory grew from (None: it did not grow)."""
     grown_from = plan.recorded if plan.recorded < plan.config.continuation["branches"] else None
-    store = RunStore.open_or_create(plan.out_dir, plan.config_at(plan.recorded), system_prompt=agent_system_prompt(domain, plan.config.agent),
-                                    info=domain.manifest_info())
+    store = RunStore.open_or_create(plan.out_dir, plan.config_at(plan.recorded),
+                                    system_prompt=agent_system_prompt(domain, plan.config.agent),
+                                    info=domain.recorded_info())
     try:
         scope.enter_context(run_lock.hold(plan.out_dir))
         if grown_from is not None:  # before any branch of the larger M runs

@@ -52,7 +52,7 @@ from uqh.harness.backends.context import (
 )
 from uqh.harness.backends.event_loop import serialize
 from uqh.harness.backends.local import LocalBackend
-from uqh.harness.config.build import build_domain, prompt_sha256
+from uqh.harness.config.build import build_domain, preflight, prompt_sha256
 from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, Resume, derive_seed, episode_id_for
 from uqh.harness.model.llama_server import resolve_model, serve_model
@@ -185,6 +185,7 @@ def run_batch(
     """
     run_dir = Path(run_dir)
     domain, system_prompt = _domain_with_prompt(config)
+    preflight(config, check_keys=client_factory is None)  # before the run directory and the domain's data
     specs = plan_specs(config) if specs is None else list(specs)
     ids = [s.episode_id for s in specs]
     if len(set(ids)) != len(ids):
@@ -205,7 +206,7 @@ def run_batch(
                        concurrency=concurrency or default_concurrency(config.model))
 
     with interrupts.stop_signals(), RunStore.open_or_create(
-        run_dir, config, system_prompt=system_prompt, info=domain.manifest_info(), execution=execution
+        run_dir, config, system_prompt=system_prompt, info=domain.recorded_info(), execution=execution
     ) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
         todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])

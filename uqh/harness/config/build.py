@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from uqh.harness.config.presets import Preset
-from uqh.rundir.errors import UserError, not_utf8
+from uqh.rundir.errors import UserError, not_utf8, require_extra
 from uqh.rundir.reader import is_run_dir
 from uqh.rundir.schema import DEFAULT_AGENT, DecodingConfig, RunConfig
 from uqh.rundir.secrets import mask_url, url_credentials
@@ -270,6 +270,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     if preset and overrides.domain and overrides.domain != preset.domain:
         raise UserError(f"--domain {overrides.domain} contradicts --preset {preset.name} (domain {preset.domain})")
     cls = get_domain_class(domain_name)
+    cls.check_installed()
     dec = overrides.decoding
     for name, value in (("--tasks", overrides.tasks), ("--samples", overrides.samples),
                         ("--step-budget", overrides.step_budget), ("--max-tokens", dec.max_tokens)):
@@ -392,7 +393,6 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     model strings and API keys, the domain (it is built, its tasks listed) and, when the run directory holds a run,
     that its config is this one (resume). Raises UserError; writes nothing.
     """
-    from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.store.writer import check_out_dir, check_resumable
     from uqh.harness.episode.agent_registry import agent_system_prompt
@@ -401,10 +401,9 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     check_out_dir(d.out)
     config = d.config
     validate_model_string(config.model, config.api_base)
-    check_credentials(config.model, config.api_base)
     if config.user_model:
         validate_model_string(config.user_model, config.user_api_base, flag="--user-api-base")
-        check_credentials(config.user_model, config.user_api_base)
+    preflight(config)
     try:
         domain = build_domain(config)
         task_ids = select_tasks(domain, d)
@@ -420,6 +419,20 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     if is_run_dir(d.out):
         check_resumable(d.out, config)
     return config
+
+
+def preflight(config: RunConfig, *, check_keys: bool = True) -> None:
+    """UserError, offline, for what would otherwise fail only once the batch has started: a ``local:`` model's
+    model file or ``llama-server`` binary, and (``check_keys``) an API model's key.
+    Run by :func:`resolve_config` before the domain loads its data, and again by the runner before it creates
+    the run directory (a library call or ``uqh continue`` may not have resolved a config here)."""
+    from uqh.harness.model.llama_server import LOCAL_MODELS, check_credentials, check_local_model
+
+    for model, api_base in ((config.model, config.api_base), (config.user_model, config.user_api_base)):
+        if model in LOCAL_MODELS:
+            check_local_model(model)  # the GGUF (package or cache) and llama-server, each naming uqh setup local
+        elif model and check_keys:
+            check_credentials(model, api_base)
 
 
 def run_dir_of(preset: Preset | None, overrides: RunOverrides) -> Path:
