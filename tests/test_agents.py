@@ -87,7 +87,8 @@ def test_the_teams_check_tools_offered_clean_endings_and_the_servers_confidence(
     assert requests[0]["messages"][0]["content"] == manifest.system_prompt
 
 
-def _run_one(srv, responder_steps: int = 6, task: str = "arith-0000", start=None, agent: str = "tools"):
+def _run_one(srv, responder_steps: int = 6, task: str = "arith-0000", start=None, agent: str = "tools",
+             transport: str | None = None):
     """One arithmetic episode through run_episode with the agent, against the fake server."""
     domain = ArithmeticDomain()
 
@@ -95,7 +96,7 @@ def _run_one(srv, responder_steps: int = 6, task: str = "arith-0000", start=None
         spec = EpisodeSpec(episode_id=f"{task}#0", task_id=task, seed=3, **({"start": start} if start else {}))
         env, task_prompt, spec = await open_episode(domain, spec)
         client = make_model_client("openai/fake", api_base=srv.base_url, decoding=DecodingConfig(), api_key="x",
-                                   max_retries=0)
+                                   max_retries=0, transport=transport)
         runner = make_agent(agent, domain, domain.system_prompt())
         try:
             return await run_episode(env, client, spec=spec, task_prompt=task_prompt, step_budget=responder_steps,
@@ -104,6 +105,19 @@ def _run_one(srv, responder_steps: int = 6, task: str = "arith-0000", start=None
             await client.aclose()
 
     return asyncio.run(go())
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "litellm", "openai"])
+def test_every_transport_sends_the_tools_and_reads_the_calls(fake_server, transport):
+    with fake_server(tool_solver) as srv:
+        result = _run_one(srv, transport=transport)
+        requests = list(srv.requests)
+    assert all(r["tool_choice"] == "auto" and len(r["tools"]) == 2 for r in requests)
+    ep = result.episode
+    assert ep.stop_reason == StopReason.clean and ep.outcome == 1
+    expression = re.search(r"What is (.*)\?", ep.task_prompt).group(1)
+    assert [s.verbal_confidence for s in ep.steps] == [confidence_for(expression, 1), confidence_for(expression, 2)]
+    assert [s.attempts[0].tool_calls[0].id for s in ep.steps] == ["call_fake_0", "call_fake_0"]
 
 
 def test_a_missing_or_unreadable_confidence_is_recorded_missing_never_imputed(fake_server):
