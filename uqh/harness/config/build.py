@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from uqh.harness.config.presets import Preset
-from uqh.rundir.errors import UserError, not_utf8, require_extra
+from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
 from uqh.rundir.schema import DEFAULT_AGENT, DecodingConfig, RunConfig
 from uqh.rundir.secrets import mask_url, url_credentials
