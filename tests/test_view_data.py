@@ -154,7 +154,7 @@ def test_the_pages_share_one_index_and_a_trajectory_reads_only_its_own_lines(ws,
     episodes, sidecar = run.reader.episode_index(), run.reader.sidecar_index()
     before = episodes.bytes_read, sidecar.bytes_read
     assert run.trajectory("e#0")["ep"]["id"] == "e#0"
-    own = lambda index: sum(s.length + 1 for s in index.spans["e#0"])  # noqa: E731
+    own = lambda index: sum(length + 1 for _, _, length in index.spans_of("e#0"))  # noqa: E731
     assert episodes.bytes_read - before[0] == own(episodes)
     assert sidecar.bytes_read - before[1] == own(sidecar)
     assert own(sidecar) < (ws / SIDECAR_FILE).stat().st_size / 4

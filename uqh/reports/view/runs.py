@@ -136,7 +136,7 @@ class ViewedRun:
         with self.checkpoint_lock:
             partials, notes = self.reader.live_checkpoints()
         with index.lock:
-            return {eid: p for eid, p in partials.items() if eid not in index.spans}, notes
+            return {eid: p for eid, p in partials.items() if eid not in index.blocks}, notes
 
     def running_summaries(self) -> tuple[list[dict[str, Any]], list[str]]:
         """One summary per episode in progress (stop ``running``, or ``interrupted`` when no writer holds the run),
