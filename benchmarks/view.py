@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from uqh.rundir.reader import RunDir, line_episode_id
 from uqh.rundir.schema import (
@@ -180,26 +181,29 @@ def best_pair(pairs: list[tuple[float, float]]) -> tuple[float, float]:
     return min(p[0] for p in pairs), min(p[1] for p in pairs)
 
 
-def measure(root: Path, run_dir: Path, ids: list[str], repeat: int, full_read: bool) -> dict[str, tuple]:
+def measure(root: Path, run_dir: Path, ids: list[str], repeat: int, full_read: bool) -> dict[str, Any]:
     """Every quantity as (wall seconds, CPU seconds or None), best of ``repeat``. Cold quantities are measured on a
     fresh viewer each time (the files are in the page cache for the baseline and the viewer alike)."""
     probe = [ids[len(ids) // 2], ids[-1], ids[len(ids) // 7]]
     q = lambda eid: eid.replace("#", "%23")  # noqa: E731
-    out = {"baseline_one_episode": best_pair([cpu_timed(lambda: straight_from_disk(run_dir, probe[0]))
-                                              for _ in range(repeat)])}
+    out: dict[str, tuple] = {}
     if full_read:
         def read_all():
             reader = RunDir.open(run_dir)
             assert len(reader.episodes()) == len(ids) and sum(1 for _ in reader.sidecar()) > 0
         out["baseline_full_read"] = cpu_timed(read_all)
-    cold_page, cold_chunk = [], []
-    for _ in range(repeat):
+    baseline, cold_page, cold_chunk = [], [], []
+    for _ in range(repeat):  # interleaved, so that each round's baseline and cold pages meet the same load
+        baseline.append(cpu_timed(lambda: straight_from_disk(run_dir, probe[0])))
         with viewer(root) as base:
             cold_page.append(cpu_timed(lambda: full(base + f"api/run/0/trajectory?id={q(probe[0])}")))
         with viewer(root) as base:
             cold_chunk.append(cpu_timed(lambda: full(base + "api/run/0/trajectories?since=0")))
+    out["baseline_one_episode"] = best_pair(baseline)
     out["cold_trajectory_json"] = best_pair(cold_page)
     out["cold_first_trajectory_chunk"] = best_pair(cold_chunk)
+    out["paired"] = {name: sorted(c[0] / b[0] for c, b in zip(cold, baseline))
+                     for name, cold in (("page", cold_page), ("chunk", cold_chunk))}
     with viewer(root) as base:
         full(base + f"api/run/0/trajectory?id={q(probe[0])}")  # warms the indexes
         out["ttfb_run_list_page"] = (best(lambda: first_byte(base), repeat), None)
@@ -216,7 +220,7 @@ def measure(root: Path, run_dir: Path, ids: list[str], repeat: int, full_read: b
     return out
 
 
-def write_results(path: Path, args: argparse.Namespace, sizes: dict[str, int], r: dict[str, tuple]) -> str:
+def write_results(path: Path, args: argparse.Namespace, sizes: dict[str, int], r: dict[str, Any]) -> str:
     rows = [
         ("baseline: one episode straight from disk (find its line, scan the sidecar, parse)", "baseline_one_episode"),
         ("viewer, cold: first trajectory JSON of a just-started viewer (indexes both files)", "cold_trajectory_json"),
@@ -246,8 +250,11 @@ def write_results(path: Path, args: argparse.Namespace, sizes: dict[str, int], r
         cpu_cells = f"{cpu:.4f} | {cpu / base_cpu:.3g}" if cpu is not None else "— | —"
         lines.append(f"| {name} | {wall:.4f} | {wall / base_wall:.3g} | {cpu_cells} |")
     cold = r["cold_trajectory_json"]
+    paired = ", ".join(f"{x:.2f}" for x in r["paired"]["page"])
+    chunk = ", ".join(f"{x:.2f}" for x in r["paired"]["chunk"])
     lines += ["", f"Cold trajectory page against reading the episode from disk: {cold[0] / base_wall:.2f}x the time "
-              f"({cold[1] / base_cpu:.2f}x the CPU). Warm trajectory page: "
+              f"({cold[1] / base_cpu:.2f}x the CPU); in each round (baseline, then the cold page, then the cold "
+              f"chunk, one after the other): {paired} (cold first chunk: {chunk}). Warm trajectory page: "
               f"{base_wall / r['full_trajectory_page_warm'][0]:.0f}x faster than reading the episode from disk.", "",
               f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, load average at the end "
               f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (shared with other jobs), Python "

@@ -87,6 +87,8 @@ Block = tuple[int, int, tuple[int, ...]]
 #: id has no escape within :data:`ID_WINDOW` bytes is indexed in bulk, any other line one at a time.
 LINE_PREFIX = b'{"schema_version":%d,"episode_id":"' % SCHEMA_VERSION
 ID_WINDOW = 64
+#: Mean line length (bytes) from which newlines are found by ``bytes.find`` rather than numpy (measured crossover).
+LONG_LINE = 1024
 
 
 @dataclass
@@ -283,13 +285,26 @@ class LineIndex:
             return False
 
 
+def _newlines(data: bytes, buf: np.ndarray, end: int) -> np.ndarray:
+    """Offsets of the newlines in ``data[:end]``: by ``bytes.find`` when lines are long (a sidecar's rows, ~4 kB:
+    memchr skips them, 4x faster than comparing every byte), by numpy when they are short."""
+    count = data.count(b"\n", 0, end)
+    if count * LONG_LINE > end:
+        return np.flatnonzero(buf == 10)
+    out, at = [], data.find(b"\n", 0, end)
+    while at >= 0:
+        out.append(at)
+        at = data.find(b"\n", at + 1, end)
+    return np.array(out, dtype=np.int64)
+
+
 def _line_runs(data: bytes, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The lines of ``data[:end]`` (which ends with a newline) found with numpy, not a Python loop per line:
     (start offset of each line, its length, the first line of each run, whether each line is in the writer's
     plain form). A run is a maximal sequence of consecutive plain lines with the same id (a sidecar's rows of one
     episode), or one line not in plain form; ``run starts`` ends with the number of lines."""
     buf = np.frombuffer(data, dtype=np.uint8, count=end)
-    newlines = np.flatnonzero(buf == 10)
+    newlines = _newlines(data, buf, end)
     starts = np.concatenate(([0], newlines[:-1] + 1))
     lengths = newlines - starts
     n, p = len(starts), len(LINE_PREFIX)
