@@ -252,7 +252,7 @@ class QADomain(Domain):
         self.top_k = opts.top_k
         self.es_url = opts.es_url
         self.es_index = opts.es_index
-        if self.retrieval == "es":
+        if self.es_url is not None:  # checked even unused: it is recorded in the manifest
             check_es_url(str(self.es_url))
         self.corpus_path = opts.corpus
         self.index_dir = opts.index_dir

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from uqh.harness.config.presets import Preset
-from uqh.rundir.errors import UserError, not_utf8, require_extra
+from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
 from uqh.rundir.schema import DEFAULT_AGENT, DecodingConfig, RunConfig
 from uqh.rundir.secrets import mask_url, url_credentials
@@ -134,9 +134,9 @@ def check_provider_ranges(dec: Any) -> None:
 def check_endpoint_url(flag: str, url: str | None) -> None:
     """UserError unless ``url`` (None: not given) is an http(s) URL with a host and without credentials.
 
-    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``) would be written to the manifest
-    and printed, and the clients refuse them next to their own Authorization header; the message shows the URL with
-    them masked.
+    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``, ``...;api_key=KEY``, ``#KEY``)
+    would be written to the manifest and printed, and the clients refuse them next to their own Authorization
+    header; every message shows the URL masked (:func:`uqh.rundir.secrets.mask_url`).
     """
     if url is None:
         return
@@ -152,7 +152,8 @@ def check_endpoint_url(flag: str, url: str | None) -> None:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{flag} {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:8000/v1")
+        raise UserError(f"{flag} {mask_url(url)!r} is not an http(s) URL with a host; give e.g. "
+                        "http://127.0.0.1:8000/v1")
 
 
 def check_endpoint_list(urls: list[str] | None) -> None:
@@ -211,6 +212,17 @@ def observation_chars_for(cls: type[Domain], flag: int | None, preset_value: int
 # --------------------------------------------------------------------------------------- domain options
 
 
+def check_option_urls(cls: type[Domain], options: dict[str, Any]) -> None:
+    """UserError (the URL masked) for a domain option whose value is a URL with credentials (``-D es_url=``,
+    ``-D user_api_base=``): options are recorded in the manifest, so a key there would be written to it."""
+    for key, value in options.items():
+        if isinstance(value, str) and "://" in value:
+            found = url_credentials(value)
+            if found is not None:
+                raise UserError(f"{cls.Options.label(key, cls.name)} {mask_url(value)} contains {found}; it would be "
+                                "written to the run's manifest: give the URL without it and the key in the environment")
+
+
 def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """``RunConfig.domain_options``: the preset's options updated by the command line's, validated by the domain's
     ``Options`` and normalised (``"3"`` for an integer option is recorded as 3, so a flag and ``-D`` with the same
@@ -219,6 +231,7 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
     if "split" in given:
         raise UserError("the split is a run setting: use --split NAME, not a domain option")
     options = {**preset_options, **given}
+    check_option_urls(cls, options)
     if given.get("retrieval") == "es" and not options.get("es_url"):
         raise UserError("--retrieval es needs --es-url URL (and usually --es-index NAME)")
     settings = cls.parse_options(options).model_dump(mode="json")
@@ -296,6 +309,9 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     check_endpoint_url("--user-api-base", user_api_base)
     if user_api_base is not None and not user_model:
         raise UserError("--user-api-base needs --user-model (the user-simulator model served there)")
+    if overrides.user_model and not cls.needs_user_model:  # it would enter the config hash and change nothing
+        raise UserError(f"--user-model needs a domain with a simulated user (tau2-airline, tau2-retail, tau2-telecom); "
+                        f"{domain_name} has none: leave --user-model out")
     if not user_model and cls.needs_user_model:
         raise UserError(f"{domain_name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
 
