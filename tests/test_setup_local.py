@@ -217,6 +217,15 @@ def test_a_missing_build_tool_is_one_line_before_any_download(tools, capsys, mis
     assert not (local_model_cache() / "downloads").exists()
 
 
+def test_a_bad_uqh_llama_server_is_refused_not_built_around(tools, capsys, monkeypatch):
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(tools["bin"] / "no-such-server"))
+    assert main(["setup", "local"]) == 2
+    assert capsys.readouterr().err == (f"uqh setup: error: {LLAMA_SERVER_ENV}={tools['bin'] / 'no-such-server'} is "
+                                       "not an executable file; point it at a llama-server binary or unset it to "
+                                       "use the one uqh setup local builds\n")
+    assert _calls(tools["log"]) == []
+
+
 def test_an_old_cmake_counts_as_missing(tools, capsys):
     _executable(tools["bin"] / "cmake", "#!/bin/sh\necho 'cmake version 3.16.3'\n")
     assert main(["setup", "local"]) == 2

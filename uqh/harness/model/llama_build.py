@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from uqh.harness.model.llama_server import LLAMA_SERVER_ENV, find_gguf, usable_cores
+from uqh.harness.model.llama_server import LLAMA_SERVER_ENV, find_gguf, find_llama_server, usable_cores
 from uqh.harness.model.local_files import (
     LLAMA_CPP_PYTHON_VERSION,
     LOCAL_MODELS,
@@ -347,6 +347,8 @@ def setup_local(model: str = "local:smollm2", *, progress: Progress = lambda lin
     finds them; skip what is there. The build tools are checked before anything is downloaded."""
     if model not in LOCAL_MODELS:
         raise UserError(f"unknown local model {model!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
+    if os.environ.get(LLAMA_SERVER_ENV, "").strip():
+        find_llama_server()  # a UQH_LLAMA_SERVER that is no executable is refused, as a run would refuse it
     tools = find_build_tools() if existing_server() is None else None
     local_model_cache().mkdir(parents=True, exist_ok=True)
     done: list[str] = []
