@@ -25,9 +25,8 @@ from uqh.harness.model.llama_server import (
     LocalModelServer,
     find_gguf,
     find_llama_server,
-    server_threads,
 )
-from uqh.harness.model.local_files import LOCAL_MODELS, SETUP_HINT
+from uqh.harness.model.local_files import SETUP_HINT
 from uqh.rundir.errors import UserError
 
 #: The extras a user may lack, in the order shown.
