@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agentuq-conventions", action="store_true",
                    help="agentuq's conventions instead of uqh's: every call of a step (repairs and failed calls) in "
                         "the per-role summaries, entropy in nats with a token without top-k counted as 0, the "
-                        "final user reply at the last step, AUARC ties in input order (docs/scoring.md)")
+                        "final user reply at the last step, AUARC ties in input order")
     p.add_argument("--paired", action="store_true",
                    help="compare each RUN_DIR with the first on the task ids both ran: Δ per metric with a 95%% CI "
                         "by paired bootstrap over the shared tasks (is model B better calibrated than model A?)")
