@@ -240,6 +240,13 @@ def _cases() -> list[tuple[list[str], str]]:
     add("see uqh import --help", "import", "tau2", "{afile}")  # no --out
     add("is not empty", "import", "tau2", "{afile}", "--out", "{run}")
     add("is not a directory", "import", "tau2", "{afile}", "--out", "{empty}")
+    # ---- setup, doctor
+    add("invalid choice", "setup", "nope")
+    add("see uqh setup --help", "setup")  # nothing to set up named
+    add("--jobs must be >= 1", "setup", "local", "--jobs", "0")
+    add("invalid int value", "setup", "local", "--jobs", "x")
+    add("unrecognized arguments", "doctor", "extra")
+    add("unrecognized arguments", "doctor", "--speed")
     return cases
 
 

@@ -103,7 +103,7 @@ def test_regenerate_script_dry_run_exits_zero_without_network():
     # every preset's plan is checked in-process above (sockets forbidden); here the script's wiring, on two presets
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "regenerate_paper.sh"), "--dry-run", "paper-strategyqa",
                            "paper-hotpotqa", "--", "--model", "openai/other"],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("preset paper-") == 2 and "dry run: no model was called." in proc.stdout
     assert proc.stdout.count("model           openai/other") == 2
@@ -218,7 +218,7 @@ def test_regenerate_script_dry_run_plans_the_continuation_and_the_report():
            **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH",)}}
     script = str(ROOT / "scripts" / "regenerate_paper.sh")
     proc = subprocess.run(["bash", script, "--dry-run", "paper-hotpotqa"], capture_output=True, text=True, env=env,
-                          timeout=120)
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr
     budget = presets.get_preset("paper-hotpotqa").step_budget
     assert (f"100 sampled max-step prefixes x <= 10 branches x <= {budget} extra steps = <= {1000 * budget:,} steps; "
@@ -228,7 +228,7 @@ def test_regenerate_script_dry_run_plans_the_continuation_and_the_report():
     assert ("then            uqh report runs/paper-hotpotqa --pool --out runs/report-paper --continuations "
             "runs/paper-hotpotqa-continue") in proc.stdout
     proc = subprocess.run(["bash", script, "--dry-run", "--sample", "20", "--branches", "4", "paper-strategyqa"],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "continuation" not in proc.stdout and "uqh continue" not in proc.stdout
     assert "then            uqh report runs/paper-strategyqa --pool --out runs/report-paper\n" in proc.stdout

@@ -437,7 +437,7 @@ def test_write_failing_after_the_batch_is_cancelled_leaves_no_unread_future(fake
 
     async def main(base_url):
         ctx = RunContext(config=config.model_copy(update={"api_base": base_url}), system_prompt=SYSTEM,
-                         agent=ServedModel("openai/fake", base_url), run_dir=tmp_path / "run", checkpoints=False)
+                         agent_model=ServedModel("openai/fake", base_url), run_dir=tmp_path / "run", checkpoints=False)
         client = fast_client_factory()("openai/fake", base_url)
         batch = asyncio.ensure_future(run_specs(ctx, plan_specs(ctx.config), domain=ArithmeticDomain(),
                                                 client=client, persist=persist, on_error=lambda *a: None))

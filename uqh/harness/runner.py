@@ -47,6 +47,7 @@ from uqh.harness.backends.event_loop import serialize
 from uqh.harness.backends.local import LocalBackend
 from uqh.harness.config.build import build_domain, prompt_sha256
 from uqh.harness.config.settings import BatchSettings
+from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, Resume, derive_seed, episode_id_for
 from uqh.harness.model.llama_server import ServedModel, resolve_model, serve_model
 from uqh.harness.progress import BatchStats, EpisodeSummary, Progress
@@ -187,7 +188,7 @@ def run_batch(
         breaker_window_s=client.breaker_window_s, started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     with interrupts.stop_signals(), RunStore.open_or_create(
-        run_dir, config, system_prompt=system_prompt, info=domain.manifest_info(), execution=execution
+        run_dir, config, system_prompt=system_prompt, info=domain.recorded_info(), execution=execution
     ) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
         todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
@@ -231,7 +232,7 @@ class _Batch:
 def _domain_with_prompt(config: RunConfig) -> tuple[Any, str]:
     """The run's domain and system prompt; refuses a prompt that changed since the config was made."""
     domain = build_domain(config)
-    system_prompt = domain.system_prompt()
+    system_prompt = agent_system_prompt(domain, config.agent)
     if prompt_sha256(system_prompt) != config.prompt_sha256:
         raise UserError(
             f"the {config.domain} system prompt changed since the config was made (sha256 differs); "
@@ -278,7 +279,7 @@ def _run_context(stack: contextlib.ExitStack, batch: _Batch) -> RunContext:
     user = None
     if config.user_model:
         user = ServedModel(*stack.enter_context(resolve_model(config.user_model, config.user_api_base)))
-    return RunContext(config=config, system_prompt=batch.system_prompt, agent=served, run_dir=batch.run_dir,
+    return RunContext(config=config, system_prompt=batch.system_prompt, agent_model=served, run_dir=batch.run_dir,
                       client=settings.client, user=user, checkpoints=settings.checkpoints,
                       checkpoint_interval_s=settings.checkpoint_interval_s, concurrency=concurrency)
 

@@ -83,7 +83,7 @@ class RunContext:
     system_prompt: str
     #: The agent's model, resolved (a ``local:`` model is already serving): its litellm string, endpoint(s) and
     #: their capacity; :func:`uqh.harness.config.build.build_client` takes it as it is.
-    agent: ServedModel
+    agent_model: ServedModel
     run_dir: Path
     #: How the agent's model client calls (timeout, retries, breaker): the run's settings, unchanged.
     client: ClientSettings = ClientSettings()

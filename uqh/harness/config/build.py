@@ -33,7 +33,7 @@ from uqh.harness.config.settings import (
 from uqh.harness.model.llama_server import ServedModel
 from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
-from uqh.rundir.schema import DecodingConfig, RunConfig
+from uqh.rundir.schema import DEFAULT_AGENT, DecodingConfig, RunConfig
 from uqh.rundir.secrets import mask_url, url_credentials
 
 if TYPE_CHECKING:
@@ -194,6 +194,19 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
 # --------------------------------------------------------------------------------------- presets + overrides
 
 
+def agent_for(name: str | None, decoding: dict[str, Any]) -> str:
+    """The run's agent (default react). The tools agent decodes without the four-tag grammar (the provider's own
+    tool-call format applies), so ``--grammar`` with it is refused and a local model's default grammar is off."""
+    from uqh.harness.episode.agent_registry import check_agent
+
+    agent = check_agent(name or DEFAULT_AGENT)
+    if agent != DEFAULT_AGENT:
+        if decoding.get("grammar"):
+            raise UserError("--grammar forces the react agent's four tags; it cannot be used with --agent tools")
+        decoding["grammar"] = False
+    return agent
+
+
 def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     """Merge ``preset`` and ``overrides`` (flags win) and check what needs no I/O. Raises UserError.
 
@@ -213,7 +226,6 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     for name, value in (("--tasks", overrides.tasks), ("--samples", overrides.samples),
                         ("--step-budget", overrides.step_budget), ("--max-tokens", dec.max_tokens)):
         check_positive(name, value)
-    check_positive("--top-logprobs", dec.top_logprobs, 0)
     check_positive("--observation-chars", overrides.observation_chars, 1)
     check_provider_ranges(dec)
     if overrides.split is not None and cls.splits is not None and overrides.split not in cls.splits:
@@ -239,6 +251,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
 
     decoding: dict[str, Any] = preset.decoding.model_dump(exclude_unset=True) if preset else {}
     decoding.update(dec.model_dump(exclude_none=True))
+    agent = agent_for(overrides.agent, decoding)
     if model.startswith("local:"):  # a tiny local model only produces parsed steps with the grammar's help
         decoding.setdefault("grammar", True)
         decoding.setdefault("max_tokens", LOCAL_GRAMMAR_MAX_TOKENS if decoding["grammar"] else LOCAL_MAX_TOKENS)
@@ -289,6 +302,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         prompt_sha256="",
         package_version=__version__,
         consensus_stopping=consensus_stopping_for(cls, overrides, samples),
+        agent=agent,
     )
     return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
 
@@ -332,6 +346,7 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.store.writer import check_out_dir, check_resumable
+    from uqh.harness.episode.agent_registry import agent_system_prompt
 
     d = draft(preset, overrides)
     check_out_dir(d.out)
@@ -344,7 +359,7 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     try:
         domain = build_domain(config)
         task_ids = select_tasks(domain, d)
-        system_prompt = domain.system_prompt()
+        system_prompt = agent_system_prompt(domain, config.agent)
     except UserError:
         raise
     except (OSError, ValueError, KeyError) as exc:
@@ -395,25 +410,25 @@ def build_domain(config: RunConfig) -> Domain:
     return cls(options, observation_chars=config.observation_chars)
 
 
-def build_client(config: RunConfig, agent: ServedModel, client: ClientSettings,
+def build_client(config: RunConfig, served: ServedModel, client: ClientSettings,
                  client_factory: Callable[[str, str | None], Any] | None = None):
-    """The model client for the run's agent: ``agent`` as resolved (a local: model's server; several endpoints to
-    spread the calls over, :mod:`uqh.harness.model.endpoints`), the run's decoding and, with ``--grammar``, the
-    domain's action grammar; ``client``: per-call timeout, retries and the circuit breaker, as the run was given
+    """The model client for the run's agent: ``served``, its model as resolved (a local: model's server; several
+    endpoints to spread the calls over, :mod:`uqh.harness.model.endpoints`), the run's decoding and, with
+    ``--grammar``, the domain's action grammar; ``client``: per-call timeout, retries and the circuit breaker, as the run was given
     them. ``client_factory(model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests)."""
     if client_factory is not None:
-        return client_factory(agent.model, agent.api_base)
+        return client_factory(served.model, served.api_base)
     from uqh.domains.registry import get_domain_class
     from uqh.harness.model.client import make_model_client
 
     action_grammar = get_domain_class(config.domain).action_gbnf if config.decoding.grammar else None
-    several = len(agent.api_bases) > 1
+    several = len(served.api_bases) > 1
     made = make_model_client(
-        agent.model, api_base=agent.api_base, decoding=config.decoding, action_grammar=action_grammar,
+        served.model, api_base=served.api_base, decoding=config.decoding, action_grammar=action_grammar,
         timeout_s=client.timeout_s, max_retries=client.max_retries, breaker_failures=client.breaker_failures,
         breaker_window_s=client.breaker_window_s,
-        **({"api_bases": list(agent.api_bases), "endpoint_capacity": agent.slots} if several else {}))
-    where = ", ".join(agent.api_bases) if several else agent.api_base or "the provider's API"
-    log.info("agent model %s at %s (%s transport, grammar %s)", agent.model, where,
+        **({"api_bases": list(served.api_bases), "endpoint_capacity": served.slots} if several else {}))
+    where = ", ".join(served.api_bases) if several else served.api_base or "the provider's API"
+    log.info("agent model %s at %s (%s transport, grammar %s)", served.model, where,
              type(made.transport).__name__, "on" if action_grammar else "off")
     return made

@@ -136,6 +136,7 @@ class RunOverrides(BaseModel):
     stop_on_consensus: float | None = Field(
         None, description="sequential sampling: stop a task's samples once its mode is certified at this level")
     stop_rule: str | None = Field(None, description="the stopping rule of --stop-on-consensus (uqh/harness/sampling/consensus.py)")
+    agent: str | None = Field(None, description="the agent (uqh run --agent): react (default) or tools")
 
 
 class ClientSettings(BaseModel):
