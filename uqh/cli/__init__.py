@@ -101,12 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help()
+    if not getattr(args, "_run", None):  # `uqh`, `uqh -v`: a usage mistake, so the help on stderr and exit 2
+        parser.print_help(sys.stderr)
         return 2
     name = f"uqh {args.command}"
     console_log.configure(verbose=args.verbose, prog=name)
     try:
+        console_log.check_litellm_log()  # before any import of litellm, which raises on a bad level
         with interrupts.stop_signals():
             return int(args._run(args) or 0)
     except UserError as exc:
