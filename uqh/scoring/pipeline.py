@@ -242,6 +242,18 @@ def _estimates(cal: str, agg: str | None, points, boots, level: float, with_vs_r
     return out
 
 
+def _learned_or_why_not(sample: Sample, w: np.ndarray, opts: ScoreOptions
+                        ) -> tuple[Sample, LearnedCalibration | None, str | None]:
+    """:func:`learned_sample`, or the sample unchanged and the note that says why it could not be fitted."""
+    try:
+        if sample.n == 0:
+            raise ValueError("no trajectories to fit it on")
+        out, fit = learned_sample(sample, w, opts)
+        return out, fit, None
+    except ValueError as exc:
+        return sample, None, f"{get_predictor(sample.predictor).label} unavailable: {exc}"
+
+
 def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluation:
     """Rows (raw / Platt) of one predictor on one sample, with paired-bootstrap CIs and Δ/SE vs raw."""
     spec = get_predictor(sample.predictor)
@@ -254,13 +266,9 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
     notes: dict[str, str] = {}
     learned_fit = None
     if spec.learned is not None:
-        try:
-            if n == 0:
-                raise ValueError("no trajectories to fit it on")
-            sample, learned_fit = learned_sample(sample, w, opts)
-        except ValueError as exc:
-            notes["raw"] = f"{spec.label} unavailable: {exc}"
-            n = 0
+        sample, learned_fit, why_not = _learned_or_why_not(sample, w, opts)
+        if why_not is not None:
+            notes["raw"], n = why_not, 0
     streams: dict[str, np.ndarray | None] = {"raw": sample.values if n > 0 or spec.learned is None else None}
     if "platt" in opts.calibrations and spec.calibratable:
         try:

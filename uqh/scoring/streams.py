@@ -183,22 +183,12 @@ def run_data_from_records(
         if k is not None and has_row[k]:
             roles.other_assistant_call(k, row.tokens)
     process_features.fill_text_signals(signals, episodes)
-    for p in PREDICTORS.values():
-        if p.signal_running is not None:
-            cum = cumulative_within(p.signal_running.terms(signals), offsets)
-            streams[p.name] = np.asarray(p.signal_running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
+    fill_signal_streams(streams, signals, offsets)
     for p in running:
         cum = cumulative_within(terms[p.name], offsets)
         streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
     if user_rows is not None:
-        n_of = {ep.episode_id: len(ep.steps) for ep in episodes}
-        for row in user_rows:  # row t answers step t's action: it enters step t + 1's information set (docs/scoring.md)
-            t = row.t + 1
-            if agentuq and t == n_of.get(row.episode_id, -1) + 1:  # agentuq's summary counts the final reply too
-                t -= 1
-            k = where.get((row.episode_id, t))
-            if k is not None:
-                roles.user_call(k, row.tokens)
+        place_user_turns(roles, user_rows, where, {ep.episode_id: len(ep.steps) for ep in episodes}, agentuq)
     roles.fill(streams, offsets, has_user_sidecar=user_rows is not None)
     if manifest is not None and manifest.config.decoding.temperature > 0:
         for p in PREDICTORS.values():  # greedy-only values of sampled tokens are not what they claim: missing
@@ -226,6 +216,28 @@ def run_data_from_records(
         has_user_sidecar=user_rows is not None,
         signals=signals,
     )
+
+
+def place_user_turns(roles: "RoleTerms", user_rows: Iterable[LogprobRow], where: dict, n_steps: dict[str, int],
+                     agentuq: bool) -> None:
+    """Add every user turn to the step whose information set holds it: row t answers step t's action, so it enters
+    step t + 1 (the opening, t = 0, step 1); the reply to the last action enters none -- except under agentuq's
+    conventions, whose trajectory summary counts it at the last step (docs/scoring.md)."""
+    for row in user_rows:
+        t = row.t + 1
+        if agentuq and t == n_steps.get(row.episode_id, -1) + 1:
+            t -= 1
+        k = where.get((row.episode_id, t))
+        if k is not None:
+            roles.user_call(k, row.tokens)
+
+
+def fill_signal_streams(streams: dict[str, np.ndarray], signals: np.ndarray, offsets: np.ndarray) -> None:
+    """The streams of the predictors that run over the process signals (SAUP)."""
+    for p in PREDICTORS.values():
+        if p.signal_running is not None:
+            cum = cumulative_within(p.signal_running.terms(signals), offsets)
+            streams[p.name] = np.asarray(p.signal_running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
 
 
 class RoleTerms:
