@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from uqh.cli import arg_types
 from uqh.cli.arg_types import finite_float
 
 NO_ANSWER = "(no answer)"
@@ -32,12 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             "reliability level without a test split)")
     split.add_argument("--cal-ids", metavar="FILE",
                        help="calibration task ids, one per line (the rest is the test split)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the split, the tie-breaking and the bootstrap")
+    p.add_argument("--seed", type=arg_types.seed, default=0, help="seed of the split, the tie-breaking and the bootstrap")
     p.add_argument("--score", choices=("rank", "cp"), default="rank",
                    help="nonconformity score: rank (Definition 6.2, default) or cp (cumulative probability, 6.3)")
-    p.add_argument("--resplits", type=int, default=100, metavar="R",
+    p.add_argument("--resplits", type=arg_types.count_or_zero, default=100, metavar="R",
                    help="random re-splits for split stability (0: none)")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples of mean CIs (0: none)")
+    p.add_argument("--bootstrap", type=arg_types.resamples_or_none, default=1000, metavar="B", help="bootstrap resamples of mean CIs (0: none)")
     p.add_argument("--stop-delta", type=finite_float, default=0.05, metavar="DELTA",
                    help="level of the stopping rules replayed on the recorded samples (default 0.05)")
     v = p.add_mutually_exclusive_group()
@@ -180,8 +181,6 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--alpha must be in (0, 1), got {args.alpha}")
     if args.cal_frac is not None and not 0 < args.cal_frac <= 1:
         raise UserError(f"--cal-frac must be in (0, 1], got {args.cal_frac}")
-    if args.resplits < 0 or args.bootstrap < 0:
-        raise UserError("--resplits and --bootstrap must be >= 0")
     if not 0 < args.stop_delta < 1:
         raise UserError(f"--stop-delta must be in (0, 1), got {args.stop_delta}")
     if (args.verified or args.export_verification) and len(args.run_dirs) != 1:
@@ -191,11 +190,21 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.export_verification:
         from pathlib import Path
 
+        from uqh.rundir.output_dir import access_reason, enclosing_run_dir
+
         out = Path(args.export_verification)
         if out.exists():
             raise UserError(f"--export-verification {out} exists; choose a new file (marks are never overwritten)")
         if not out.parent.is_dir():
             raise UserError(f"--export-verification {out}: the directory {out.parent} does not exist")
+        if enclosing_run_dir(out.parent) is not None:
+            raise UserError(f"--export-verification {out} is inside the run directory {enclosing_run_dir(out.parent)}, "
+                            "where only the run's writer adds files; write it outside")
+        import os
+
+        if not os.access(out.parent, os.W_OK | os.X_OK):
+            raise UserError(f"cannot write --export-verification {out}: {access_reason(out.parent)}; choose a "
+                            "writable directory")
 
 
 def certify_run(run_dir: str, args: argparse.Namespace):
@@ -244,11 +253,23 @@ def run(args: argparse.Namespace) -> int:
         from uqh.scoring.certify.certificate import calibration_mask
 
         (_, items, context, opts), = done
+        import io
+
+        from uqh.rundir.atomic import atomic_create_text
+        from uqh.rundir.errors import OutputWriteError, UserError
+
         rows = verification_rows(items, calibration_mask(items, opts), context, args.seed)
-        with open(args.export_verification, "x", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=VERIFY_FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+        text = io.StringIO()
+        w = csv.DictWriter(text, fieldnames=VERIFY_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+        try:  # whole or not at all (a full disk left a 0-byte file), never over an existing file
+            atomic_create_text(args.export_verification, text.getvalue())
+        except FileExistsError:
+            raise UserError(f"--export-verification {args.export_verification} exists; choose a new file (marks "
+                            "are never overwritten)") from None
+        except OSError as exc:
+            raise OutputWriteError(args.export_verification, exc) from None
         print(f"wrote {len(rows)} calibration items to {args.export_verification}: fill the 'acceptable' column "
               f"(1 = the top answer is acceptable, 0 = not), then run `uqh certify {args.run_dirs[0]} --verified "
               f"{args.export_verification} --seed {args.seed}`", file=sys.stderr)

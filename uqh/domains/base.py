@@ -16,10 +16,11 @@ from typing import Annotated, Any, ClassVar, Literal, TypedDict
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import UserError, require_extra
 from uqh.rundir.schema import DecodingConfig, Episode, StopReason
 
 from uqh.prompts import PROMPTS_DIR
+from uqh.domains.tool_offer import BracketTool, ToolOffer
 
 
 class InvalidAction(Exception):
@@ -246,8 +247,22 @@ class Domain(abc.ABC):
     #: Modules the `--workers` fork server imports once for this domain (what each worker would otherwise load on
     #: first use, e.g. Tau2's package and its parsed databases).
     worker_preload: ClassVar[tuple[str, ...]] = ()
+    #: ``uqh run --agent tools``: the domain's actions as tools, and what the agent is told about the task (empty:
+    #: the domain offers no tools; a domain whose tools are not bracket actions overrides :meth:`tool_offer`).
+    bracket_tools: ClassVar[tuple[BracketTool, ...]] = ()
+    tool_instructions: ClassVar[str] = ""
+    #: ``(extra, module)``: the uqh extra the domain needs and the package that extra installs; None: the core.
+    required_extra: ClassVar[tuple[str, str] | None] = None
+
+    @classmethod
+    def check_installed(cls) -> None:
+        """UserError (one line: which extra to install) when the domain needs an extra that is missing; checked
+        when a command names the domain and when it is built, before any work."""
+        if cls.required_extra is not None:
+            require_extra(*cls.required_extra, f"the {cls.name} domain")
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
+        self.check_installed()
         self.options: dict[str, Any] = dict(options or {})
         self.settings = self.parse_options(self.options)
         self.observation_chars = observation_chars
@@ -284,6 +299,12 @@ class Domain(abc.ABC):
     @classmethod
     def dataset_label(cls) -> str:
         return cls.display_name or cls.name
+
+    def tool_offer(self) -> ToolOffer:
+        """The domain's actions as native tools (``uqh run --agent tools``); UserError when it offers none."""
+        if not self.bracket_tools:
+            raise UserError(f"the {self.name} domain offers no tools; run it with --agent react")
+        return ToolOffer(list(self.bracket_tools), self.tool_instructions)
 
     @abc.abstractmethod
     def make_env(self, task_id: str, *, episode_seed: int) -> Environment:

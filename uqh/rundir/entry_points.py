@@ -39,19 +39,32 @@ class Extension:
         return f"{self.distribution} {self.version}"
 
 
-def _distribution(ep: metadata.EntryPoint) -> tuple[str, str]:
-    dist = getattr(ep, "dist", None)
-    return (dist.metadata["Name"] or "?", dist.version or "?") if dist is not None else ("?", "?")
+def _declared(group: str) -> list[Extension]:
+    """The entry points of ``group`` of each distribution, the first of a name on ``sys.path`` -- except that a copy
+    of uqh declaring none (a stale build's ``uqh.egg-info`` in a checkout) is passed over for the installed one
+    (a slower scan of every distribution's metadata, only when the quick look finds none of uqh's)."""
+    quick = [Extension(group, ep.name, ep.value, ep.dist.metadata["Name"] or "?", ep.dist.version or "?")
+             for ep in metadata.entry_points(group=group)]
+    if any(e.builtin for e in quick):
+        return quick
+    seen: set[str] = set()
+    found = []
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] or "?"
+        key = name.lower().replace("_", "-")
+        eps = [ep for ep in dist.entry_points if ep.group == group]
+        if key in seen or (key == OWN_DISTRIBUTION and not eps):
+            continue
+        seen.add(key)
+        found += [Extension(group, ep.name, ep.value, name, dist.version or "?") for ep in eps]
+    return found
 
 
 @functools.cache
 def extensions(group: str) -> tuple[Extension, ...]:
     """Every entry point of ``group``: uqh's own first, then by distribution name (declaration order kept).
     Refuses (one line) an install whose own entry points are missing: nothing built in could be found."""
-    found = []
-    for ep in metadata.entry_points(group=group):
-        name, version = _distribution(ep)
-        found.append(Extension(group, ep.name, ep.value, name, version))
+    found = _declared(group)
     if not any(e.builtin for e in found):
         raise UserError(f"uqh's own {group} entry points are not installed (an install from before they existed, or "
                         "sources without an install): reinstall uqh (in a checkout: pip install -e .)")

@@ -20,12 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from uqh.harness.config.presets import Preset
+from uqh.harness.config.settings import (
+    AT_LEAST_ONE,
+    AT_LEAST_ZERO,
+    SEED,
+    TOP_LOGPROBS,
+    ClientSettings,
+    DecodingOverrides,
+    RunOverrides,
+)
+from uqh.harness.model.llama_server import ServedModel
 from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
-from uqh.rundir.schema import DecodingConfig, RunConfig
+from uqh.rundir.schema import DEFAULT_AGENT, DecodingConfig, RunConfig
 from uqh.rundir.secrets import mask_url, url_credentials
 
 if TYPE_CHECKING:
@@ -44,51 +52,6 @@ LOCAL_GRAMMAR_MAX_TOKENS = 256
 #: settings (temperature 0, seed offset 0) plus this completion cap -- a user turn is a sentence or two, and an
 #: uncapped 135M model can ramble to its context limit on every turn.
 LOCAL_USER_MAX_TOKENS = 128
-
-
-class DecodingOverrides(BaseModel):
-    """The :class:`DecodingConfig` fields given on the command line (None: not given)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
-    top_logprobs: int | None = None
-    logprobs: bool | None = None
-    grammar: bool | None = None
-    reasoning: bool | None = None
-
-
-class RunOverrides(BaseModel):
-    """What the command line sets on top of a preset (None / empty: not given). Built by the CLI from its flags."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    domain: str | None = None
-    split: str | None = None
-    tasks: int | None = Field(None, description="the domain's first (or sampled) N tasks")
-    task_ids: list[str] | None = Field(None, description="exactly these task ids, in this order")
-    samples: int | None = None
-    step_budget: int | None = None
-    observation_chars: int | None = None
-    model: str | None = None
-    api_base: str | None = None
-    api_bases: list[str] | None = Field(
-        None, description="two or more endpoints serving the model (--api-base repeated, --endpoints FILE); "
-        "api_base is then the first")
-    user_model: str | None = None
-    user_api_base: str | None = None
-    user_logprobs: bool | None = Field(
-        None, description="ask the simulated user's model for logprobs (top-k: the run's top_logprobs)")
-    decoding: DecodingOverrides = DecodingOverrides()
-    domain_options: dict[str, Any] = Field(
-        default_factory=dict, description="-D key=value and the QA alias flags (--data, --top-k, ...), as given")
-    out: Path | None = None
-    stop_on_consensus: float | None = Field(
-        None, description="sequential sampling: stop a task's samples once its mode is certified at this level")
-    stop_rule: str | None = Field(None, description="the stopping rule of --stop-on-consensus (uqh/harness/sampling/consensus.py)")
 
 
 @dataclass(frozen=True)
@@ -110,32 +73,22 @@ def prompt_sha256(text: str) -> str:
 
 
 def check_positive(name: str, value: int | None, minimum: int = 1) -> None:
-    """UserError ``NAME must be >= minimum`` unless ``value`` is None."""
-    if value is not None and value < minimum:
-        raise UserError(f"{name} must be >= {minimum}, got {value}")
+    """UserError ``NAME must be >= minimum, got VALUE`` unless ``value`` is None."""
+    {0: AT_LEAST_ZERO, 1: AT_LEAST_ONE}[minimum].check(name, value)
 
 
-#: What providers accept: OpenAI's chat API takes at most 20 top logprobs; seeds are 32-bit on llama.cpp / vLLM
-#: and a signed 32-bit integer is the range every provider takes.
-MAX_TOP_LOGPROBS = 20
-MAX_SEED = 2**31 - 1
-
-
-def check_provider_ranges(dec: Any) -> None:
+def check_provider_ranges(dec: DecodingOverrides) -> None:
     """UserError for a ``--top-logprobs`` or ``--seed`` outside what providers take."""
-    if dec.top_logprobs is not None and dec.top_logprobs > MAX_TOP_LOGPROBS:
-        raise UserError(f"--top-logprobs must be <= {MAX_TOP_LOGPROBS} (the most providers return), "
-                        f"got {dec.top_logprobs}")
-    if dec.seed is not None and not 0 <= dec.seed <= MAX_SEED:
-        raise UserError(f"--seed must be between 0 and {MAX_SEED} (a 32-bit seed, as providers take), got {dec.seed}")
+    TOP_LOGPROBS.check("--top-logprobs", dec.top_logprobs)
+    SEED.check("--seed", dec.seed)
 
 
 def check_endpoint_url(flag: str, url: str | None) -> None:
     """UserError unless ``url`` (None: not given) is an http(s) URL with a host and without credentials.
 
-    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``) would be written to the manifest
-    and printed, and the clients refuse them next to their own Authorization header; the message shows the URL with
-    them masked.
+    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``, ``...;api_key=KEY``, ``#KEY``)
+    would be written to the manifest and printed, and the clients refuse them next to their own Authorization
+    header; every message shows the URL masked (:func:`uqh.rundir.secrets.mask_url`).
     """
     if url is None:
         return
@@ -151,7 +104,8 @@ def check_endpoint_url(flag: str, url: str | None) -> None:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{flag} {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:8000/v1")
+        raise UserError(f"{flag} {mask_url(url)!r} is not an http(s) URL with a host; give e.g. "
+                        "http://127.0.0.1:8000/v1")
 
 
 def check_endpoint_list(urls: list[str] | None) -> None:
@@ -210,6 +164,17 @@ def observation_chars_for(cls: type[Domain], flag: int | None, preset_value: int
 # --------------------------------------------------------------------------------------- domain options
 
 
+def check_option_urls(cls: type[Domain], options: dict[str, Any]) -> None:
+    """UserError (the URL masked) for a domain option whose value is a URL with credentials (``-D es_url=``,
+    ``-D user_api_base=``): options are recorded in the manifest, so a key there would be written to it."""
+    for key, value in options.items():
+        if isinstance(value, str) and "://" in value:
+            found = url_credentials(value)
+            if found is not None:
+                raise UserError(f"{cls.Options.label(key, cls.name)} {mask_url(value)} contains {found}; it would be "
+                                "written to the run's manifest: give the URL without it and the key in the environment")
+
+
 def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """``RunConfig.domain_options``: the preset's options updated by the command line's, validated by the domain's
     ``Options`` and normalised (``"3"`` for an integer option is recorded as 3, so a flag and ``-D`` with the same
@@ -218,6 +183,7 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
     if "split" in given:
         raise UserError("the split is a run setting: use --split NAME, not a domain option")
     options = {**preset_options, **given}
+    check_option_urls(cls, options)
     if given.get("retrieval") == "es" and not options.get("es_url"):
         raise UserError("--retrieval es needs --es-url URL (and usually --es-index NAME)")
     settings = cls.parse_options(options).model_dump(mode="json")
@@ -241,6 +207,19 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
 # --------------------------------------------------------------------------------------- presets + overrides
 
 
+def agent_for(name: str | None, decoding: dict[str, Any]) -> str:
+    """The run's agent (default react). The tools agent decodes without the four-tag grammar (the provider's own
+    tool-call format applies), so ``--grammar`` with it is refused and a local model's default grammar is off."""
+    from uqh.harness.episode.agent_registry import check_agent
+
+    agent = check_agent(name or DEFAULT_AGENT)
+    if agent != DEFAULT_AGENT:
+        if decoding.get("grammar"):
+            raise UserError("--grammar forces the react agent's four tags; it cannot be used with --agent tools")
+        decoding["grammar"] = False
+    return agent
+
+
 def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     """Merge ``preset`` and ``overrides`` (flags win) and check what needs no I/O. Raises UserError.
 
@@ -256,11 +235,11 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     if preset and overrides.domain and overrides.domain != preset.domain:
         raise UserError(f"--domain {overrides.domain} contradicts --preset {preset.name} (domain {preset.domain})")
     cls = get_domain_class(domain_name)
+    cls.check_installed()
     dec = overrides.decoding
     for name, value in (("--tasks", overrides.tasks), ("--samples", overrides.samples),
                         ("--step-budget", overrides.step_budget), ("--max-tokens", dec.max_tokens)):
         check_positive(name, value)
-    check_positive("--top-logprobs", dec.top_logprobs, 0)
     check_positive("--observation-chars", overrides.observation_chars, 1)
     check_provider_ranges(dec)
     if overrides.split is not None and cls.splits is not None and overrides.split not in cls.splits:
@@ -281,11 +260,15 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     check_endpoint_url("--user-api-base", user_api_base)
     if user_api_base is not None and not user_model:
         raise UserError("--user-api-base needs --user-model (the user-simulator model served there)")
+    if overrides.user_model and not cls.needs_user_model:  # it would enter the config hash and change nothing
+        raise UserError(f"--user-model needs a domain with a simulated user (tau2-airline, tau2-retail, tau2-telecom); "
+                        f"{domain_name} has none: leave --user-model out")
     if not user_model and cls.needs_user_model:
         raise UserError(f"{domain_name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
 
     decoding: dict[str, Any] = preset.decoding.model_dump(exclude_unset=True) if preset else {}
     decoding.update(dec.model_dump(exclude_none=True))
+    agent = agent_for(overrides.agent, decoding)
     if model.startswith("local:"):  # a tiny local model only produces parsed steps with the grammar's help
         decoding.setdefault("grammar", True)
         decoding.setdefault("max_tokens", LOCAL_GRAMMAR_MAX_TOKENS if decoding["grammar"] else LOCAL_MAX_TOKENS)
@@ -336,6 +319,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         prompt_sha256="",
         package_version=__version__,
         consensus_stopping=consensus_stopping_for(cls, overrides, samples),
+        agent=agent,
     )
     return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
 
@@ -376,22 +360,21 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     model strings and API keys, the domain (it is built, its tasks listed) and, when the run directory holds a run,
     that its config is this one (resume). Raises UserError; writes nothing.
     """
-    from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.store.writer import check_out_dir, check_resumable
+    from uqh.harness.episode.agent_registry import agent_system_prompt
 
     d = draft(preset, overrides)
     check_out_dir(d.out)
     config = d.config
     validate_model_string(config.model, config.api_base)
-    check_credentials(config.model, config.api_base)
     if config.user_model:
         validate_model_string(config.user_model, config.user_api_base, flag="--user-api-base")
-        check_credentials(config.user_model, config.user_api_base)
+    preflight(config)
     try:
         domain = build_domain(config)
         task_ids = select_tasks(domain, d)
-        system_prompt = domain.system_prompt()
+        system_prompt = agent_system_prompt(domain, config.agent)
     except UserError:
         raise
     except (OSError, ValueError, KeyError) as exc:
@@ -403,6 +386,20 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     if is_run_dir(d.out):
         check_resumable(d.out, config)
     return config
+
+
+def preflight(config: RunConfig, *, check_keys: bool = True) -> None:
+    """UserError, offline, for what would otherwise fail only once the batch has started: a ``local:`` model's
+    model file or ``llama-server`` binary, and (``check_keys``) an API model's key.
+    Run by :func:`resolve_config` before the domain loads its data, and again by the runner before it creates
+    the run directory (a library call or ``uqh continue`` may not have resolved a config here)."""
+    from uqh.harness.model.llama_server import LOCAL_MODELS, check_credentials, check_local_model
+
+    for model, api_base in ((config.model, config.api_base), (config.user_model, config.user_api_base)):
+        if model in LOCAL_MODELS:
+            check_local_model(model)  # the GGUF (package or cache) and llama-server, each naming uqh setup local
+        elif model and check_keys:
+            check_credentials(model, api_base)
 
 
 def run_dir_of(preset: Preset | None, overrides: RunOverrides) -> Path:
@@ -442,36 +439,25 @@ def build_domain(config: RunConfig) -> Domain:
     return cls(options, observation_chars=config.observation_chars)
 
 
-def build_client(config: RunConfig, model: str, api_base: str | None,
-                 client_factory: Callable[[str, str | None], Any] | None = None, *, timeout_s: float | None = None,
-                 max_retries: int | None = None, api_bases: tuple[str, ...] | list[str] | None = None,
-                 breaker: tuple[int, float] | None = None, endpoint_capacity: int | None = None):
-    """The model client for the run's agent: ``model`` / ``api_base`` as resolved (a local: model's server), the
-    run's decoding and, with ``--grammar``, the domain's action grammar; ``timeout_s`` / ``max_retries`` per call
-    (None: the client's defaults); ``api_bases``: two or more endpoints to spread the calls over
-    (:mod:`uqh.harness.model.endpoints`), ``endpoint_capacity`` the requests each serves at once when known;
-    ``breaker``: the circuit breaker's (failures, window seconds) (:mod:`uqh.harness.model.breaker`; None: its
-    defaults). ``client_factory(model, api_base)`` replaces
-    :func:`uqh.harness.model.client.make_model_client` (tests)."""
+def build_client(config: RunConfig, served: ServedModel, client: ClientSettings,
+                 client_factory: Callable[[str, str | None], Any] | None = None):
+    """The model client for the run's agent: ``served``, its model as resolved (a local: model's server; several
+    endpoints to spread the calls over, :mod:`uqh.harness.model.endpoints`), the run's decoding and, with
+    ``--grammar``, the domain's action grammar; ``client``: per-call timeout, retries and the circuit breaker, as the run was given
+    them. ``client_factory(model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests)."""
     if client_factory is not None:
-        return client_factory(model, api_base)
+        return client_factory(served.model, served.api_base)
     from uqh.domains.registry import get_domain_class
     from uqh.harness.model.client import make_model_client
 
     action_grammar = get_domain_class(config.domain).action_gbnf if config.decoding.grammar else None
-    options: dict[str, Any] = {}
-    if timeout_s is not None:
-        options["timeout_s"] = timeout_s
-    if max_retries is not None:
-        options["max_retries"] = max_retries
-    if api_bases and len(api_bases) > 1:
-        options["api_bases"] = list(api_bases)
-        options["endpoint_capacity"] = endpoint_capacity
-    if breaker is not None:
-        options["breaker_failures"], options["breaker_window_s"] = breaker
-    client = make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
-                               **options)
-    where = ", ".join(api_bases) if api_bases and len(api_bases) > 1 else api_base or "the provider's API"
-    log.info("agent model %s at %s (%s transport, grammar %s)", model, where,
-             type(client.transport).__name__, "on" if action_grammar else "off")
-    return client
+    several = len(served.api_bases) > 1
+    made = make_model_client(
+        served.model, api_base=served.api_base, decoding=config.decoding, action_grammar=action_grammar,
+        timeout_s=client.timeout_s, max_retries=client.max_retries, breaker_failures=client.breaker_failures,
+        breaker_window_s=client.breaker_window_s,
+        **({"api_bases": list(served.api_bases), "endpoint_capacity": served.slots} if several else {}))
+    where = ", ".join(served.api_bases) if several else served.api_base or "the provider's API"
+    log.info("agent model %s at %s (%s transport, grammar %s)", served.model, where,
+             type(made.transport).__name__, "on" if action_grammar else "off")
+    return made
