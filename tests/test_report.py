@@ -75,7 +75,8 @@ def test_transparency_and_long_csv_equal_scoring_output(report):
     expected = _score(ws, censoring="exclude", fixed_rank=True)
     rows = _csv(res.out_dir / "transparency__ws.csv")
     assert [r["Predictor"] for r in rows] == [r.display_label + (f" — {r.note}" if r.note else "") for r in expected.rows]
-    assert len(rows) == 20  # nine predictors (p_true, observation_surprise included) x raw/Platt + the truth + base rate
+    # nine predictors (p_true, observation_surprise included) x raw/Platt + the truth + base rate; saup raw/Platt, htc
+    assert len(rows) == 23
     for got, exp in zip(rows, expected.rows):
         assert int(got["n"]) == exp.n_used and int(got["skipped (missing)"]) == exp.n_skipped_missing
         for col, key in (("AUROC↑", ("auroc",)), ("AURC↓", ("aurc",)), ("T-ECE↓", ("t_ece",)), ("TPS_log↑", ("tps", "log")),
@@ -155,7 +156,8 @@ def test_auq_fixed_rank_and_json(report):
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
     auq = [r for r in _csv(res.out_dir / "auq_scalar.csv") if r["Run"] == "ws (webshop)"]
-    assert len(auq) == len(expected.auq) == 5 * 2 * 3  # predictors x raw/Platt x (last, avg, min)
+    # predictors x raw/Platt x (last, avg, min), and saup raw/Platt and htc x (last, avg, min)
+    assert len(auq) == len(expected.auq) == 5 * 2 * 3 + 3 * 3
     assert _num(auq[0]["AUROC↑"]) == expected.auq[0].value("auroc")
     fixed = [r for r in _csv(res.out_dir / "fixed_rank.csv") if r["Run"] == "ws (webshop)" and r["Predictor"] == "Verbal confidence"]
     exp_fixed = [r for r in expected.fixed_rank if r.predictor == "verbal"]
