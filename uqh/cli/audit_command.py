@@ -34,9 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.reports.render import Output, emit, tables_json
     from uqh.rundir.errors import OutputWriteError, UserError
 
-    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     if args.out is not None:  # before the tables are computed and printed: a bad --out writes nothing
         from uqh.rundir.output_dir import check_output_dir
 

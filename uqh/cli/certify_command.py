@@ -246,8 +246,12 @@ def run(args: argparse.Namespace) -> int:
     import csv
     import sys
 
+    from uqh.cli.arguments import check_runs_have_episodes, print_reading_notes
+
     _check_args(args)
+    check_runs_have_episodes(args.run_dirs)
     done = [certify_run(d, args) for d in args.run_dirs]  # everything validated before anything is written
+    print_reading_notes("uqh certify", args.run_dirs)  # e.g. "N of M planned episodes, run in progress"
     results = [r for r, _, _, _ in done]
     if args.export_verification:
         from uqh.scoring.certify.certificate import calibration_mask

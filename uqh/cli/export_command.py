@@ -51,9 +51,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.export import FRAMES, export_frames
     from uqh.scoring.pipeline import ScoreOptions
 
-    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     print_reading_notes("uqh export", args.run_dirs)
     to = Path(args.to)
     check_destination(to)

@@ -36,9 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.rundir.errors import UserError
     from uqh.reports.report.write_report import ReportOptions, build_report
 
-    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     if args.max_traces < 0:
         raise UserError("--max-traces must be >= 0")
     if args.min_valid < 1:

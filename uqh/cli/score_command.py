@@ -159,9 +159,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.pipeline import pool_runs, score_run
     from uqh.scoring.streams import load_run
 
-    from uqh.cli.arguments import check_distinct_runs, run_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, run_notes
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     opts = options_from_args(args)
     if args.paired and len(args.run_dirs) < 2:
         raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")
