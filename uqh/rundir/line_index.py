@@ -74,6 +74,7 @@ def episode_head(line: bytes) -> EpisodeHead:
         raise ValueError("no stop_reason/outcome/n_steps keys")
     costs = [float(c) for c in _COST.findall(line)]  # 5x faster than a bytes.find loop on a 20 kB line
     outcome = None if head.group(2) == b"null" else int(head.group(2))
+    outcome = outcome if outcome in (0, 1, None) else None  # as the Episode record reads it (schema.py)
     return EpisodeHead(head.group(1).decode(), outcome, int(n.group(1)), sum(costs) if costs else None)
 
 

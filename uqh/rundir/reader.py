@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 import urllib.parse
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Hashable, Iterator, TypeVar
@@ -35,6 +36,7 @@ from uqh.rundir.schema import (
     EPISODES_FILE,
     LOCK_FILE,
     MANIFEST_FILE,
+    OUT_OF_RANGE,
     SCHEMA_VERSION,
     SIDECAR_FILE,
     SKIPPED_FILE,
@@ -73,9 +75,9 @@ def complete_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 
-def _parse(path: Path, lineno: int, raw: bytes, model: type[M]) -> M:
+def _parse(path: Path, lineno: int, raw: bytes, model: type[M], context: dict | None = None) -> M:
     try:
-        return model.model_validate_json(raw)
+        return model.model_validate_json(raw, context=context)
     except ValueError as exc:  # pydantic ValidationError (JSON errors included) is a ValueError
         raise UserError(
             f"{path}:{lineno}: not a valid {model.__name__} record ({first_line(exc)}); "
@@ -83,20 +85,22 @@ def _parse(path: Path, lineno: int, raw: bytes, model: type[M]) -> M:
         ) from None
 
 
-def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
-    """Records of ``model`` from a JSONL file, torn-line safe; a malformed line is a UserError with its line number."""
+def read_jsonl(path: Path, model: type[M], context: dict | None = None) -> Iterator[M]:
+    """Records of ``model`` from a JSONL file, torn-line safe; a malformed line is a UserError with its line number.
+    ``context``: the validation context (e.g. ``{OUT_OF_RANGE: []}`` collects values read as missing)."""
     path = Path(path)
     for lineno, raw in complete_lines(path):
-        yield _parse(path, lineno, raw, model)
+        yield _parse(path, lineno, raw, model, context)
 
 
-def read_jsonl_first_per_key(path: Path, model: type[M], key: Callable[[M], Hashable]) -> tuple[list[M], int]:
+def read_jsonl_first_per_key(path: Path, model: type[M], key: Callable[[M], Hashable],
+                             context: dict | None = None) -> tuple[list[M], int]:
     """:func:`read_jsonl` keeping the first line of each ``key`` (a retried append can repeat a record); also
     returns how many later lines were dropped as repeats."""
     seen: set = set()
     out: list[M] = []
     repeats = 0
-    for rec in read_jsonl(path, model):
+    for rec in read_jsonl(path, model, context):
         k = key(rec)
         if k in seen:
             repeats += 1
@@ -169,6 +173,8 @@ class RunDir:
     duplicate_episode_lines: int = 0
     #: Filled by :meth:`episodes`: ids of episode lines the manifest does not plan (left out, never counted).
     foreign_episode_ids: list[str] = field(default_factory=list)
+    #: Filled by :meth:`episodes`: (field, value) of each recorded value outside its range, read as missing.
+    out_of_range_values: list[tuple[str, object]] = field(default_factory=list)
     duplicate_sidecar_rows: int = 0
     #: Filled by :meth:`user_sidecar`: user-sidecar lines dropped by the de-duplication rule.
     duplicate_user_sidecar_rows: int = 0
@@ -219,8 +225,10 @@ class RunDir:
     def episodes(self) -> list[Episode]:
         """Finished episodes in file order, torn-line safe, the first line of each episode_id kept (cached)."""
         if self._episodes is None:
+            context: dict = {OUT_OF_RANGE: []}
             episodes, self.duplicate_episode_lines = read_jsonl_first_per_key(
-                self.path / EPISODES_FILE, Episode, lambda ep: ep.episode_id)
+                self.path / EPISODES_FILE, Episode, lambda ep: ep.episode_id, context)
+            self.out_of_range_values = context[OUT_OF_RANGE]
             planned = self._is_planned()
             self.foreign_episode_ids = [ep.episode_id for ep in episodes if not planned(ep)]
             self._episodes = [ep for ep in episodes if planned(ep)] if self.foreign_episode_ids else episodes
@@ -237,7 +245,7 @@ class RunDir:
 
     def reading_notes(self) -> list[str]:
         """One line per thing a reader left out of the episodes, so no count is silently wrong: lines whose ids the
-        manifest does not plan, duplicate lines, a torn last line."""
+        manifest does not plan, duplicate lines, values outside their range (read as missing), a torn last line."""
         self.episodes()
         notes = []
         if self.foreign_episode_ids:
@@ -246,6 +254,12 @@ class RunDir:
         if self.duplicate_episode_lines:
             notes.append(f"{self.path}: {self.duplicate_episode_lines} duplicate episode line(s): the first of each "
                          "id counted")
+        if self.out_of_range_values:
+            fields = Counter(name for name, _ in self.out_of_range_values)
+            name, value = self.out_of_range_values[0]
+            notes.append(f"{self.path}: {len(self.out_of_range_values)} recorded value(s) outside their range read as "
+                         f"missing ({', '.join(f'{k} {n}x' for k, n in sorted(fields.items()))}; e.g. {name} "
+                         f"{value!r}): the scores leave them out")
         path = self.path / EPISODES_FILE
         torn = path.stat().st_size - integrity.complete_length(path) if path.is_file() else 0
         if torn:
