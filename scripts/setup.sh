@@ -29,12 +29,12 @@ build_llama_server() {
   # DEPENDS_EXPLICIT_ONLY (CMake >= 3.27): the server's generated HTML headers no longer wait for every library,
   # so server.cpp (the longest single compile, ~1 min) is built first, on one core, while pip installs beside it;
   # the libraries then build on every core. Before, it started only after the last library: a minute on one core.
-  # llama-cold-sources.cmake: what llama-server runs once per request or never is compiled at -O1 (less CPU).
+  # uqh/harness/model/llama_cold_sources.cmake: what llama-server runs once per request or never is compiled at -O1 (less CPU).
   "$CMAKE_BIN" -S "$llama" -B "$llama/build" -G Ninja -DCMAKE_MAKE_PROGRAM="$NINJA_BIN" \
     -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
     -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DCMAKE_ADD_CUSTOM_COMMAND_DEPENDS_EXPLICIT_ONLY=ON \
-    "-DCMAKE_PROJECT_llama.cpp_INCLUDE=$PWD/scripts/llama-cold-sources.cmake" >/dev/null
+    "-DCMAKE_PROJECT_llama.cpp_INCLUDE=$PWD/uqh/harness/model/llama_cold_sources.cmake" >/dev/null
   "$NINJA_BIN" -C "$llama/build" -j 1 tools/server/CMakeFiles/llama-server.dir/server.cpp.o >/dev/null
   "$NINJA_BIN" -C "$llama/build" -j "$(nproc)" llama-server >/dev/null
   install -m 755 "$llama/build/bin/llama-server" .venv/bin/llama-server

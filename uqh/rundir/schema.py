@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 SCHEMA_VERSION = 1
 
@@ -180,16 +181,44 @@ class CallRecord(_Record):
     ] = False
 
 
+class ToolCallRecord(_Record):
+    """One native function call of a model answer (``uqh run --agent tools``), as the provider sent it."""
+
+    id: Annotated[str | None, Field(description="The provider's call id (sent back with the tool's result).")] = None
+    name: str
+    arguments: Annotated[str, Field(description="The arguments exactly as the provider sent them (a JSON text).")]
+
+
 class Attempt(_Record):
     """One model call for a step: the raw text and, if it was rejected, why."""
 
     attempt: int
-    raw_text: Annotated[str, Field(description="The full generated text the parser saw.")]
+    raw_text: Annotated[str, Field(description="The full generated text the parser saw (--agent tools: the "
+                                               "message content, the calls are in tool_calls).")]
     error: Annotated[
         str | None,
         Field(description="Why the output was rejected (the repair message sent back), or null if accepted."),
     ] = None
     call: CallRecord
+    tool_calls: Annotated[
+        list[ToolCallRecord] | None,
+        Field(description="The answer's native function calls (--agent tools); absent for the react agent and for an "
+                          "answer without calls.", exclude_if=_is_none),
+    ] = None
+
+
+#: Key of the validation context (``model_validate_json(raw, context={OUT_OF_RANGE: []})``) under which a reader
+#: collects ``(field, value)`` of every value read as missing because it is outside its documented range.
+OUT_OF_RANGE = "out_of_range"
+
+
+def read_as_missing(field: str, value: Any, info: ValidationInfo) -> None:
+    """A recorded value outside its documented range (an edited or foreign line): read as missing (None), never
+    clipped or used -- a ``verbal_confidence`` of 7.5 moved AUROC 0.500 -> 0.545 --, and noted for the reader
+    that asked (:data:`OUT_OF_RANGE`), which says so in its reading notes (``uqh score``, ``uqh audit``)."""
+    if isinstance(info.context, dict) and isinstance(info.context.get(OUT_OF_RANGE), list):
+        info.context[OUT_OF_RANGE].append((field, value))
+    return None
 
 
 class Step(_Record):
@@ -197,7 +226,8 @@ class Step(_Record):
     think: str
     action: str
     verbal_confidence: Annotated[
-        float | None, Field(description="Parsed <confidence>, clipped to [0, 1]; null if not numeric.")
+        float | None, Field(description="Parsed <confidence>, clipped to [0, 1]; null if not numeric. A value read outside "
+                          "[0, 1] (or NaN) is read as null and noted.")
     ]
     confidence_raw: Annotated[str | None, Field(description="The <confidence> text before parsing.")] = None
     explanation: str
@@ -206,6 +236,13 @@ class Step(_Record):
     attempts: Annotated[list[Attempt], Field(description="Every call made for this step, in order.")]
     info: Annotated[dict[str, Any], Field(description="Domain-specific step details.")] = {}
 
+    @field_validator("verbal_confidence")
+    @classmethod
+    def _a_probability(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and not 0.0 <= value <= 1.0:  # NaN fails both comparisons
+            return read_as_missing("verbal_confidence", value, info)
+        return value
+
 
 class Episode(_Record):
     schema_version: int = SCHEMA_VERSION
@@ -213,8 +250,10 @@ class Episode(_Record):
     task_id: str
     sample_index: int = 0
     stop_reason: StopReason
-    outcome: Annotated[int | None, Field(description="Y in {0,1} when stop_reason is clean, else null.")] = None
-    reward: Annotated[float | None, Field(description="Raw benchmark reward when observed.")] = None
+    outcome: Annotated[int | None, Field(description="Y in {0,1} when stop_reason is clean, else null (another "
+                                                     "value is read as null and noted).")] = None
+    reward: Annotated[float | None, Field(description="Raw benchmark reward when observed (a non-finite one is "
+                                                      "read as null and noted).")] = None
     reward_info: Annotated[dict[str, Any], Field(description="Domain reward breakdown (e.g. F1, tau2 checks).")] = {}
     n_steps: Annotated[int, Field(description="Number of completed (parsed) steps.")]
     step_budget: int
@@ -235,6 +274,20 @@ class Episode(_Record):
     started_at: str | None = None
     finished_at: str | None = None
     info: dict[str, Any] = {}
+
+    @field_validator("outcome")
+    @classmethod
+    def _zero_or_one(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value not in (0, 1):
+            return read_as_missing("outcome", value, info)
+        return value
+
+    @field_validator("reward")
+    @classmethod
+    def _finite(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and not math.isfinite(value):
+            return read_as_missing("reward", value, info)
+        return value
 
     @property
     def verbal_confidences(self) -> list[float | None]:
@@ -262,6 +315,8 @@ class DecodingConfig(_Record):
 HASH_EXCLUDED_OPTIONS = frozenset({"index_dir"})
 #: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
 _LATER_FIELDS = ("user_api_base", "consensus_stopping", "api_bases", "user_logprobs")
+#: The agent of runs recorded before there was a choice of agents: left out of the hash, so those runs resume.
+DEFAULT_AGENT = "react"
 #: Where the models are served from: not part of what a run produces, so out of the config hash (a server moved to
 #: another port, ``localhost`` for ``127.0.0.1``, a dead replica dropped -- the run still resumes). The latest
 #: session's endpoints stay in the config; every session's are in ``Manifest.sessions``.
@@ -323,6 +378,13 @@ class RunConfig(_Record):
               exclude_if=_is_none, ge=0),
     ] = None
 
+    agent: Annotated[
+        str,
+        Field(description="The policy that turns the history into the next step (uqh run --agent): react, the paper's "
+                          "four-tag text loop, or tools, native function calling (docs/agents.md). Left out of the "
+                          "hash while react, so runs recorded before the choice existed resume."),
+    ] = DEFAULT_AGENT
+
     @property
     def endpoints(self) -> list[str]:
         """The agent model's endpoints: ``api_bases``, else ``[api_base]`` (empty: the provider's own)."""
@@ -347,6 +409,8 @@ class RunConfig(_Record):
         for key in _LATER_FIELDS:
             if data.get(key) is None:
                 data.pop(key, None)
+        if data.get("agent") == DEFAULT_AGENT:
+            data.pop("agent")
         for key in drop:
             data.pop(key, None)
         data["domain_options"] = {k: v for k, v in data["domain_options"].items() if k not in HASH_EXCLUDED_OPTIONS}

@@ -29,6 +29,7 @@ from uqh.domains.base import (
     clean_final_action,
     option_field,
 )
+from uqh.domains.tool_offer import BracketTool
 from uqh.domains.data_files import find_data_file, original_suffix, read_data_bytes
 from uqh.domains.qa.retrieval import (
     Bm25Retriever,
@@ -219,6 +220,17 @@ class QADomain(Domain):
     data_subdir: ClassVar[str]
     preferred_files: ClassVar[tuple[str, ...]]
     finish_hint: ClassVar[str]  # how Finish is written, for repair messages
+    bracket_tools = (
+        BracketTool("Search", "search", "Search the Wikipedia-backed corpus; returns the best passages and loads "
+                    "them as the current context.", "query", "a concise, targeted search query"),
+        BracketTool("Lookup", "lookup", "Scan the currently loaded passages for a keyword and return the next "
+                    "matching sentence.", "keyword", "the keyword to look up"),
+        BracketTool("Finish", "finish", "End the episode with your final answer.", "answer",
+                    "the final answer, short and direct"),
+    )
+    tool_instructions = ("You are a question-answering agent. You solve questions by searching a Wikipedia-backed "
+                         "corpus: search to load passages, lookup to find a keyword in them, and finish to give your "
+                         "final answer. Multi-hop questions often need evidence from several pages.")
 
     @classmethod
     def finish_argument(cls, episode) -> str | None:
@@ -240,7 +252,7 @@ class QADomain(Domain):
         self.top_k = opts.top_k
         self.es_url = opts.es_url
         self.es_index = opts.es_index
-        if self.retrieval == "es":
+        if self.es_url is not None:  # checked even unused: it is recorded in the manifest
             check_es_url(str(self.es_url))
         self.corpus_path = opts.corpus
         self.index_dir = opts.index_dir

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from uqh.harness.config.presets import Preset
-from uqh.rundir.errors import UserError, not_utf8, require_extra
+from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
-from uqh.rundir.schema import DecodingConfig, RunConfig
+from uqh.rundir.schema import DEFAULT_AGENT, DecodingConfig, RunConfig
 from uqh.rundir.secrets import mask_url, url_credentials
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class RunOverrides(BaseModel):
     stop_on_consensus: float | None = Field(
         None, description="sequential sampling: stop a task's samples once its mode is certified at this level")
     stop_rule: str | None = Field(None, description="the stopping rule of --stop-on-consensus (uqh/harness/sampling/consensus.py)")
+    agent: str | None = Field(None, description="the agent (uqh run --agent): react (default) or tools")
 
 
 @dataclass(frozen=True)
@@ -133,9 +134,9 @@ def check_provider_ranges(dec: Any) -> None:
 def check_endpoint_url(flag: str, url: str | None) -> None:
     """UserError unless ``url`` (None: not given) is an http(s) URL with a host and without credentials.
 
-    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``) would be written to the manifest
-    and printed, and the clients refuse them next to their own Authorization header; the message shows the URL with
-    them masked.
+    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``, ``...;api_key=KEY``, ``#KEY``)
+    would be written to the manifest and printed, and the clients refuse them next to their own Authorization
+    header; every message shows the URL masked (:func:`uqh.rundir.secrets.mask_url`).
     """
     if url is None:
         return
@@ -151,7 +152,8 @@ def check_endpoint_url(flag: str, url: str | None) -> None:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{flag} {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:8000/v1")
+        raise UserError(f"{flag} {mask_url(url)!r} is not an http(s) URL with a host; give e.g. "
+                        "http://127.0.0.1:8000/v1")
 
 
 def check_endpoint_list(urls: list[str] | None) -> None:
@@ -210,6 +212,17 @@ def observation_chars_for(cls: type[Domain], flag: int | None, preset_value: int
 # --------------------------------------------------------------------------------------- domain options
 
 
+def check_option_urls(cls: type[Domain], options: dict[str, Any]) -> None:
+    """UserError (the URL masked) for a domain option whose value is a URL with credentials (``-D es_url=``,
+    ``-D user_api_base=``): options are recorded in the manifest, so a key there would be written to it."""
+    for key, value in options.items():
+        if isinstance(value, str) and "://" in value:
+            found = url_credentials(value)
+            if found is not None:
+                raise UserError(f"{cls.Options.label(key, cls.name)} {mask_url(value)} contains {found}; it would be "
+                                "written to the run's manifest: give the URL without it and the key in the environment")
+
+
 def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """``RunConfig.domain_options``: the preset's options updated by the command line's, validated by the domain's
     ``Options`` and normalised (``"3"`` for an integer option is recorded as 3, so a flag and ``-D`` with the same
@@ -218,6 +231,7 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
     if "split" in given:
         raise UserError("the split is a run setting: use --split NAME, not a domain option")
     options = {**preset_options, **given}
+    check_option_urls(cls, options)
     if given.get("retrieval") == "es" and not options.get("es_url"):
         raise UserError("--retrieval es needs --es-url URL (and usually --es-index NAME)")
     settings = cls.parse_options(options).model_dump(mode="json")
@@ -239,6 +253,19 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
 
 
 # --------------------------------------------------------------------------------------- presets + overrides
+
+
+def agent_for(name: str | None, decoding: dict[str, Any]) -> str:
+    """The run's agent (default react). The tools agent decodes without the four-tag grammar (the provider's own
+    tool-call format applies), so ``--grammar`` with it is refused and a local model's default grammar is off."""
+    from uqh.harness.episode.agent_registry import check_agent
+
+    agent = check_agent(name or DEFAULT_AGENT)
+    if agent != DEFAULT_AGENT:
+        if decoding.get("grammar"):
+            raise UserError("--grammar forces the react agent's four tags; it cannot be used with --agent tools")
+        decoding["grammar"] = False
+    return agent
 
 
 def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
@@ -282,11 +309,15 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     check_endpoint_url("--user-api-base", user_api_base)
     if user_api_base is not None and not user_model:
         raise UserError("--user-api-base needs --user-model (the user-simulator model served there)")
+    if overrides.user_model and not cls.needs_user_model:  # it would enter the config hash and change nothing
+        raise UserError(f"--user-model needs a domain with a simulated user (tau2-airline, tau2-retail, tau2-telecom); "
+                        f"{domain_name} has none: leave --user-model out")
     if not user_model and cls.needs_user_model:
         raise UserError(f"{domain_name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
 
     decoding: dict[str, Any] = preset.decoding.model_dump(exclude_unset=True) if preset else {}
     decoding.update(dec.model_dump(exclude_none=True))
+    agent = agent_for(overrides.agent, decoding)
     if model.startswith("local:"):  # a tiny local model only produces parsed steps with the grammar's help
         decoding.setdefault("grammar", True)
         decoding.setdefault("max_tokens", LOCAL_GRAMMAR_MAX_TOKENS if decoding["grammar"] else LOCAL_MAX_TOKENS)
@@ -337,6 +368,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         prompt_sha256="",
         package_version=__version__,
         consensus_stopping=consensus_stopping_for(cls, overrides, samples),
+        agent=agent,
     )
     return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
 
@@ -379,6 +411,7 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     """
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.store.writer import check_out_dir, check_resumable
+    from uqh.harness.episode.agent_registry import agent_system_prompt
 
     d = draft(preset, overrides)
     check_out_dir(d.out)
@@ -390,7 +423,7 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     try:
         domain = build_domain(config)
         task_ids = select_tasks(domain, d)
-        system_prompt = domain.system_prompt()
+        system_prompt = agent_system_prompt(domain, config.agent)
     except UserError:
         raise
     except (OSError, ValueError, KeyError) as exc:
@@ -406,17 +439,14 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
 
 def preflight(config: RunConfig, *, check_keys: bool = True) -> None:
     """UserError, offline, for what would otherwise fail only once the batch has started: a ``local:`` model's
-    package (the ``local`` extra), model file or ``llama-server`` binary, and (``check_keys``) an API model's key.
+    model file or ``llama-server`` binary, and (``check_keys``) an API model's key.
     Run by :func:`resolve_config` before the domain loads its data, and again by the runner before it creates
     the run directory (a library call or ``uqh continue`` may not have resolved a config here)."""
-    from uqh.harness.model.llama_server import LOCAL_MODELS, check_credentials, find_gguf, find_llama_server
+    from uqh.harness.model.llama_server import LOCAL_MODELS, check_credentials, check_local_model
 
-    for flag, model, api_base in (("--model", config.model, config.api_base),
-                                  ("--user-model", config.user_model, config.user_api_base)):
+    for model, api_base in ((config.model, config.api_base), (config.user_model, config.user_api_base)):
         if model in LOCAL_MODELS:
-            require_extra("local", LOCAL_MODELS[model].package, f"{flag} {model}")
-            find_gguf(model)
-            find_llama_server()
+            check_local_model(model)  # the GGUF (package or cache) and llama-server, each naming uqh setup local
         elif model and check_keys:
             check_credentials(model, api_base)
 

@@ -190,6 +190,10 @@ def read_results(path: Path) -> tuple[bytes, dict[str, Any], Any]:
     from pydantic import ValidationError
 
     require_extra("tau2", "tau2", "uqh import tau2")
+    from loguru import logger  # tau2's logger (installed with it)
+
+    # tau2 warns "No .env file found" on stderr when its utils are first imported: noise before our one line
+    logger.disable("tau2")
     from tau2.data_model.simulation import Results
 
     try:  # the tasks are not needed, and their schema changes between tau2 versions more than the rest

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from uqh.rundir.atomic import check_creatable
 from uqh.rundir.errors import OutputWriteError, UserError
+from uqh.rundir.output_dir import WRITING_MARK, check_output_dir, writing
 from uqh.reports.termination_tables import load_runs, selection_diagnostic_table, termination_audit
 from uqh.reports.censoring_tables import (
     artificial_censoring_table,
@@ -59,6 +60,7 @@ from uqh.reports.judge_tables import header_lines as judge_header
 from uqh.reports.judge_tables import judge_tables
 from uqh.reports.judged_runs import judgments_for_report, read_certificates
 from uqh.reports.prefix_tables import EMPTY as NO_CONTINUATIONS, censored_prefix_tables
+from uqh.reports.learned_tables import htc_weights_table, learned_scores_table
 from uqh.reports.report.figures import figure_calibration_invariance, figure_censored_shift, figure_selection
 from uqh.reports.report.html import Figure, Section, render_page
 from uqh.reports.score_tables import (
@@ -95,27 +97,18 @@ class ReportResult:
     html: Path
 
 
+def is_report_dir(path: Path) -> bool:
+    """Whether ``path`` holds an earlier report (its ``report.json``, or only the staging folder of one that was
+    stopped): the one non-empty ``--out`` a report replaces its files in."""
+    path = Path(path)
+    return (path / "report.json").is_file() or all(p.name.startswith(STAGING_PREFIX) for p in path.iterdir()
+                                                    if p.name != WRITING_MARK)
+
+
 def check_out_writable(out_dir: Path, flag: str = "--out") -> None:
-    """UserError unless ``out_dir`` is (or can be created as) a writable directory that is not a run directory
-    (whose files only the writer of the run may add). Writes nothing."""
-    from uqh.rundir.schema import MANIFEST_FILE
-
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise UserError(f"{flag} {out_dir} exists and is not a directory; pick a directory path")
-        if (out_dir / MANIFEST_FILE).exists():
-            raise UserError(f"{flag} {out_dir} is a run directory; write into a directory of its own")
-        if not os.access(out_dir, os.W_OK | os.X_OK):
-            raise UserError(f"cannot write {flag} {out_dir}: {_access_reason(out_dir)}; pick a writable directory")
-        return
-    check_creatable(out_dir, flag)
-
-
-def _access_reason(path: Path) -> str:
-    try:
-        return "read-only file system" if os.statvfs(path).f_flag & os.ST_RDONLY else "permission denied"
-    except OSError:
-        return "permission denied"
+    """UserError unless ``out_dir`` may receive the report (:func:`uqh.rundir.output_dir.check_output_dir`: not in a
+    run directory, writable, empty or an earlier report). Writes nothing."""
+    check_output_dir(out_dir, flag, is_own=is_report_dir)
 
 
 def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptions | None = None) -> ReportResult:
@@ -125,7 +118,7 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
     opts = opts or ReportOptions()
     check_out_writable(out_dir)
     runs = load_runs(paths)
-    certificates = [c for f in opts.certify_files for c in read_certificates(f)]
+    certificates = [c for f in opts.certify_files for c in read_certificates(f, [Path(p) for p in paths])]
     scored = score_runs(runs, opts)  # everything that can fail on the inputs fails before anything is written
     judges = None
     if opts.judgments_dir is not None:
@@ -134,7 +127,8 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
         for sr, judged in zip(scored, by_run):
             sr.judgments = judged
     try:
-        return _write_staged(runs, scored, out_dir, opts, judges, certificates)
+        with writing(out_dir, "--out"):  # a second report writing here at the same time is refused, one line
+            return _write_staged(runs, scored, out_dir, opts, judges, certificates)
     except OSError as exc:  # the directory was usable when checked: a fault on the way (disk full), exit 1
         raise OutputWriteError(out_dir, exc) from None
 
@@ -191,8 +185,9 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
     prefix_ts, prefix_notes = censored_prefix_tables(scored)
     judge_ts = judge_tables(judges) if judges is not None else []
     certify_ts = certify_tables(list(certificates)) if certificates else []
+    learned_t, weights_t = learned_scores_table(scored), htc_weights_table(scored)
     tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, regime_t, margin_t, art_t,
-              shift_t, exact_t, *prefix_ts, parse_t, *judge_ts, *certify_ts]
+              shift_t, exact_t, *prefix_ts, parse_t, *judge_ts, *certify_ts, learned_t, weights_t]
     for t in tables:
         files += t.write(out_dir)
     for sr in scored:
@@ -225,6 +220,8 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
         Section("calibration", "Calibration invariance", "§6.1 / Fig. 1.", [calib_t, platt_t], fig1),
         Section("fixed-rank", "Fixed-rank sensitivity", "Appendix E.", [fixed_t]),
         Section("auq", "Scalar AUQ predictors", "Appendix F.2 / Table 5.", [auq_t]),
+        Section("learned", "Learned trajectory calibrators", "HTC and SAUP by TPS under each censoring convention, "
+                "next to verbal confidence and white-box signals; HTC's feature weights.", [learned_t, weights_t]),
         Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A; exact censored score §4.3.",
                 [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=[] if shift_t.rows else [no_cens]),
         Section("censored-prefixes", "Censored prefixes: exact vs simple",
@@ -237,10 +234,10 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
                 [margin_t] if margin_t.rows else [], notes=[] if margin_t.rows else [no_cens]),
         Section("parse-errors", "Parse-error sensitivity", "Appendix G.2.", [parse_t] if parse_t.rows else [],
                 notes=[] if parse_t.rows else [no_parse]),
-        Section("judges", "GPA judges", "Judge scores, stability, failure detection and localisation (docs/judges.md); "
+        Section("judges", "GPA judges", "Judge scores, stability, failure detection and localisation (Agent GPA judges); "
                 "a trajectory's judgments are shown under it in the trace explorer.", judge_ts,
                 notes=judge_header(judges) if judges is not None else [NO_JUDGES]),
-        Section("certificate", "Reliability certificate", "Self-consistency + conformal certificate (docs/certify.md).",
+        Section("certificate", "Reliability certificate", "Self-consistency + conformal certificate (Mouzouni).",
                 certify_ts, notes=certify_header(list(certificates)) if certificates else [NO_CERTIFICATE]),
     ]
     meta = [
