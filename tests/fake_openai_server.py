@@ -46,7 +46,11 @@ cached; ``usage`` reports ``cache_read_input_tokens`` (the longest marked prefix
 responder sees the request converted to the chat shape (system + messages, text only).
 
 A responder may return ``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` instead of text: the answer is then
-an OpenAI function call (content and logprobs null), what tau2's own LLM agent expects.
+an OpenAI function call (content and logprobs null), what tau2's own LLM agent expects. Optional keys: ``"content"``
+(text sent along with the calls), ``"logprobs": True`` (token logprobs of the generated call text when the request
+asks for them, as llama.cpp's server returns them) and a call's ``"id"``; ``"arguments"`` given as a string is sent
+verbatim (malformed JSON included). The CLI's ``--tool-calls`` serves every request with calls of the first tool the
+request offers (:func:`offered_tool_call`).
 
 With ``scripted_logprobs={token: [(alt, logprob), ...]}`` every generated token equal to a key gets exactly those
 alternatives (its own logprob is its entry in the list, else the first), so a test can serve, e.g., an answer
@@ -290,17 +294,28 @@ def build_response_body(
     return f'{head[:-1]}, "choices": [{choice}], "usage": {usage}}}'.encode()
 
 
-def build_tool_call_body(calls: list[dict], *, model: str, prompt_tokens: int) -> bytes:
-    """A chat.completion whose message is OpenAI function calls (``[{"name": ..., "arguments": {...}}]``), content
-    null and ``logprobs`` null, as OpenAI answers a tool call."""
-    tool_calls = [{"id": f"call_fake_{i}", "type": "function",
-                   "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+def build_tool_call_body(calls: list[dict], *, model: str, prompt_tokens: int, content: str | None = None,
+                         logprobs: bool = False, top_logprobs: int = 0) -> bytes:
+    """A chat.completion whose message is OpenAI function calls (``[{"name": ..., "arguments": {...}}]``, an
+    ``"id"`` optional; ``arguments`` may be a string, sent as is), ``content`` null unless given, as OpenAI answers a
+    tool call. With ``logprobs`` the generated text -- the content, then each call as ``{"name": ...,
+    "arguments": ...}`` JSON, as a llama.cpp server generates it before parsing it into ``tool_calls`` -- comes with
+    logprobs by the usual rules; without it ``logprobs`` is null (OpenAI's answer to a tool call)."""
+    tool_calls = [{"id": c.get("id", f"call_fake_{i}"), "type": "function",
+                   "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
+                                else json.dumps(c["arguments"])}}
                   for i, c in enumerate(calls)]
+    generated = (content or "") + "".join(
+        json.dumps({"name": t["function"]["name"], "arguments": t["function"]["arguments"]}) for t in tool_calls)
+    tokens = tokenize(generated)
+    lp = {"content": [dict(_logprob_entry(t, False), top_logprobs=_logprob_entry(t, False)["top_logprobs"][
+        : max(0, top_logprobs)]) for t in tokens]} if logprobs else None
     return json.dumps({
         "id": "chatcmpl-fake-tools", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": tool_calls},
-                     "logprobs": None, "finish_reason": "tool_calls"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 10, "total_tokens": prompt_tokens + 10},
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls},
+                     "logprobs": lp, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(tokens) or 10,
+                  "total_tokens": prompt_tokens + (len(tokens) or 10)},
     }).encode()
 
 
@@ -564,9 +579,12 @@ class FakeOpenAIServer:
         if forced is not None:
             text = forced
         messages = body.get("messages", [])
-        if isinstance(text, dict):  # a native tool call (tau2's own LLM agent): no content, so no token logprobs
-            payload = build_tool_call_body(text["tool_calls"], model=str(body.get("model", "fake")),
-                                           prompt_tokens=count_prompt_tokens(messages))
+        if isinstance(text, dict):  # a native tool call: no content and no token logprobs unless the script says
+            payload = build_tool_call_body(
+                text["tool_calls"], model=str(body.get("model", "fake")), prompt_tokens=count_prompt_tokens(messages),
+                content=text.get("content"),
+                logprobs=bool(text.get("logprobs")) and bool(body.get("logprobs")) and self.logprobs,
+                top_logprobs=int(body.get("top_logprobs") or 0))
             self.answered_at.append(time.time())
             return web.Response(body=payload, content_type="application/json")
         cached = self._remember_prefixes(messages) if self.prompt_cache else None
@@ -707,6 +725,21 @@ def _anthropic_blocks(body: dict) -> list[tuple[str, str, bool]]:
     return out
 
 
+def offered_tool_call(body: dict, confidence: float = 0.9, value: str = "42") -> dict | str:
+    """An answer to a request that offers tools: a call of the last tool offered, every required argument set
+    (``confidence`` to ``confidence``, numbers to 1, anything else to ``value``); DEFAULT_TEXT without tools."""
+    tools = body.get("tools") or []
+    if not tools:
+        return DEFAULT_TEXT
+    function = tools[-1]["function"]
+    params = function.get("parameters") or {}
+    args: dict[str, Any] = {}
+    for name in params.get("required", []):
+        kind = (params.get("properties", {}).get(name) or {}).get("type")
+        args[name] = confidence if name == "confidence" else 1 if kind in ("number", "integer") else value
+    return {"tool_calls": [{"name": function["name"], "arguments": args}]}
+
+
 def _main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Fake OpenAI-compatible server (tests/benchmarks).")
     p.add_argument("--port", type=int, default=0, help="port (0: a free one)")
@@ -715,14 +748,20 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-logprobs", action="store_true", help="never return logprobs")
     p.add_argument("--request-log", metavar="FILE", help="append the arrival time of every chat request to FILE")
     p.add_argument("--ignore-sigterm", action="store_true", help="ignore SIGTERM (only SIGKILL stops it)")
+    p.add_argument("--tool-calls", type=float, metavar="CONFIDENCE", default=None,
+                   help="answer a request that offers tools with a call of its last tool, confidence CONFIDENCE "
+                        "(offered_tool_call)")
     args = p.parse_args(argv)
     if args.ignore_sigterm:
         import signal
 
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+    responder: Responder = args.text
+    if args.tool_calls is not None:
+        responder = lambda body: offered_tool_call(body, args.tool_calls)  # noqa: E731
     srv = FakeOpenAIServer(
-        args.text, latency_s=args.latency, logprobs=not args.no_logprobs, port=args.port, record_requests=False
+        responder, latency_s=args.latency, logprobs=not args.no_logprobs, port=args.port, record_requests=False
     )
     srv.request_log = args.request_log
 

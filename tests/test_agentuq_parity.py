@@ -13,6 +13,10 @@ Deliberate differences, each tested here:
 - a token without top-k alternatives: agentuq counts it in ``mean_topk_entropy`` with entropy 0, uqh reports the
   mean as missing.
 - tied uncertainties: agentuq's AUARC depends on the input order (stable sort); uqh's is the mean over orders.
+
+``uqh score --agentuq-conventions`` takes agentuq's side of each difference (and counts rejected calls and the final
+user reply, as agentuq's accumulator does); the tests at the end check it on the committed outputs where they cover
+the case (missing top-k, tied AUARC) and on hand-derived values where they do not (rejected calls, final reply).
 """
 import json
 import math
@@ -189,3 +193,89 @@ def test_running_predictors_end_at_agentuqs_trajectory_summary(which):
         last = {name: phi_last(run.streams[name], run.offsets)[i] for name in ("token_traj_prob", "token_traj_gmean_prob")}
         assert last["token_traj_gmean_prob"] == pytest.approx(math.exp(-ref["avg_token_nll"]), rel=1e-9)
         assert last["token_traj_prob"] == pytest.approx(math.exp(-ref["trajectory_nll"]), rel=1e-9, abs=1e-300)
+
+
+# ------------------------------------------------------------------ uqh score --agentuq-conventions
+
+
+def agentuq_run(traj, *, rejected=(), final_reply=None, agentuq=True):
+    """One episode from a hand-made trajectory: one accepted call per step, the user's calls as the opening turn,
+    ``rejected``: (t, tokens) rows of rejected calls, ``final_reply``: the user's reply to the last action."""
+    from uqh.rundir.schema import LogprobRow
+    from uqh.scoring.streams import run_data_from_records
+    from scoring_fixtures import make_episode
+
+    steps = calls(traj, "assistant")
+    ep = make_episode("a#0", "clean", [0.5] * len(steps), outcome=1)
+    rows = [LogprobRow(episode_id="a#0", t=t, attempt=1, accepted=True, tokens=c) for t, c in enumerate(steps, 1)]
+    other = [LogprobRow(episode_id="a#0", t=t, attempt=0, accepted=False, tokens=c) for t, c in rejected]
+    user = [LogprobRow(episode_id="a#0", t=0, attempt=i, accepted=True, tokens=c)
+            for i, c in enumerate(calls(traj, "user"))]
+    if final_reply is not None:
+        user.append(LogprobRow(episode_id="a#0", t=len(steps), attempt=0, accepted=True, tokens=final_reply))
+    return run_data_from_records(Path("."), None, [ep], rows, user_rows=user, other_rows=other if agentuq else None)
+
+
+@pytest.mark.parametrize("traj", [t for t in DATA["hand"]["trajectories"] if "user" in DATA["hand"]["summaries"][t["id"]]],
+                         ids=lambda t: t["id"])
+def test_agentuq_conventions_reproduce_its_mean_topk_entropy_missing_top_k_included(traj):
+    """Under agentuq's conventions the per-role entropy stream at the last step is exp(−agentuq's
+    ``mean_topk_entropy``) for every role -- the trajectory whose token has no top-k included (agentuq counts it with
+    entropy 0; uqh's own convention makes it missing) -- committed outputs of agentuq's code."""
+    ours = agentuq_run(traj)
+    for role in ("assistant", "user", "combined"):
+        ref = DATA["hand"]["summaries"][traj["id"]][role]["mean_topk_entropy"]
+        assert ours.streams[f"{role}_entropy"][-1] == pytest.approx(math.exp(-ref), rel=1e-9), role
+    if traj["id"] == "missing_topk":
+        assert math.isnan(agentuq_run(traj, agentuq=False).streams["assistant_entropy"][-1])
+
+
+def test_agentuq_conventions_count_every_call_and_the_final_reply():
+    """agentuq's accumulator (``_update_accumulator``) adds the tokens of every model response it saves -- a rejected
+    call's too -- and of every user message, the last one included. Expected values derived by hand from that
+    formula on a tiny case (agentuq's code cannot run here): accepted call 0.5, rejected call 0.25, final user reply
+    0.8 -> assistant trajectory NLL ln 2 + ln 4, user NLL adds −ln 0.8."""
+    from scoring_fixtures import make_tokens
+
+    traj = {"assistant": [[t.model_dump() for t in make_tokens([(0.5, [0.5, 0.5])])]], "user": []}
+    rejected = [(1, make_tokens([(0.25, [0.25, 0.75])]))]
+    final = make_tokens([(0.8, [0.8, 0.2])])
+    theirs = agentuq_run(traj, rejected=rejected, final_reply=final)
+    assert theirs.streams["assistant_traj_prob"][-1] == pytest.approx(0.5 * 0.25, rel=1e-12)
+    assert theirs.streams["assistant_tokens"][-1] == pytest.approx(1 / (1 + 2 / 1000))
+    assert theirs.streams["user_traj_prob"][-1] == pytest.approx(0.8, rel=1e-12)
+    assert theirs.streams["combined_min_prob"][-1] == pytest.approx(0.25, rel=1e-12)
+    ours = agentuq_run(traj, rejected=rejected, final_reply=final, agentuq=False)
+    assert ours.streams["assistant_traj_prob"][-1] == pytest.approx(0.5)  # the accepted call only
+    assert math.isnan(ours.streams["user_traj_prob"][-1])  # the final reply enters no step: no user token yet
+
+
+def test_agentuq_conventions_take_auarc_ties_in_input_order(tmp_path, capsys):
+    """agentuq's committed AUARC on tied uncertainties (its stable sort: input order) and on the reversed input,
+    through `uqh score --agentuq-conventions` on a run whose episodes are in that order."""
+    from scoring_fixtures import make_episode, write_run_dir
+
+    t = DATA["ties"]
+    c = 1.0 - np.array(t["uncertainty"])
+    y = np.array(t["rewards"])
+    assert auarc(c, y, ties="input") == pytest.approx(t["metrics"]["auarc"], abs=1e-9)
+    assert auarc(c[::-1], y[::-1], ties="input") == pytest.approx(t["auarc_reversed_order"], abs=1e-9)
+    eps = [make_episode(f"t{i}#0", "clean", [float(ci)], outcome=int(yi)) for i, (ci, yi) in enumerate(zip(c, y))]
+    run = write_run_dir(tmp_path / "run", eps)
+    values = {}
+    for flag in ([], ["--agentuq-conventions"]):
+        assert main_score([str(run), "--predictor", "verbal", "--calibration", "none", "--bootstrap", "0",
+                           "--format", "json", *flag]) == 0
+        res = json.loads(capsys.readouterr().out)
+        values[bool(flag)] = {m["metric"]: m["estimate"]["value"] for m in res["rows"][0]["metrics"]}
+        assert res["settings"]["agentuq_conventions"] is bool(flag)
+    assert values[True]["auarc"] == pytest.approx(t["metrics"]["auarc"], abs=1e-9)
+    assert values[False]["auarc"] == pytest.approx(t["auarc_mean_over_input_orders"], abs=1e-9)
+    for key in ("auroc", "spearman_failure", "kendall_failure"):  # the rank metrics do not depend on the convention
+        assert values[True][key] == pytest.approx(values[False][key], abs=1e-12)
+
+
+def main_score(argv):
+    from uqh.cli import main
+
+    return main(["score", *argv])

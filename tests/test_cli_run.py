@@ -18,6 +18,7 @@ import pytest
 from uqh.cli import main
 from uqh.rundir.schema import EPISODES_FILE, SIDECAR_FILE
 from run_files import read_episodes, read_manifest, read_sidecar, wait_for_lines
+from environment import scaled
 from test_runner import solver
 
 REPO = Path(__file__).resolve().parent.parent
@@ -314,7 +315,7 @@ def test_timeout_flag_honoured_and_recorded_outside_the_config_hash(fake_server,
     with fake_server(solver, faults=["timeout"] * 4, timeout_sleep_s=30.0) as srv:  # the server hangs 30 s
         t0 = time.monotonic()
         assert uqh(*_fake_args(srv.base_url, out, 1, "--timeout", "0.5", "--max-retries", "0")) == 1
-        assert time.monotonic() - t0 < 10.0
+        assert time.monotonic() - t0 < scaled(10.0)
         err = capsys.readouterr().err
         assert "no answer within 0.5 s (--timeout)" in err and "after 1 attempts (0 retries)" in err
         m = read_manifest(out)
@@ -342,7 +343,7 @@ def test_unreachable_endpoint_fails_fast_with_one_line(tmp_path, capsys, base, r
     base = base.format(port=_closed_port())
     t0 = time.monotonic()
     assert uqh(*_fake_args(base, tmp_path / "run", 6, "--workers", str(workers))) == 1
-    assert time.monotonic() - t0 < 15.0  # no retries with backoff (they took 67-77 s)
+    assert time.monotonic() - t0 < scaled(15.0)  # no retries with backoff (they took 67-77 s)
     captured = capsys.readouterr()
     (line,) = captured.err.strip().splitlines()
     assert line == (f"uqh run: openai/fake: cannot reach {base}: {reason}" + line.split(reason, 1)[1])
@@ -392,15 +393,15 @@ def test_dotenv_in_the_working_directory_is_read(tmp_path):
     env["PYTHONPATH"] = str(REPO)
     cmd = [sys.executable, "-m", "uqh.cli", "run", "--domain", "arithmetic", "--tasks", "1", "--out", "r",
            "--dry-run"]
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "model         openrouter/google/gemma-4-31b-it" in done.stdout  # the default once a key is configured
     (tmp_path / ".env").unlink()
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert "model         local:smollm2" in done.stdout
     (tmp_path / ".env").write_text("OPENROUTER_API_KEY=\n")
     done = subprocess.run(cmd, cwd=tmp_path, env={**env, "OPENROUTER_API_KEY": "sk-or-env"}, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
     assert "model         openrouter/google/gemma-4-31b-it" in done.stdout  # the environment's key, not .env's blank
 
 

@@ -48,8 +48,8 @@ def test_verbose_shows_our_details_with_a_timestamp_and_other_libraries_warnings
     lines = capsys.readouterr().err.splitlines()
     stamp = r"\d\d:\d\d:\d\d\.\d{3} "
     assert re.fullmatch(stamp + r"WARNING litellm: some library chatter", lines[0])
-    assert re.fullmatch(stamp + r"uqh\.harness\.model\.local: local model server: starting smollm2", lines[1])
-    assert re.fullmatch(stamp + r"WARNING uqh\.domains\.qa\.common: StrategyQA: using the fallback corpus", lines[2])
+    assert re.fullmatch(stamp + r"uqh\.harness\.model\.llama_server: local model server: starting smollm2", lines[1])
+    assert re.fullmatch(stamp + r"WARNING uqh\.domains\.qa\.qa_base: StrategyQA: using the fallback corpus", lines[2])
     assert not any("bm25s" in ln or "selector" in ln for ln in lines)
 
 

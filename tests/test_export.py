@@ -133,3 +133,21 @@ def test_export_bad_input_is_one_line_and_writes_nothing(runs, tmp_path, capsys)
     assert main(["export", str(runs[0]), "--to", str(runs[1])]) == 2  # never into a run directory
     assert "is a run directory" in capsys.readouterr().err
     assert not (runs[1] / "steps.parquet").exists()
+
+
+def test_the_steps_table_carries_the_user_and_combined_predictors(tmp_path):
+    """With a user sidecar the steps table's user_* / combined_* columns hold the values `uqh score` scores (the
+    streams of load_run), not missing values."""
+    from report_fixtures import Ep, write_run
+    from uqh.rundir.schema import StopReason
+    from uqh.scoring.export import steps_df
+    from uqh.scoring.streams import load_run
+
+    eps = [Ep(f"t{i}", StopReason.clean, [0.6, 0.7, 0.8], outcome=i % 2, token_p=[0.7, 0.8, 0.9]) for i in range(4)]
+    run = write_run(tmp_path / "run", "arithmetic", 5, eps, user_tokens=True)
+    table = steps_df([run])
+    data = load_run(run)
+    for name in ("user_gmean_prob", "user_tokens", "combined_gmean_prob", "combined_min_prob"):
+        column = table[name].astype(float).to_numpy()
+        assert np.isfinite(column).all(), name
+        np.testing.assert_allclose(column, data.streams[name], rtol=0, atol=1e-15)

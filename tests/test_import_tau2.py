@@ -491,15 +491,17 @@ def test_user_messages_are_numbered_as_a_live_run_numbers_them(tmp_path, capsys)
                                                 tokens_of(calls[3]), None]
     ep = run.episode("r0#0")
     assert "Tool (user): Status: ok" in ep.steps[1].observation and "User: Done." in ep.steps[1].observation
-    # step 2's reply came without tokens: the user predictors are missing from there on, step 1's are not
+    # a user turn enters the step whose information set holds it: the opening step 1, the reply to step 1's action
+    # (t = 1) step 2; the replies to the last action (t = 2, one without tokens) enter no step
     from uqh.scoring.streams import load_run
 
     data_ = load_run(tmp_path / "out")
     k = int(data_.offsets[list(data_.episode_ids).index("r0#0")])
     user_gmean = data_.streams["user_gmean_prob"][k:k + 2]
+    opening = [lp for _, lp in tokens_of(calls[0])]
     opening_and_reply = [lp for c in calls[:2] for _, lp in tokens_of(c)]
-    assert user_gmean[0] == pytest.approx(math.exp(sum(opening_and_reply) / len(opening_and_reply)), abs=1e-12)
-    assert math.isnan(user_gmean[1])
+    assert user_gmean[0] == pytest.approx(math.exp(sum(opening) / len(opening)), abs=1e-12)
+    assert user_gmean[1] == pytest.approx(math.exp(sum(opening_and_reply) / len(opening_and_reply)), abs=1e-12)
 
 
 def tokens_of_row(row) -> list[tuple[str, float]] | None:
@@ -615,3 +617,23 @@ def test_only_a_fixed_greeting_is_the_opening_an_agent_speaking_first_has_none(t
     ep = RunDir.open(tmp_path / "out").episode(f"{sim['task_id']}#0")
     assert ep.task_prompt == "" and ep.n_steps == len(generated)
     assert ep.steps[0].action == json.dumps(generated[0]["content"]).join(("Respond[", "]"))
+
+
+@pytest.mark.parametrize("good", [False, True])
+def test_tau2_s_env_warning_never_reaches_stderr(tmp_path, good):
+    """tau2 warns "No .env file found" through loguru when its utils are first imported (a fresh process, from a
+    directory without .env): the import silences it at the source, so a bad file gives exactly one line and a good
+    one none of tau2's."""
+    if good:
+        source = agentuq_results(tmp_path / "good.json")
+    else:
+        source = tmp_path / "bad.json"
+        source.write_text(json.dumps({"info": {}, "simulations": [{}]}))
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.run([sys.executable, "-m", "uqh.cli", "import", "tau2", str(source), "--out", str(tmp_path / "o")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert ".env" not in proc.stderr and "WARNING" not in proc.stderr, proc.stderr
+    if good:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -105,7 +105,7 @@ def test_regenerate_script_dry_run_exits_zero_without_network():
     # (the script is `uqh regenerate`: per-preset options with --set, tests/test_regenerate.py)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "regenerate_paper.sh"), "--dry-run", "paper-strategyqa",
                            "paper-hotpotqa", "--set", "all:model=openai/other", "--set", "paper-strategyqa:tasks=2"],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("preset paper-") == 2 and "dry run: no model was called." in proc.stdout
     assert proc.stdout.count("model           openai/other") == 2
@@ -221,7 +221,7 @@ def test_regenerate_script_dry_run_plans_the_continuation_and_the_report():
     script = str(ROOT / "scripts" / "regenerate_paper.sh")
     model: list[str] = []  # the paper's model: planning needs no key
     proc = subprocess.run(["bash", script, "--dry-run", "paper-hotpotqa", *model], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     budget = presets.get_preset("paper-hotpotqa").step_budget
     assert (f"continue paper-hotpotqa: <= 100 sampled max-step prefixes (seed 42) x 10 branches x <= {budget} extra "
@@ -229,6 +229,6 @@ def test_regenerate_script_dry_run_plans_the_continuation_and_the_report():
     assert "-> runs/paper-hotpotqa-continue" in proc.stdout
     assert "report   every run and continuation under runs -> runs/report-paper (--min-valid 5)" in proc.stdout
     proc = subprocess.run(["bash", script, "--dry-run", "--sample", "20", "--branches", "4", "paper-strategyqa",
-                           *model], capture_output=True, text=True, env=env, timeout=120)
+                           *model], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "continue paper-" not in proc.stdout and "report   every run" in proc.stdout

@@ -36,6 +36,7 @@ from uqh.rundir.schema import EPISODES_FILE  # noqa: E402
 from run_files import read_episodes, read_sidecar  # noqa: E402
 from test_runner import make_config, solver, step_text  # noqa: E402
 from run_files import wait_for_lines  # noqa: E402
+from environment import scaled  # noqa: E402
 # IN_TRANSIT_MAX: one request per slot may be stamped after the signal (the fake server stamps late on a loaded
 # machine: 0.14 s and 0.51 s seen here); actors killed 1.5 s late sent 6 within half a second.
 from test_signals import IN_TRANSIT_MAX, alive, cmdline, descendants, wait_gone  # noqa: E402
@@ -46,12 +47,28 @@ NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
 STOP_WITHIN_S = 5.0
 
 
+def start_cluster(cluster_class, attempts: int = 2):
+    """Two nodes on this machine. Ray gives a node 30 s to register (a fixed constant); on a loaded machine (load
+    10-15 on 2 cores) that was seen to run out ("node timed out during startup"), so a failed start is torn down
+    and tried once more."""
+    for attempt in range(attempts):
+        c = cluster_class(initialize_head=False)
+        try:
+            c.add_node(**NODE, include_dashboard=False)
+            c.add_node(**NODE)
+            c.wait_for_nodes(timeout=120)
+            return c
+        except Exception:
+            c.shutdown()
+            if attempt == attempts - 1:
+                raise
+
+
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
-    c.add_node(**NODE)
+    c = start_cluster(Cluster)
     ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
     try:
         yield c
@@ -259,7 +276,7 @@ def test_sigint_stops_a_run_on_a_local_ray_instance_and_the_run_resumes(fake_ser
                 "20", "--concurrency", "4", "--out", str(out_dir), "--no-progress"]
         proc = _uqh([*argv, "--backend", "ray"], tmp_path)
         try:
-            wait_for_lines(out_dir / EPISODES_FILE, 2, proc, timeout=120)
+            wait_for_lines(out_dir / EPISODES_FILE, 2, proc, timeout=600)
             children = descendants(proc.pid)
             assert any("raylet" in cmdline(p) for p in children)  # the local instance is this command's
             sent_at, t0 = time.time(), time.monotonic()
@@ -270,7 +287,7 @@ def test_sigint_stops_a_run_on_a_local_ray_instance_and_the_run_resumes(fake_ser
             if proc.poll() is None:
                 proc.kill()
         assert proc.returncode == 130, err[-2000:]
-        assert stopped_in < STOP_WITHIN_S, f"took {stopped_in:.1f} s to stop"
+        assert stopped_in < scaled(STOP_WITHIN_S), f"took {stopped_in:.1f} s to stop (load-scaled bound {scaled(STOP_WITHIN_S):.1f} s)"
         assert "Traceback" not in out + err
         assert "episodes " in out and "uqh run: interrupted by SIGINT" in err and "re-run the same command" in err
         survivors = wait_gone(children, timeout=10)
@@ -280,7 +297,7 @@ def test_sigint_stops_a_run_on_a_local_ray_instance_and_the_run_resumes(fake_ser
         finished = len(read_episodes(out_dir))
         assert 0 < finished < 20
         done = subprocess.run([sys.executable, "-m", "uqh.cli", *argv], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                              text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stderr  # resumed on the local backend
     ids = [e.episode_id for e in read_episodes(out_dir)]
     assert len(ids) == len(set(ids)) == 20
@@ -294,7 +311,7 @@ def test_a_killed_driver_resumes_on_rerun(cluster, fake_server, tmp_path):
                 "--ray-address", cluster.address]
         proc = _uqh(argv, tmp_path)
         try:
-            wait_for_lines(out_dir / EPISODES_FILE, 3, proc, timeout=120)
+            wait_for_lines(out_dir / EPISODES_FILE, 3, proc, timeout=600)
             proc.kill()  # SIGKILL: no clean-up at all
             proc.wait(10)
         finally:
@@ -303,7 +320,7 @@ def test_a_killed_driver_resumes_on_rerun(cluster, fake_server, tmp_path):
         first = len(read_episodes(out_dir))
         assert 3 <= first < 24
         again = _uqh(argv, tmp_path)
-        out, err = (s.decode() for s in again.communicate(timeout=120))
+        out, err = (s.decode() for s in again.communicate(timeout=600))
     assert again.returncode == 0, err[-2000:]
     assert f"({24 - first} this run, {first} before)" in out or "24/24 finished" in out
     ids = [e.episode_id for e in read_episodes(out_dir)]
@@ -338,3 +355,34 @@ def test_sigint_before_any_episode_finishes_still_counts_the_calls_made(cluster,
     calls = int(re.search(r"model calls\s+(\d+)", out).group(1))
     assert answered_before >= 40 and calls >= 40 and calls <= len(srv.request_times), (calls, answered_before)
     assert re.search(r"\d+ by episodes not finished", out)
+
+
+class _RayThatTimesOut:
+    """ray.init raising Ray's bare 'node timed out during startup' Exception the first ``fails`` times."""
+
+    def __init__(self, fails: int):
+        self.fails, self.inits, self.shutdowns = fails, [], 0
+
+    def init(self, address, **options):
+        self.inits.append(address)
+        if len(self.inits) <= self.fails:
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+def test_a_local_instance_that_timed_out_while_starting_is_started_once_more():
+    from uqh.harness.backends.ray_backend import init_ray
+
+    ray_ = _RayThatTimesOut(fails=1)
+    init_ray(ray_, None, {})
+    assert (ray_.inits, ray_.shutdowns) == (["local", "local"], 1)
+    ray_ = _RayThatTimesOut(fails=2)
+    with pytest.raises(RuntimeError, match="timed out during startup"):  # the caller turns it into one line
+        init_ray(ray_, None, {})
+    assert len(ray_.inits) == 2
+    ray_ = _RayThatTimesOut(fails=1)  # a remote cluster is not ours to restart
+    with pytest.raises(RuntimeError):
+        init_ray(ray_, "ray://127.0.0.1:10001", {})
+    assert ray_.inits == ["ray://127.0.0.1:10001"] and ray_.shutdowns == 0

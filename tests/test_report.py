@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 
@@ -41,7 +42,7 @@ def test_every_artefact_is_written(report):
               "platt_diagnostics", "calibration_invariance", "fixed_rank", "sensitivity", "censored_shift",
               "parse_error_sensitivity", "censored_exact", "sign_regime", "base_rate_margin", "prefix_qz_distribution",
               "prefix_exact_primary", "prefix_plugin_bias", "prefix_exact_predictors", "prefix_unresolved_sensitivity",
-              "sensitivity__log", "sensitivity__brier", "sensitivity__beta_2_4"]
+              "learned_calibrators", "htc_weights", "sensitivity__log", "sensitivity__brier", "sensitivity__beta_2_4"]
     figures = ["calibration_invariance__ws", "calibration_invariance__t2", "censored_shift__ws", "selection_diagnostic"]
     expected = {f"{t}.{ext}" for t in tables for ext in ("csv", "md")} | {f"{f}.{ext}" for f in figures for ext in ("png", "svg")}
     expected |= {"scores_long__ws.csv", "scores_long__t2.csv", "report.html", "report.md", "report.json"}
@@ -400,3 +401,22 @@ def test_number_columns_are_right_aligned_in_the_page_and_text_columns_are_not(r
     assert classes["Run"] == classes["Dataset"] == classes["Other breakdown"] == "text"
     assert classes["Total"] == classes["Step budget"] == classes["Admin-censoring rate"] == "num"
     assert len(cells) == 2 and all(row == [cls for cls, _ in head] for row in cells)
+
+
+def test_the_learned_calibrators_section_shows_htc_and_saup_under_each_censoring(report):
+    """HTC and SAUP are scored by TPS next to verbal confidence under every censoring convention the run supports,
+    and HTC's weights (two cross-fitted models) are shown largest first."""
+    _, _, res = report
+    rows = list(csv.DictReader(io.StringIO((res.out_dir / "learned_calibrators.csv").read_text())))
+    assert {"exclude", "simple"} <= {r["Censoring"] for r in rows}
+    for run in {r["Run"] for r in rows}:
+        labels = " ".join(r["Predictor"] for r in rows if r["Run"] == run and r["Censoring"] == "exclude")
+        assert "HTC" in labels and "SAUP" in labels and "Verbal confidence" in labels, labels
+    weights = list(csv.DictReader(io.StringIO((res.out_dir / "htc_weights.csv").read_text())))
+    assert weights and {w["Feature"] for w in weights} >= {"verbal_last", "step_index"}
+    for w in weights:
+        assert float(w["Mean weight"]) == pytest.approx((float(w["Weight A"]) + float(w["Weight B"])) / 2)
+    for run in {w["Run"] for w in weights}:
+        means = [abs(float(w["Mean weight"])) for w in weights if w["Run"] == run]
+        assert means == sorted(means, reverse=True)
+    assert "Learned trajectory calibrators" in (res.out_dir / "report.html").read_text()

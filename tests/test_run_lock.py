@@ -86,7 +86,7 @@ def test_two_concurrent_runs_on_one_directory(fake_server, tmp_path, delay_s):
         first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(delay_s)
         second = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        results = [(p, *(x.decode() for x in p.communicate(timeout=120))) for p in (first, second)]
+        results = [(p, *(x.decode() for x in p.communicate(timeout=600))) for p in (first, second)]
     codes = sorted(p.returncode for p, _, _ in results)
     assert codes == [0, 2], [(p.returncode, err) for p, _, err in results]
     (winner, w_out, _), = [r for r in results if r[0].returncode == 0]

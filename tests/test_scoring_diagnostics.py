@@ -174,3 +174,20 @@ def test_compare_and_interval():
     assert d["delta_over_se"] == pytest.approx(20, rel=0.1)
     lo, hi = interval(np.arange(1001.0))
     assert (lo, hi) == pytest.approx((25.0, 975.0))
+
+
+def test_tiny_trajectory_probabilities_keep_their_order():
+    """exp(-cumulative NLL) runs from about 1e-200 to 1e-22: ties are decided to 12 significant digits, not 12
+    decimals, so tiny values are not flattened to one tie at 0 (AUROC 0.5, correlations undefined)."""
+    from uqh.scoring.diagnostics import auroc, kendall_failure, spearman_failure, tie_rounded
+
+    c = np.array([1e-200, 3e-150, 2e-100, 1e-50, 5e-22, 2e-22])
+    y = np.array([0.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+    assert auroc(c, y) == pytest.approx(auroc(np.log(c), y)) == pytest.approx(8 / 9)
+    assert spearman_failure(c, y) == pytest.approx(spearman_failure(np.log(c), y))
+    assert kendall_failure(c, y) == pytest.approx(kendall_failure(np.arange(6.0), y)) and kendall_failure(c, y) > 0
+    # still a tie tolerance: values equal up to float rounding are one tie, at any scale
+    for scale in (1.0, 1e-30, 1e-250):
+        a = np.array([0.3, 0.1 + 0.2, 0.3 * (1 + 1e-14), 0.31]) * scale
+        assert np.unique(tie_rounded(a)).size == 2, scale
+    assert tie_rounded(np.array([0.0, 5e-324]))[0] == 0.0 and np.isfinite(tie_rounded(np.array([5e-324]))).all()

@@ -104,7 +104,10 @@ def test_numbers_equal_the_pre_typed_pipeline(syn):
         if isinstance(want, float) and math.isnan(want):
             assert got is None, r  # missing is None in the typed results, never NaN
         else:
-            assert got == want, r  # bitwise: same arrays, same resamples
+            # same arrays, same resamples; the last bits move with the numpy/scipy release (seen: numpy 2.4.6) and
+            # with the tie rule, which rounds the scalars to 12 significant digits instead of 12 decimals (values
+            # move by < 1e-12 relative; diagnostics.tie_rounded)
+            assert got == want or math.isclose(got, want, rel_tol=1e-11, abs_tol=1e-14), r
         checked += 1
     assert checked > 1000 and {dict(zip(cols, x))["options"] for x in golden["records"]} == set(results)
 
@@ -276,7 +279,7 @@ def test_public_names_stay_callable_in_any_import_order(order):
 
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, "-c", order + "\n" + CHECK_PUBLIC_NAMES], cwd=root, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from uqh.rundir.schema import EPISODES_FILE
 from run_files import read_episodes, read_sidecar, wait_for_lines
+from environment import scaled
 from test_runner import solver
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +93,7 @@ def check_stopped(proc, signum: int, sent_at: float, t0: float, children: set[in
     elapsed = time.monotonic() - t0
     out, err = out.decode(), err.decode()
     name = signal.Signals(signum).name
-    assert elapsed < STOP_WITHIN_S, f"took {elapsed:.2f} s to stop"
+    assert elapsed < scaled(STOP_WITHIN_S), f"took {elapsed:.2f} s to stop (load-scaled bound {scaled(STOP_WITHIN_S):.1f} s)"
     assert proc.returncode == 128 + signum, (proc.returncode, err)
     assert "Traceback" not in out + err and "leaked" not in err and "KeyboardInterrupt" not in err, err
     assert "episodes " in out and "model calls" in out  # the summary
@@ -135,7 +136,7 @@ def test_stop_signal_summary_no_orphans_no_late_requests(fake_server, tmp_path, 
         finished = len(read_episodes(out_dir))
         assert f"{finished}/{n_tasks} finished" in out and finished < n_tasks
         if signame == "SIGTERM" and workers == 2:  # the directory resumes to exactly the planned episodes
-            done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+            done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, done.stderr
             eps = read_episodes(out_dir)
             assert sorted(e.episode_id for e in eps) == [f"arith-{i:04d}#0" for i in range(n_tasks)]
@@ -185,4 +186,4 @@ def test_stop_signal_stops_the_local_model_server(tmp_path, signame):
             proc.kill()
     assert not any(map(alive, server))
     arrivals = [float(x) for x in log.read_text().split()]
-    assert arrivals and not [t - sent_at for t in arrivals if t > sent_at + IN_TRANSIT_S], "requests after the signal"
+    assert arrivals and not [t - sent_at for t in arrivals if t > sent_at + scaled(IN_TRANSIT_S)], "requests after the signal"

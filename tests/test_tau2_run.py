@@ -146,7 +146,7 @@ def test_worker_fork_server_preloads_tau2_and_its_dbs():
         "assert (litellm.drop_params, litellm.cache) == before\n"
         "import sys; assert 'tau2.evaluator.evaluator' in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
 
 

@@ -262,9 +262,10 @@ def test_fifteen_per_role_predictors_one_registry_entry_each():
 
 def test_per_role_closed_forms_on_hand_made_rows():
     # step 1: assistant two 50/50 tokens; the user's opening (t=0) one uniform top-4 token.
-    # step 2: assistant one one-hot token; the user's reply (t=2) one 50/50 token.
+    # step 2: assistant one one-hot token; the user's reply to step 1's action (t=1, in step 2's information set)
+    # one 50/50 token. The reply to step 2's action (t=2) enters no step: no prefix H_1, H_2 holds it.
     half, quarter, one_hot = (0.5, [0.5, 0.5]), (0.25, [0.25] * 4), (1.0, [1.0, 1e-30])
-    run = role_run([[half, half], [one_hot]], [(0, [quarter]), (2, [half])])
+    run = role_run([[half, half], [one_hot]], [(0, [quarter]), (1, [half]), (2, [one_hot, one_hot])])
     s = {k: run.streams[k] for k in ROLE_NAMES}
     ln2, ln4 = math.log(2), math.log(4)
     np.testing.assert_allclose(s["assistant_traj_prob"], [0.25, 0.25])
@@ -300,8 +301,8 @@ def test_missing_user_tokens_or_top_k_make_values_missing_from_there_on():
     half = (0.5, [0.5, 0.5])
     run = role_run([[half], [half], [half]], [(0, [half]), (2, None)])  # the reply to step 2 came without logprobs
     for name in ("user_gmean_prob", "combined_traj_prob", "user_min_prob", "user_tokens"):
-        v = run.streams[name]
-        assert np.isfinite(v[0]) and np.isnan(v[1:]).all(), name
+        v = run.streams[name]  # it is in step 3's information set: missing from step 3 on
+        assert np.isfinite(v[:2]).all() and np.isnan(v[2:]).all(), name
     no_topk = role_run([[half]], [(0, [(0.5, [])])])
     assert np.isnan(no_topk.streams["user_entropy"][0]) and np.isfinite(no_topk.streams["user_gmean_prob"][0])
     assert np.isnan(no_topk.streams["combined_entropy"][0])

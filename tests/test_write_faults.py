@@ -195,7 +195,7 @@ def test_report_out_with_mode_0555(tmp_path):
     try:
         proc = subprocess.run([sys.executable, "-m", "uqh.cli", "report", str(PRE_CHANGE), "--out", str(out),
                                "--bootstrap", "1"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                              capture_output=True, text=True, timeout=120, preexec_fn=_without_dac_override())
+                              capture_output=True, text=True, timeout=600, preexec_fn=_without_dac_override())
     except subprocess.SubprocessError as exc:
         unavailable(f"cannot run a command subject to file permissions here: {exc}")
     assert proc.returncode == 2, proc.stderr

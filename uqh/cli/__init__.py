@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("uqh.cli.schema_command", "print the JSON schema of the run-directory records"),
     "repair": ("uqh.cli.repair_command", "move lines that are not valid records out of a run directory's files"),
     "import": ("uqh.cli.import_command", "turn another harness's results (tau2-bench / agentuq) into a run directory"),
+    "list": ("uqh.cli.list_command", "what is installed: domains, agents, predictors, metrics, and where each comes from"),
 }
 
 

@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sel.add_argument("--tasks", type=int, metavar="N", help="the domain's first/sampled N tasks")
     sel.add_argument("--task-ids", metavar="A,B,...", help="comma-separated task ids")
     g.add_argument("--samples", type=int, metavar="K", help="episodes per task (default 1)")
+    g.add_argument("--agent", metavar="NAME",
+                   help="the agent: react (default; the paper's four-tag text loop) or tools (native function "
+                        "calling, a required confidence argument on every tool; docs/agents.md)")
     g.add_argument("--stop-on-consensus", type=finite_float, metavar="DELTA",
                    help="sequential sampling: stop drawing a task's samples once its mode (canonical answer) is "
                         "certified at error level DELTA (Mouzouni's reliability certification, §9; docs/certify.md)")
@@ -159,7 +162,7 @@ def overrides_from_args(args: argparse.Namespace):
         **endpoint_overrides(args.api_base, args.endpoints), user_model=args.user_model,
         user_api_base=args.user_api_base, user_logprobs=args.user_logprobs, decoding=decoding,
         domain_options=domain_options, out=Path(args.out) if args.out else None,
-        stop_on_consensus=args.stop_on_consensus, stop_rule=args.stop_rule,
+        stop_on_consensus=args.stop_on_consensus, stop_rule=args.stop_rule, agent=args.agent,
     )
 
 

@@ -43,6 +43,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auq", action="store_true", help="omit the scalar AUQ aggregator table (Φ_last, Φ_avg, Φ_min)")
     p.add_argument("--fixed-rank", action="store_true", help="add the fixed-rank analysis of Appendix E")
     p.add_argument("--pooled", action="store_true", help="also score all RUN_DIRs pooled into one sample")
+    p.add_argument("--learned-penalty", choices=("ridge", "lasso"), default="ridge",
+                   help="penalty of the learned calibrator (the htc predictor's logistic model; default ridge)")
+    p.add_argument("--calibrator-from", metavar="RUN_DIR",
+                   help="fit the learned calibrator (htc) on this run directory and apply it to the scored runs "
+                        "(transfer across runs or domains) instead of cross-fitting it on them")
+    p.add_argument("--agentuq-conventions", action="store_true",
+                   help="agentuq's conventions instead of uqh's: every call of a step (repairs and failed calls) in "
+                        "the per-role summaries, entropy in nats with a token without top-k counted as 0, the "
+                        "final user reply at the last step, AUARC ties in input order (docs/scoring.md)")
     p.add_argument("--paired", action="store_true",
                    help="compare each RUN_DIR with the first on the task ids both ran: Δ per metric with a 95%% CI "
                         "by paired bootstrap over the shared tasks (is model B better calibrated than model A?)")
@@ -98,6 +107,8 @@ def options_from_args(args: argparse.Namespace):
         seed=args.seed,
         auq=not args.no_auq,
         fixed_rank=args.fixed_rank,
+        learned_penalty=args.learned_penalty,
+        agentuq_conventions=args.agentuq_conventions,
     )
 
 
@@ -157,7 +168,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.rundir.probes import ProbeDir
 
     probes = [ProbeDir.open(d) for d in args.probes or []]
-    runs = [load_run(d, probes) for d in args.run_dirs]  # every input is validated before anything is printed
+    runs = [load_run(d, probes, agentuq_conventions=opts.agentuq_conventions) for d in args.run_dirs]
+    if args.calibrator_from:  # validated with the runs, before anything is printed
+        opts = dataclasses.replace(opts, calibrator_from=load_run(args.calibrator_from,
+                                                                  agentuq_conventions=opts.agentuq_conventions))
     for d, r in zip(args.run_dirs, runs):  # as `uqh report` and `uqh certify`: nothing to score is a user error
         if len(r.episode_ids) == 0:
             raise UserError(f"{d} has no finished episodes yet; run `uqh run` first (or drop it from the list)")

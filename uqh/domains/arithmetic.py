@@ -15,6 +15,7 @@ import re
 
 from uqh.domains.registry import register_domain
 from uqh.domains.base import Domain, EnvResponse, Environment, InvalidAction, clean_final_action
+from uqh.domains.tool_offer import BracketTool
 from uqh.rundir.schema import Episode
 
 N_TASKS = 1000
@@ -130,11 +131,20 @@ class ArithmeticEnv(Environment):
 @register_domain("arithmetic")
 class ArithmeticDomain(Domain):
     prompt_file = "arithmetic.txt"
+    display_name = "Arithmetic"
     default_step_budget = 6
     action_gbnf = '"Calc[" [0-9+*/(). -]{1,60} "]" | "Finish[" "-"? [0-9]{1,12} "]"'
     default_split = None
     splits = ()  # generated tasks: there is no split to choose
     supports_replay = True
+    bracket_tools = (
+        BracketTool("Calc", "calc", "Evaluate an arithmetic expression (numbers, + - * / // % **, parentheses) and "
+                    "return the result.", "expression", "the expression to evaluate"),
+        BracketTool("Finish", "finish", "End the episode with your final numeric answer.", "answer",
+                    "the final answer: a single number"),
+    )
+    tool_instructions = ("You are an arithmetic agent. You answer arithmetic questions with an exact number. Use the "
+                         "calc tool to compute, and the finish tool to give your final answer, a single number.")
 
     def all_task_ids(self) -> list[str]:
         return [f"arith-{i:04d}" for i in range(N_TASKS)]

@@ -8,6 +8,7 @@ mid-episode crash recovery).
 from __future__ import annotations
 
 import abc
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypedDict
@@ -19,6 +20,7 @@ from uqh.rundir.errors import UserError
 from uqh.rundir.schema import DecodingConfig, Episode, StopReason
 
 from uqh.prompts import PROMPTS_DIR
+from uqh.domains.tool_offer import BracketTool, ToolOffer
 
 
 class InvalidAction(Exception):
@@ -216,6 +218,10 @@ class Domain(abc.ABC):
     """A benchmark: its tasks, its prompt, and a factory for environments."""
 
     name: ClassVar[str]
+    #: how tables and reports name the benchmark (recorded in the manifest); None: the domain's name
+    display_name: ClassVar[str | None] = None
+    #: the system prompt's file: beside the domain's own module (a plugin's folder), else in uqh/prompts/ (where
+    #: uqh's built-in domains keep the paper's Appendix K prompts together)
     prompt_file: ClassVar[str]
     default_step_budget: ClassVar[int]
     default_split: ClassVar[str | None] = None
@@ -241,6 +247,10 @@ class Domain(abc.ABC):
     #: Modules the `--workers` fork server imports once for this domain (what each worker would otherwise load on
     #: first use, e.g. Tau2's package and its parsed databases).
     worker_preload: ClassVar[tuple[str, ...]] = ()
+    #: ``uqh run --agent tools``: the domain's actions as tools, and what the agent is told about the task (empty:
+    #: the domain offers no tools; a domain whose tools are not bracket actions overrides :meth:`tool_offer`).
+    bracket_tools: ClassVar[tuple[BracketTool, ...]] = ()
+    tool_instructions: ClassVar[str] = ""
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
         self.options: dict[str, Any] = dict(options or {})
@@ -268,7 +278,23 @@ class Domain(abc.ABC):
         return ids if n is None else ids[:n]
 
     def system_prompt(self) -> str:
-        return (PROMPTS_DIR / self.prompt_file).read_text()
+        return self.prompt_path().read_text()
+
+    @classmethod
+    def prompt_path(cls) -> Path:
+        module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)  # None: a class made in code
+        beside = Path(module_file).parent / cls.prompt_file if module_file else None
+        return beside if beside is not None and beside.is_file() else PROMPTS_DIR / cls.prompt_file
+
+    @classmethod
+    def dataset_label(cls) -> str:
+        return cls.display_name or cls.name
+
+    def tool_offer(self) -> ToolOffer:
+        """The domain's actions as native tools (``uqh run --agent tools``); UserError when it offers none."""
+        if not self.bracket_tools:
+            raise UserError(f"the {self.name} domain offers no tools; run it with --agent react")
+        return ToolOffer(list(self.bracket_tools), self.tool_instructions)
 
     @abc.abstractmethod
     def make_env(self, task_id: str, *, episode_seed: int) -> Environment:
@@ -286,6 +312,10 @@ class Domain(abc.ABC):
     def manifest_info(self) -> dict[str, Any]:
         """Extra facts for the manifest (corpus, goals file hash, data source...)."""
         return {}
+
+    def recorded_info(self) -> dict[str, Any]:
+        """What the manifest's ``info`` records: the benchmark's display name, then :meth:`manifest_info`."""
+        return {"display_name": self.dataset_label(), **self.manifest_info()}
 
     def load_data(self) -> None:
         """Load now what episodes would load on first use (task lists, catalogs, indexes), so that a copy of this

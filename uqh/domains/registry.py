@@ -1,29 +1,23 @@
-"""The domain registry. Each module of :data:`DOMAIN_MODULES` registers its domains with ``@register_domain``;
-heavy imports stay inside functions so that listing domains is cheap. A new domain is one module plus one entry
-here."""
+"""The domain registry: the domains installed as ``uqh.domains`` entry points (uqh's own are declared in
+pyproject.toml the same way, see :mod:`uqh.rundir.entry_points`) and those registered in code with
+``@register_domain``. Listing reads names only; a domain's module is imported when the domain is first asked for.
+A new domain is one module or folder plus one entry point."""
 from __future__ import annotations
 
-import importlib
-
+from uqh.rundir import entry_points
 from uqh.rundir.errors import UserError
 
 from uqh.domains.base import Domain
 
-#: The modules that register domains (imported on the first lookup).
-DOMAIN_MODULES = (
-    "uqh.domains.arithmetic",
-    "uqh.domains.urn",
-    "uqh.domains.qa.strategyqa",
-    "uqh.domains.qa.hotpotqa",
-    "uqh.domains.tau2.domain",
-    "uqh.domains.webshop",
-)
+ENTRY_POINT_GROUP = "uqh.domains"
 
+#: Domains loaded or registered in code, by name.
 _REGISTRY: dict[str, type[Domain]] = {}
-_loaded = False
 
 
 def register_domain(name: str):
+    """Class decorator: ``name`` is the domain's ``--domain`` value (a domain made in code, or a plugin's class
+    whose entry point has the same name)."""
     def deco(cls: type[Domain]) -> type[Domain]:
         cls.name = name
         _REGISTRY[name] = cls
@@ -32,23 +26,25 @@ def register_domain(name: str):
     return deco
 
 
-def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    for name in DOMAIN_MODULES:
-        importlib.import_module(name)
-    _loaded = True
+def unregister_domain(name: str) -> None:
+    _REGISTRY.pop(name, None)
 
 
 def domain_names() -> list[str]:
-    _load_all()
-    return sorted(_REGISTRY)
+    """Every installed or registered domain, without importing any."""
+    return sorted(set(entry_points.active(ENTRY_POINT_GROUP)) | set(_REGISTRY))
 
 
 def get_domain_class(name: str) -> type[Domain]:
-    _load_all()
-    try:
+    if name in _REGISTRY:
         return _REGISTRY[name]
-    except KeyError:
-        raise UserError(f"unknown domain {name!r}; choose one of: {', '.join(domain_names())}") from None
+    ext = entry_points.active(ENTRY_POINT_GROUP).get(name)
+    if ext is None:
+        raise UserError(f"unknown domain {name!r}; choose one of: {', '.join(domain_names())}")
+    cls = entry_points.load(ext)
+    if not (isinstance(cls, type) and issubclass(cls, Domain)):
+        raise UserError(f"the domain entry point {name!r} (from {ext.source}) is not a uqh Domain class: {ext.value}")
+    if getattr(cls, "name", None) != name:  # a plugin's class may skip @register_domain
+        cls.name = name
+    _REGISTRY[name] = cls
+    return cls

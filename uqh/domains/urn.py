@@ -22,6 +22,7 @@ from math import comb
 
 from uqh.domains.base import Domain, DomainOptions, EnvResponse, Environment, InvalidAction, PositiveInt, option_field
 from uqh.domains.registry import register_domain
+from uqh.domains.tool_offer import BracketTool
 from uqh.rundir.schema import Episode
 
 N_TASKS = 1000
@@ -140,10 +141,18 @@ class UrnEnv(Environment):
 @register_domain("urn")
 class UrnDomain(Domain):
     prompt_file = "urn.txt"
+    display_name = "Urn"
     default_step_budget = 6
     action_gbnf = '"Draw[]" | "Stop[]"'
     default_observation_chars = None
     Options = UrnOptions
+    bracket_tools = (
+        BracketTool("Draw", "draw", "See the colour of the next ball."),
+        BracketTool("Stop", "stop", "End the episode now; the remaining balls are drawn and shown."),
+    )
+    tool_instructions = ("You are an agent watching balls drawn from an urn. A task succeeds or fails depending only "
+                         "on the colours drawn. Use the draw tool to see the next ball, or the stop tool to end the "
+                         "episode now.")
 
     def all_task_ids(self) -> list[str]:
         return [f"urn-{i:04d}" for i in range(self.settings.n_tasks)]

@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 from uqh.domains.base import ReplayMismatch, Runtime
 from uqh.harness.config.build import build_domain, check_endpoint_list
+from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import Branch, EpisodeSpec, branch_episode_id, derive_seed, open_episode
 from uqh.harness.model.llama_server import resolve_model
 from uqh.harness.runner import run_batch
@@ -211,7 +212,7 @@ def make_domain(config: RunConfig, *, system_prompt: str | None = None):
     prompt text differs (prompt file, data or options changed since) is a UserError: branches must continue the
     conversation the prefixes were recorded in."""
     domain = build_domain(config)
-    if system_prompt is not None and domain.system_prompt() != system_prompt:
+    if system_prompt is not None and agent_system_prompt(domain, config.agent) != system_prompt:
         split = f" split {config.split}" if config.split is not None else ""
         raise UserError(
             f"the {config.domain}{split} system prompt rebuilt from the source run's config differs from the one "
@@ -452,8 +453,9 @@ def _open_out_dir(plan: ContinuationPlan, domain, skipped: list[SkippedPrefix], 
     even if the run is interrupted; its writer lock passes from the store to ``scope`` without a gap. Returns the
     M the directory grew from (None: it did not grow)."""
     grown_from = plan.recorded if plan.recorded < plan.config.continuation["branches"] else None
-    store = RunStore.open_or_create(plan.out_dir, plan.config_at(plan.recorded), system_prompt=domain.system_prompt(),
-                                    info=domain.manifest_info())
+    store = RunStore.open_or_create(plan.out_dir, plan.config_at(plan.recorded),
+                                    system_prompt=agent_system_prompt(domain, plan.config.agent),
+                                    info=domain.recorded_info())
     try:
         scope.enter_context(run_lock.hold(plan.out_dir))
         if grown_from is not None:  # before any branch of the larger M runs

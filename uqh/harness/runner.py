@@ -53,6 +53,7 @@ from uqh.harness.backends.context import (
 from uqh.harness.backends.event_loop import serialize
 from uqh.harness.backends.local import LocalBackend
 from uqh.harness.config.build import build_domain, prompt_sha256
+from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, Resume, derive_seed, episode_id_for
 from uqh.harness.model.llama_server import resolve_model, serve_model
 from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
@@ -204,7 +205,7 @@ def run_batch(
                        concurrency=concurrency or default_concurrency(config.model))
 
     with interrupts.stop_signals(), RunStore.open_or_create(
-        run_dir, config, system_prompt=system_prompt, info=domain.manifest_info(), execution=execution
+        run_dir, config, system_prompt=system_prompt, info=domain.recorded_info(), execution=execution
     ) as store:
         finished_before = sum(1 for i in ids if i in store.finished_ids)
         todo = _resume_from_checkpoints(store, domain, [s for s in specs if s.episode_id not in store.finished_ids])
@@ -231,7 +232,7 @@ def run_batch(
 def _domain_with_prompt(config: RunConfig) -> tuple[Any, str]:
     """The run's domain and system prompt; refuses a prompt that changed since the config was made."""
     domain = build_domain(config)
-    system_prompt = domain.system_prompt()
+    system_prompt = agent_system_prompt(domain, config.agent)
     if prompt_sha256(system_prompt) != config.prompt_sha256:
         raise UserError(
             f"the {config.domain} system prompt changed since the config was made (sha256 differs); "

@@ -64,6 +64,9 @@ class RunReport(BaseModel):
     sign_regime: list[SignRegimeRow] = []  # Table 13, runs with max_steps
     base_rate_margin: list[MarginRow] = []  # Table 14 (log score), runs with max_steps
     censored_prefixes: list[CensoredPrefixAudit] = []  # Tables 7–9 per continuation of this run (--continuations)
+    #: the learned and propagated trajectory calibrators (HTC, SAUP) next to verbal confidence and white-box signals,
+    #: per censoring convention the run supports (exclude; simple with max_steps; exact with a covering q_Z)
+    learned: dict[str, RunScores] = {}
 
 
 class ReportData(BaseModel):
@@ -206,7 +209,28 @@ def score_runs(runs: list[Run], opts: ReportOptions) -> list[ScoredRun]:
                                   n_boot=opts.n_bootstrap, seed=opts.seed)
             for cont_dir, prefixes, counts in continued.get(id(data), [])
         ]
+        res.learned = learned_calibrator_scores(data, has_censored, q_z_of.get(id(data)) if not pooled else None, base)
         res.artificial_censoring = artificial_censoring_analysis(data, PRIMARY_PREDICTOR, opts.seed)
         trace = None if pooled else calibrated_stream(data, PRIMARY_PREDICTOR, PRIMARY_WEIGHTS)
         scored.append(ScoredRun(run=run, data=data, results=res, platt_trace=trace))
     return scored
+
+
+#: the predictors of the report's "learned calibrators" section: verbal confidence, white-box signals, SAUP, HTC
+LEARNED_COMPARISON = ("verbal", "token_prob", "token_traj_gmean_prob", "saup", "htc", "base_rate")
+
+
+def learned_calibrator_scores(data: RunData, has_censored: bool, q_z: dict[str, float] | None,
+                              base: dict) -> dict[str, RunScores]:
+    """HTC and SAUP scored by TPS with verbal confidence and white-box signals, under every censoring convention the
+    run supports (``exact`` only when ``q_z`` covers every censored episode)."""
+    from uqh.scoring.analyses import missing_qz
+    from uqh.scoring.pipeline import ScoreOptions, score_run
+
+    modes: dict[str, dict] = {"exclude": {}}
+    if has_censored:
+        modes["simple"] = {}
+        if q_z is not None and missing_qz(data, q_z) == 0:
+            modes["exact"] = {"q_z": q_z}
+    return {mode: score_run(data, ScoreOptions(predictors=LEARNED_COMPARISON, censoring=mode, auq=False, **kw, **base))
+            for mode, kw in modes.items()}

@@ -20,16 +20,10 @@ from uqh.reports.tables import Table
 from uqh.scoring.termination import selection_diagnostic as selection_stats
 from uqh.scoring.termination import termination_counts
 
-#: Display names of the paper's datasets by domain (Tau2's three domains form one dataset in the paper).
-DATASET_NAMES = {
-    "strategyqa": "StrategyQA",
-    "hotpotqa": "HotpotQA",
-    "webshop": "WebShop",
-    "tau2-airline": "Tau2-Bench",
-    "tau2-retail": "Tau2-Bench",
-    "tau2-telecom": "Tau2-Bench",
-    "arithmetic": "Arithmetic",
-}
+#: Display names of runs recorded before the manifest carried the domain's own (``info.display_name``).
+EARLIER_DISPLAY_NAMES = {"strategyqa": "StrategyQA", "hotpotqa": "HotpotQA", "webshop": "WebShop",
+                         "tau2-airline": "Tau2-Bench", "tau2-retail": "Tau2-Bench", "tau2-telecom": "Tau2-Bench",
+                         "arithmetic": "Arithmetic"}
 
 
 @dataclass
@@ -53,7 +47,7 @@ class Run:
 
     @property
     def dataset(self) -> str:
-        return DATASET_NAMES.get(self.domain, self.domain)
+        return self.manifest.info.get("display_name") or EARLIER_DISPLAY_NAMES.get(self.domain, self.domain)
 
 
 def open_audited_run(path: str | Path) -> Run:

@@ -180,16 +180,30 @@ class CallRecord(_Record):
     ] = False
 
 
+class ToolCallRecord(_Record):
+    """One native function call of a model answer (``uqh run --agent tools``), as the provider sent it."""
+
+    id: Annotated[str | None, Field(description="The provider's call id (sent back with the tool's result).")] = None
+    name: str
+    arguments: Annotated[str, Field(description="The arguments exactly as the provider sent them (a JSON text).")]
+
+
 class Attempt(_Record):
     """One model call for a step: the raw text and, if it was rejected, why."""
 
     attempt: int
-    raw_text: Annotated[str, Field(description="The full generated text the parser saw.")]
+    raw_text: Annotated[str, Field(description="The full generated text the parser saw (--agent tools: the "
+                                               "message content, the calls are in tool_calls).")]
     error: Annotated[
         str | None,
         Field(description="Why the output was rejected (the repair message sent back), or null if accepted."),
     ] = None
     call: CallRecord
+    tool_calls: Annotated[
+        list[ToolCallRecord] | None,
+        Field(description="The answer's native function calls (--agent tools); absent for the react agent and for an "
+                          "answer without calls.", exclude_if=_is_none),
+    ] = None
 
 
 class Step(_Record):
@@ -262,6 +276,8 @@ class DecodingConfig(_Record):
 HASH_EXCLUDED_OPTIONS = frozenset({"index_dir"})
 #: RunConfig fields added after schema version 1 shipped; left out of the hash while None.
 _LATER_FIELDS = ("user_api_base", "consensus_stopping", "api_bases", "user_logprobs")
+#: The agent of runs recorded before there was a choice of agents: left out of the hash, so those runs resume.
+DEFAULT_AGENT = "react"
 #: Where the models are served from: not part of what a run produces, so out of the config hash (a server moved to
 #: another port, ``localhost`` for ``127.0.0.1``, a dead replica dropped -- the run still resumes). The latest
 #: session's endpoints stay in the config; every session's are in ``Manifest.sessions``.
@@ -323,6 +339,13 @@ class RunConfig(_Record):
               exclude_if=_is_none, ge=0),
     ] = None
 
+    agent: Annotated[
+        str,
+        Field(description="The policy that turns the history into the next step (uqh run --agent): react, the paper's "
+                          "four-tag text loop, or tools, native function calling (docs/agents.md). Left out of the "
+                          "hash while react, so runs recorded before the choice existed resume."),
+    ] = DEFAULT_AGENT
+
     @property
     def endpoints(self) -> list[str]:
         """The agent model's endpoints: ``api_bases``, else ``[api_base]`` (empty: the provider's own)."""
@@ -347,6 +370,8 @@ class RunConfig(_Record):
         for key in _LATER_FIELDS:
             if data.get(key) is None:
                 data.pop(key, None)
+        if data.get("agent") == DEFAULT_AGENT:
+            data.pop("agent")
         for key in drop:
             data.pop(key, None)
         data["domain_options"] = {k: v for k, v in data["domain_options"].items() if k not in HASH_EXCLUDED_OPTIONS}

@@ -8,7 +8,9 @@ with 10 bins (Eq. 10 with empirical bins); T-Brier is the scalarized trajectory 
 Tie handling: tied scalars are never split. AUROC counts ties as 1/2 (Mann–Whitney); AUPRC is average
 precision with one threshold per distinct value; AURC is the expected area under uniformly random
 tie-breaking (closed form through the digamma function); T-ECE assigns a whole block of tied values to the
-quantile bin of its first member. Scalars equal to 12 decimals count as tied (float-rounding tolerance).
+quantile bin of its first member. Scalars equal to 12 significant digits count as tied (a relative float-rounding
+tolerance, :func:`tie_rounded`): trajectory probabilities of 1e-200 keep their order, where rounding to 12 decimals
+would flatten every value below 5e-13 to one tie at 0.
 
 Every metric accepts resampling ``weights`` -- ``None``, shape (n,), or (B, n) bootstrap counts -- and is then
 evaluated for all B rows at once from a single sort of C (the paired bootstrap of :mod:`uqh.scoring.bootstrap`).
@@ -22,7 +24,9 @@ from uqh.scoring import failure_association as fa
 
 
 N_BINS = 10
-TIE_DECIMALS = 12
+#: AUARC on tied scalars: the mean over tie-breaking orders (uqh), or the input order (agentuq's stable sort)
+AUARC_TIES = ("mean", "input")
+TIE_DIGITS = 12  # significant digits that decide a tie
 DIAGNOSTICS = ("auroc", "auprc", "aurc", "t_ece", "t_brier")
 #: every quantity :meth:`ScalarDiagnostics.compute` knows: the paper's five and agentuq's four (failure_association)
 ALL_DIAGNOSTICS = DIAGNOSTICS + fa.AGENTUQ_METRICS
@@ -64,6 +68,22 @@ AGGREGATORS = {"last": phi_last, "avg": phi_avg, "min": phi_min}
 # ------------------------------------------------------------------------------------------ metrics
 
 
+def tie_rounded(c: np.ndarray, digits: int = TIE_DIGITS) -> np.ndarray:
+    """``c`` rounded to ``digits`` significant digits (mantissa and decimal exponent apart, so 1e-300 neither
+    overflows nor underflows): a monotone map, so the order of distinct values is kept except where they agree to
+    ``digits`` digits. Zeros stay zero."""
+    c = np.asarray(c, dtype=float)
+    out = c.copy()
+    nonzero = c != 0
+    if nonzero.any():
+        # subnormals (< 1e-307) share the smallest normal scale: they round to 0 together
+        exponent = np.maximum(np.floor(np.log10(np.abs(c[nonzero]))), -307.0)
+        scale = 10.0 ** exponent
+        out[nonzero] = np.round(c[nonzero] / scale, digits - 1) * scale
+    return out
+
+
+
 class ScalarDiagnostics:
     """The five diagnostics of a scalar ``c`` against outcomes ``y`` (one sort, reused for every weighting).
 
@@ -71,18 +91,21 @@ class ScalarDiagnostics:
     ascending order, per resample row: failures ``tp`` and all trajectories ``pp`` at or below each value.
     """
 
-    def __init__(self, c: np.ndarray, y: np.ndarray, n_bins: int = N_BINS):
+    def __init__(self, c: np.ndarray, y: np.ndarray, n_bins: int = N_BINS, auarc_ties: str = "mean"):
         c = np.asarray(c, dtype=float)
         y = np.asarray(y, dtype=float)
         if c.shape != y.shape or c.ndim != 1:
             raise ValueError("c and y must be 1-d arrays of the same length")
         if not np.all(np.isfinite(c)) or not np.all(np.isin(y, (0.0, 1.0))):
             raise ValueError("diagnostics need finite scalars and outcomes Y in {0, 1}")
-        # Tie tolerance: scalars equal to 12 decimals are one tie block, so that weighted means of a constant
-        # stream over different horizons (equal up to float rounding) tie as they should.
-        c = np.round(c, TIE_DECIMALS)
+        # Tie tolerance: scalars equal to 12 significant digits are one tie block, so that weighted means of a
+        # constant stream over different horizons (equal up to float rounding) tie as they should.
+        c = tie_rounded(c)
         self.n = c.size
         self.n_bins = n_bins
+        if auarc_ties not in AUARC_TIES:
+            raise ValueError(f"unknown AUARC tie rule {auarc_ties!r}; use mean or input")
+        self.auarc_ties = auarc_ties  # "mean": expected over orders (uqh); "input": input order (agentuq)
         self.order = np.argsort(c, kind="stable")  # ascending C
         cs = c[self.order]
         self.c_sorted = cs
@@ -183,7 +206,8 @@ class ScalarDiagnostics:
                 if "aurc" in which:
                     out["aurc"] = aurc
                 if "auarc" in which:
-                    out["auarc"] = fa.auarc_from_aurc(aurc, N, F)
+                    out["auarc"] = (fa.auarc_from_aurc(aurc, N, F) if self.auarc_ties == "mean"
+                                    else fa.auarc_in_order(ws, self.ys))
                 del e, psi
             if "t_ece" in which:
                 # tie-aware quantile bins: group g (a block of ties) is in bin floor(K * pp_{g-1} / N); per-bin sums
@@ -239,9 +263,11 @@ def t_brier(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
     return _one("t_brier", c, y, weights)
 
 
-def auarc(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
-    """agentuq's area under the accuracy–rejection curve, expected over random tie-breaking (higher is better)."""
-    return _one("auarc", c, y, weights)
+def auarc(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None, ties: str = "mean"):
+    """agentuq's area under the accuracy–rejection curve (higher is better): on tied values expected over random
+    tie-breaking (``ties="mean"``), or in input order as agentuq's stable sort takes them (``ties="input"``)."""
+    r = ScalarDiagnostics(c, y, auarc_ties=ties).compute(weights, ("auarc",))["auarc"]
+    return float(r[0]) if (weights is None or np.ndim(weights) == 1) else r
 
 
 def pearson_failure(c: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):

@@ -77,7 +77,8 @@ def load(runs: "Sequence[str | Path | RunDir | LoadedRun]", probes: "Sequence[Pr
         reader = r if isinstance(r, RunDir) else RunDir.open(r)
         episodes = sorted(reader.episodes() if reader.has_episodes_file else [], key=lambda e: e.episode_id)
         data = run_data_from_records(reader.path, reader.manifest, episodes,
-                                     (row for row in reader.sidecar() if row.accepted))
+                                     (row for row in reader.sidecar() if row.accepted),
+                                     user_rows=reader.user_sidecar() if reader.has_user_sidecar else None)
         fill_probe_streams(data, probes)
         label = str(r) if not isinstance(r, RunDir) else str(reader.path)
         out.append(LoadedRun(label, reader, episodes, data))

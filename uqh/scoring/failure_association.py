@@ -21,6 +21,7 @@ zero variance). The (C, Y) entry points are :func:`uqh.scoring.diagnostics.auarc
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import digamma
 
 FAILURE_THRESHOLD = 1.0  # agentuq: failure iff reward < threshold; on uqh's Y ∈ {0, 1}: failure iff Y = 0
 AGENTUQ_METRICS = ("auarc", "pearson_failure", "spearman_failure", "kendall_failure")
@@ -86,3 +87,22 @@ def kendall_tau_b(auroc_numerator: np.ndarray, tot: np.ndarray, n: np.ndarray, f
     denom = (pairs - tied_c) * (pairs - tied_y)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(denom > 0, signed / np.sqrt(np.where(denom > 0, denom, 1.0)), np.nan)
+
+
+def auarc_in_order(ws: np.ndarray, succ_sorted: np.ndarray) -> np.ndarray:
+    """agentuq's AUARC with its own tie rule (``uqh score --agentuq-conventions``): trajectories rejected one at a
+    time in the given order -- ascending C, tied ones in input order, as agentuq's stable sort by descending
+    uncertainty leaves them. ``ws``: (B, n) weights in that order (a trajectory drawn k times: k adjacent copies).
+
+    With a_k the accuracy after rejecting k, AUARC = (1/N)[Σ_{k<N} a_k + (1 − a_0)/2]; a block of c copies with
+    success y, M trajectories left and A successes left before it adds Σ_{j<c} (A − j y)/(M − j)
+    = c y + (A − y M)(ψ(M + 1) − ψ(M − c + 1))."""
+    n = ws.sum(axis=1)
+    succ_w = ws * succ_sorted
+    s_total = succ_w.sum(axis=1)
+    m = n[:, None] - (np.cumsum(ws, axis=1) - ws)
+    a = s_total[:, None] - (np.cumsum(succ_w, axis=1) - succ_w)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        harmonic = np.where(ws > 0, digamma(m + 1.0) - digamma(np.maximum(m - ws, 0.0) + 1.0), 0.0)
+        total = (succ_w + (a - succ_sorted * m) * harmonic).sum(axis=1)
+        return np.where(n > 0, (total + (1.0 - s_total / n) / 2.0) / n, np.nan)

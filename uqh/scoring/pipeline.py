@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from uqh.scoring.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, interval, paired_bootstrap, standard_error
+from uqh.scoring import learned
 from uqh.scoring.calibration import cross_fit_platt
 from uqh.scoring.diagnostics import AGGREGATORS, ScalarDiagnostics, trajectory_scalar
 from uqh.scoring.fixed_rank import fixed_rank_analysis
@@ -47,6 +48,7 @@ from uqh.scoring.results import (
     Comparison,
     Estimate,
     FixedRankRow,
+    LearnedCalibration,
     MetricEstimate,
     PlattDiagnostics,
     PredictorResult,
@@ -81,6 +83,13 @@ class ScoreOptions:
     fixed_rank: bool = False
     level: float = 0.95
     every_predictor: bool = False  # with predictors=None: every registered predictor (`--predictor all`)
+    learned_penalty: str = "ridge"  # the learned calibrators' (HTC) penalty: ridge or lasso
+    #: fit the learned calibrators on this run and apply them to the scored one (HTC's General Agent Calibrator);
+    #: None: cross-fitted on the scored run
+    calibrator_from: RunData | None = None
+    #: agentuq's conventions: AUARC on ties in input order (here); the per-role streams must have been loaded with
+    #: them too (load_run(..., agentuq_conventions=True)): docs/scoring.md, "uqh and agentuq"
+    agentuq_conventions: bool = False
 
     def predictor_names(self) -> list[str]:
         """The predictors to score: per-step ones first, constants (the base rate) last."""
@@ -105,6 +114,9 @@ class ScoreOptions:
             bootstrap=self.n_bootstrap,
             seed=self.seed,
             ci_level=self.level,
+            learned_penalty=self.learned_penalty,
+            calibrator_from=None if self.calibrator_from is None else self.calibrator_from.label,
+            agentuq_conventions=self.agentuq_conventions,
         )
 
 
@@ -116,17 +128,49 @@ class PredictorEvaluation:
     auq: list[AuqResult]
     calibration: PlattDiagnostics | None
     fixed_rank: list[FixedRankRow]
+    learned: LearnedCalibration | None = None
+
+
+def learned_sample(sample: Sample, weights: np.ndarray, opts: ScoreOptions) -> tuple[Sample, LearnedCalibration]:
+    """``sample`` with its learned calibrator's values (HTC): cross-fitted on the sample as Platt is, or, with
+    ``opts.calibrator_from``, one model fitted on that run's sample of the same predictor (same censoring; ``exact``
+    becomes ``simple`` there, which needs no q_Z file) applied to every step. ValueError when it cannot be fitted."""
+    spec = get_predictor(sample.predictor)
+    penalty = opts.learned_penalty
+    if opts.calibrator_from is None:
+        values, models = learned.cross_fit(sample.features, sample.feature_names, sample.offsets, sample.y,
+                                           sample.delta, sample.episode_ids, weights, labels=sample.label_convention,
+                                           q_z=sample.q_z, penalty=penalty)
+        source = None
+    else:
+        src = build_sample(opts.calibrator_from, sample.predictor,
+                           censoring="simple" if opts.censoring == "exact" else opts.censoring,
+                           include_parse_errors=opts.include_parse_errors, labels=opts.labels)
+        names = [n for n in sample.feature_names if n in set(src.feature_names)]
+        if src.n == 0 or not names:
+            raise ValueError(f"{opts.calibrator_from.label} has no scored trajectory with the features of this run")
+        pick = [src.feature_names.index(n) for n in names]
+        w_src = trajectory_weights(src.offsets, opts.weights, src.horizon)
+        model = learned.fit_all(src.features[:, pick], names, src.offsets, src.y, src.delta, w_src,
+                                labels=src.label_convention, q_z=src.q_z, penalty=penalty)
+        values = model(sample.features[:, [sample.feature_names.index(n) for n in names]])
+        models, source = (model,), opts.calibrator_from.label
+    names = list(models[0].features)
+    dropped = [n for n in (sample.dropped_features or []) + sample.feature_names if n not in names]
+    out = Sample(**{**sample.__dict__, "values": np.asarray(values, dtype=float)})
+    return out, learned.calibration_result(spec.name, names, dropped, penalty, learned.LAMBDA, models, source)
 
 
 
 
-def _diagnostic_statistic(c: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+def _diagnostic_statistic(c: np.ndarray, y: np.ndarray, auarc_ties: str = "mean"
+                          ) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """Every registered diagnostic of the scalar ``c`` against ``y`` for a (B, n) count matrix: the built-in ones
     from one :class:`ScalarDiagnostics` sort, registered ones through their ``compute``."""
     metrics = diagnostic_metrics()
     builtin = tuple(m.name for m in metrics if m.compute is None)
     extra = [m for m in metrics if m.compute is not None]
-    diag = ScalarDiagnostics(c, y)
+    diag = ScalarDiagnostics(c, y, auarc_ties=auarc_ties)
 
     def compute(counts: np.ndarray) -> dict[str, np.ndarray]:
         out = diag.compute(counts, builtin) if builtin else {}
@@ -207,8 +251,17 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
     complete = sample.delta.copy()
     q = sample.q_z if opts.censoring == "exact" else None
     calibration = None
-    streams: dict[str, np.ndarray | None] = {"raw": sample.values}
     notes: dict[str, str] = {}
+    learned_fit = None
+    if spec.learned is not None:
+        try:
+            if n == 0:
+                raise ValueError("no trajectories to fit it on")
+            sample, learned_fit = learned_sample(sample, w, opts)
+        except ValueError as exc:
+            notes["raw"] = f"{spec.label} unavailable: {exc}"
+            n = 0
+    streams: dict[str, np.ndarray | None] = {"raw": sample.values if n > 0 or spec.learned is None else None}
     if "platt" in opts.calibrations and spec.calibratable:
         try:
             if n == 0:
@@ -231,11 +284,12 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
             if values is None:
                 continue
             c = trajectory_scalar(values, sample.offsets, w)[complete]
-            row_diag = _diagnostic_statistic(c, y_c) if complete.any() else None
+            ties = "input" if opts.agentuq_conventions else "mean"
+            row_diag = _diagnostic_statistic(c, y_c, ties) if complete.any() else None
             auq = {}
             if auq_on and complete.any():
                 for name, phi in AGGREGATORS.items():
-                    auq[name] = _diagnostic_statistic(phi(values, sample.offsets)[complete], y_c)
+                    auq[name] = _diagnostic_statistic(phi(values, sample.offsets)[complete], y_c, ties)
             stat = _stream_statistic(values, sample, w, rules, eta, complete, row_diag, auq)
             if cal == "raw" and spec.rank_only_raw:
                 stat = _rank_metrics_only(stat)
@@ -275,7 +329,7 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
         if streams.get("platt") is not None:
             platt_sub = streams["platt"][np.repeat(complete, np.diff(sample.offsets))]
         fixed = fixed_rank_analysis(sub.values, sub.offsets, sub.y, w_sub, rules, platt_sub, predictor=sample.predictor)
-    return PredictorEvaluation(rows=rows, auq=auq_rows, calibration=calibration, fixed_rank=fixed)
+    return PredictorEvaluation(rows=rows, auq=auq_rows, calibration=calibration, fixed_rank=fixed, learned=learned_fit)
 
 
 def stream_statistic(sample: Sample, values: np.ndarray, opts: ScoreOptions) -> Callable[[np.ndarray], dict]:
@@ -308,7 +362,7 @@ def platt_stream(sample: Sample, opts: ScoreOptions) -> tuple[np.ndarray | None,
 def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
     """Score one run directory: Table-2 rows (predictors × raw/Platt + base rate), Table-5 AUQ rows, Appendix D
     diagnostics, Appendix E rows (``opts.fixed_rank``) and sample counts."""
-    rows, auq, calib, fixed = [], [], [], []
+    rows, auq, calib, fixed, learned_fits = [], [], [], [], []
     counts = SampleCounts()
     names = opts.predictor_names()
     if opts.predictors is None:  # by default a greedy-only predictor is left out of a sampled run (explicit: refused)
@@ -324,6 +378,8 @@ def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
         auq += res.auq
         if res.calibration is not None:
             calib.append(res.calibration)
+        if res.learned is not None:
+            learned_fits.append(res.learned)
         fixed += res.fixed_rank
     tiers = run.tier_counts()
     counts = counts.model_copy(update={"steps_full_logprobs": tiers["full"],
@@ -339,6 +395,7 @@ def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
         auq=auq if opts.auq else [],
         calibration=calib,
         fixed_rank=fixed,
+        learned=learned_fits,
     )
 
 
@@ -364,4 +421,5 @@ def pool_runs(runs: list[RunData]) -> RunData:
         streams={k: np.concatenate([r.streams[k] for r in runs]) for k in runs[0].streams},
         task_ids=np.concatenate([np.array([f"{k}:{t}" for t in r.tasks], dtype=object) for k, r in enumerate(runs)]),
         step_tier=None if any(r.step_tier is None for r in runs) else np.concatenate([r.step_tier for r in runs]),
+        signals=None if any(r.signals is None for r in runs) else np.concatenate([r.signals for r in runs]),
     )

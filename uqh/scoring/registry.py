@@ -19,14 +19,16 @@ labels, headers and directions from here. Adding a predictor or a scalar diagnos
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from uqh.rundir import entry_points
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, LogprobRow, Step
-from uqh.scoring import role_signals, self_consistency, step_values, token_signals as ts, truth
+from uqh.scoring import role_signals, saup, self_consistency, step_values, token_signals as ts, truth
 
 MetricKind = Literal["diagnostic", "tps", "censored_tps", "truth_gap", "truth_distance"]
 StepValue = Callable[[Step, "LogprobRow | None"], float]
@@ -71,6 +73,25 @@ class RunningValue:
 
 
 @dataclass(frozen=True)
+class SignalRunning:
+    """A running per-step value from the process signals of :mod:`uqh.scoring.process_features` (which read the
+    episode's earlier text, not only the step): per-step terms from the (steps, signals) matrix, summed along the
+    trajectory, then mapped to a confidence (a missing term makes that step and every later one missing)."""
+
+    terms: Callable[[np.ndarray], np.ndarray]  # (steps, signals) -> (steps, 2)
+    confidence: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class LearnedCalibrator:
+    """A predictor learned from the outcomes: a regularised logistic model on the prefix features
+    (:mod:`uqh.scoring.learned`), cross-fitted across trajectories as Platt is (or fitted on another run,
+    ``uqh score --calibrator-from``). Its stream exists only once scored: ``RunData`` holds the features."""
+
+    penalty: str = "ridge"
+
+
+@dataclass(frozen=True)
 class Predictor:
     """One predictor: a per-step function, a per-trajectory function of the run's episodes, or a per-sample
     constant (exactly one of the three)."""
@@ -101,12 +122,17 @@ class Predictor:
     #: the raw stream is a signal, not a probability: its raw row has the rank metrics only (RANK_METRICS); the
     #: cross-fitted Platt row has every metric
     rank_only_raw: bool = False
+    #: a running value of the process signals (SAUP)
+    signal_running: SignalRunning | None = None
+    #: a learned calibrator on the prefix features (HTC); its one row is already calibrated (``calibratable=False``)
+    learned: LearnedCalibrator | None = None
 
     def __post_init__(self) -> None:
-        kinds = (self.step_value, self.constant, self.trajectory_value, self.running, self.probe, self.role)
+        kinds = (self.step_value, self.constant, self.trajectory_value, self.running, self.probe, self.role,
+                 self.signal_running, self.learned)
         if sum(f is not None for f in kinds) != 1:
             raise ValueError(f"predictor {self.name!r} needs exactly one of step_value, trajectory_value, running, "
-                             "constant, probe and role")
+                             "constant, probe, role, signal_running and learned")
 
     def probe_stream_value(self, value: float) -> float:
         """A probe value as this predictor's stream holds it (a confidence)."""
@@ -189,9 +215,9 @@ RANK_METRICS = frozenset({"auroc", "auprc", "aurc", "auarc", "spearman_failure",
 BASE_RATE = "base_rate"
 TPS_GAP, TRUTH_MAE = "tps_gap", "truth_mae"
 
-METRICS: dict[str, Metric] = {
-    m.name: m
-    for m in (
+def builtin_metrics() -> list[Metric]:
+    """uqh's own metrics, in table order (the ``uqh.metrics`` entry point ``builtin``)."""
+    return [
         Metric("auroc", "AUROC (failure-oriented)", "AUROC", True, "diagnostic"),
         Metric("auprc", "AUPRC (failure-oriented average precision)", "AUPRC", True, "diagnostic"),
         Metric("aurc", "area under the risk-coverage curve", "AURC", False, "diagnostic"),
@@ -213,12 +239,11 @@ METRICS: dict[str, Metric] = {
         Metric(TPS_GAP, "TPS gap to the truth: TPS(q) − TPS(F) on the same trajectories", "TPS gap {score}", False,
                "truth_gap"),
         Metric(TRUTH_MAE, "mean |F_t − q_t| over a trajectory's steps", "mean |F−q|", False, "truth_distance"),
-    )
-}
+    ]
 
-PREDICTORS: dict[str, Predictor] = {
-    p.name: p
-    for p in (
+def builtin_predictors() -> list[Predictor]:
+    """uqh's own predictors, in table order (the ``uqh.predictors`` entry point ``builtin``)."""
+    return [
         Predictor("verbal", "Verbal confidence", step_values.verbal_value),
         Predictor("token_prob", "Completion token probability", step_values.token_prob_value),
         Predictor("token_entropy", "Completion entropy confidence", step_values.token_entropy_value),
@@ -235,8 +260,73 @@ PREDICTORS: dict[str, Predictor] = {
         Predictor("observation_surprise", "Observation surprise exp(−NLL) (probe)", probe="observation_surprise",
                   probe_confidence=lambda nll: float(np.exp(-nll)), rank_only_raw=True),
         Predictor(truth.TRUTH, "True q_t (oracle domains)", truth.truth_value, calibratable=False),
-    )
-}
+        # SAUP (arXiv:2412.01033): RMS of situation-weighted step NLLs to date, as exp(-U); a signal, not a probability
+        Predictor("saup", "SAUP situation-weighted uncertainty exp(−U)",
+                  signal_running=SignalRunning(saup.saup_terms, saup.saup_confidence), rank_only_raw=True,
+                  default=False),
+        # HTC (arXiv:2601.15778): ridge-logistic on the prefix features, cross-fitted like Platt
+        Predictor("htc", "HTC learned calibrator (cross-fitted)", learned=LearnedCalibrator(), calibratable=False,
+                  default=False),
+    ]
+
+class Registry(MutableMapping):
+    """Entries by name, filled on first use from the entry points of ``group`` (uqh's own ``builtin`` first, then
+    installed packages', see :mod:`uqh.rundir.entry_points`), in that order. An entry point names one entry or a
+    function returning several; what it yields must be of type ``kind`` and pass ``check``."""
+
+    def __init__(self, group: str, kind: type, check: Callable[[Any], None] = lambda entry: None):
+        self.group, self.kind, self.check = group, kind, check
+        self._entries: dict[str, Any] = {}
+        self._loaded = False
+        #: the entry point each loaded entry came from (entries registered in code have none)
+        self.sources: dict[str, entry_points.Extension] = {}
+
+    def _load(self) -> dict[str, Any]:
+        if not self._loaded:
+            self._loaded = True  # first, so that a registration from a plugin's import does not recurse
+            for ext in entry_points.active(self.group).values():
+                for entry in self._entries_of(ext):
+                    self._entries.setdefault(entry.name, entry)
+        return self._entries
+
+    def _entries_of(self, ext: entry_points.Extension) -> list[Any]:
+        obj = entry_points.load(ext)
+        entries = obj() if callable(obj) and not isinstance(obj, self.kind) else obj
+        entries = [entries] if isinstance(entries, self.kind) else list(entries)
+        for entry in entries:
+            if not isinstance(entry, self.kind):
+                raise UserError(f"the {self.group} entry point {ext.name!r} (from {ext.source}) gave "
+                                f"{type(entry).__name__}, not a {self.kind.__name__}")
+            if not ext.builtin:
+                self.check(entry)
+        self.sources.update({e.name: ext for e in entries})
+        return entries
+
+    def __getitem__(self, name: str) -> Any:
+        return self._load()[name]
+
+    def __setitem__(self, name: str, entry: Any) -> None:
+        self._load()[name] = entry
+
+    def __delitem__(self, name: str) -> None:
+        del self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+def check_registered_metric(m: Metric) -> None:
+    """A metric from outside uqh is a diagnostic with its own ``compute`` (the TPS families are built in)."""
+    if m.kind != "diagnostic" or m.compute is None:
+        raise UserError(f"metric {m.name!r}: only diagnostics with a compute function can be registered (TPS "
+                        "metrics are built in)")
+
+
+METRICS: Registry = Registry("uqh.metrics", Metric, check_registered_metric)
+PREDICTORS: Registry = Registry("uqh.predictors", Predictor)
 
 CALIBRATION_LABELS = {"raw": "raw", "platt": "Platt"}
 
@@ -263,8 +353,9 @@ def default_predictors() -> list[str]:
 
 def step_predictors() -> list[str]:
     """Names of the registered predictors with a stream of per-step values: per-step functions and trajectory
-    predictors (registry order)."""
-    return [p.name for p in PREDICTORS.values() if not p.is_constant]
+    predictors (registry order). Constants and learned calibrators (whose stream needs the scored sample's labels)
+    are not among them."""
+    return [p.name for p in PREDICTORS.values() if not p.is_constant and p.learned is None]
 
 
 def diagnostic_metrics() -> list[Metric]:
@@ -317,8 +408,10 @@ def register_metric(m: Metric) -> Metric:
     """Add a metric. A new diagnostic needs its ``compute`` (the built-in five are computed together)."""
     if m.name in METRICS:
         raise ValueError(f"metric {m.name!r} is already registered")
-    if m.kind != "diagnostic" or m.compute is None:
-        raise ValueError("only diagnostics with a compute function can be registered (TPS metrics are built in)")
+    try:
+        check_registered_metric(m)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
     METRICS[m.name] = m
     return m
 

@@ -128,6 +128,32 @@ class PlattDiagnostics(BaseModel):
     n_b: int
 
 
+class LearnedModel(BaseModel):
+    """One fitted linear-logistic model: σ(intercept + Σ weight_j · standardised feature_j)."""
+
+    intercept: float
+    weights: list[float]  # one per feature of the calibration, in its order (standardised features: comparable)
+    n_train_trajectories: int
+    n_train_steps: int
+
+
+class LearnedCalibration(BaseModel):
+    """A learned calibrator of a predictor (HTC): its features, penalty and fitted weights -- two models (split A,
+    split B) when cross-fitted, one when transferred from another run (``transfer_from``)."""
+
+    predictor: str
+    penalty: str
+    lam: float
+    features: list[str]
+    dropped_features: list[str] = []  # missing on every scored step of the run: not used
+    models: list[LearnedModel]
+    transfer_from: str | None = None
+
+    def mean_weights(self) -> list[float]:
+        """Per feature, the mean weight over the models (the cross-fitted pair, or the one transferred model)."""
+        return [sum(m.weights[j] for m in self.models) / len(self.models) for j in range(len(self.features))]
+
+
 class FixedRankRow(HasMetrics):
     """One Appendix E row (point values only)."""
 
@@ -180,6 +206,11 @@ class ScoreSettings(BaseModel):
     bootstrap: int
     seed: int
     ci_level: float
+    #: the learned calibrators' (HTC) penalty, and the run they were fitted on when transferred (None: cross-fitted)
+    learned_penalty: str = "ridge"
+    calibrator_from: str | None = None
+    #: agentuq's conventions instead of uqh's (docs/scoring.md, "uqh and agentuq")
+    agentuq_conventions: bool = False
 
     @property
     def label_description(self) -> str:
@@ -199,6 +230,8 @@ class RunScores(BaseModel):
     auq: list[AuqResult] = []
     calibration: list[PlattDiagnostics] = []
     fixed_rank: list[FixedRankRow] = []
+    #: learned calibrators (HTC): feature weights, for interpretability
+    learned: list[LearnedCalibration] = []
 
     def row(self, predictor: str, calibration: str) -> PredictorResult | None:
         return next((r for r in self.rows if r.predictor == predictor and r.calibration == calibration), None)

@@ -14,7 +14,8 @@ trajectory, mapped:
   -- 1000 tokens give 0.5 -- only matters for the raw TPS rows, which the Platt rows recalibrate).
 
 Tokens per step: the assistant's are the accepted call's (as every token predictor's); the user's are the user
-sidecar's rows numbered t (the user's turn in step t's observation; the opening turn, numbered 0, counts at step 1).
+sidecar's rows numbered t - 1 (row t is the user's reply to step t's action, which enters step t + 1's information
+set; the opening turn, numbered 0, counts at step 1; the reply to the last action enters no step).
 A step without a user turn adds nothing; a call without logprobs, or a token without top-k for ``entropy``, makes
 the value missing from that step on (never imputed). Without a user sidecar the user and combined values are missing.
 """
@@ -152,3 +153,39 @@ def running_max_within(terms: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     out[:, 1] = np.cumsum(counts, axis=1)[row, col]
     out[bad] = np.nan
     return out
+
+
+# ------------------------------------------------------------------------ agentuq's conventions (opt-in)
+
+
+def agentuq_entropy_terms(tokens: list[TokenLogprob] | None) -> tuple[float, float]:
+    """agentuq's entropy accumulation: (sum of each token's top-k entropy in nats -- 0 for a token without top-k,
+    which still counts --, tokens). Its floor p >= 1e-12 inside the log moves values by < 1e-10."""
+    if tokens is None:
+        return NAN, NAN
+    if not tokens:
+        return 0.0, 0.0
+    total = 0.0
+    for tok in tokens:
+        if tok.top_logprobs:
+            ent = topk_entropies([tok])
+            total += float(ent[0][0])
+    return total, float(len(tokens))
+
+
+def nats_entropy_confidence(total: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """exp(−mean entropy in nats): decreasing in agentuq's ``mean_topk_entropy`` (same rank metrics)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _with_tokens(np.exp(-total / n), n)
+
+
+#: under agentuq's conventions, a summary's (terms, confidence) is replaced by these
+AGENTUQ_VARIANTS = {entropy_terms: (agentuq_entropy_terms, nats_entropy_confidence)}
+
+
+def with_conventions(role: RoleRunning, agentuq: bool) -> RoleRunning:
+    """``role`` under agentuq's conventions (entropy in nats, a token without top-k counted with entropy 0) or as is."""
+    if not agentuq or role.terms not in AGENTUQ_VARIANTS:
+        return role
+    terms, confidence = AGENTUQ_VARIANTS[role.terms]
+    return RoleRunning(role.role, terms, role.accumulate, confidence)

@@ -21,7 +21,7 @@ from uqh.rundir.probes import ProbeDir
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import CAPABILITY_TIERS, NO_LOGPROBS, Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
-from uqh.scoring import role_signals
+from uqh.scoring import process_features, role_signals
 from uqh.scoring.registry import PREDICTORS, get_predictor
 from uqh.scoring.truth import TRUTH
 
@@ -55,6 +55,8 @@ class RunData:
     #: whether the run recorded the simulated user's tokens (user_logprobs.jsonl): without them the user and
     #: combined per-role predictors are missing
     has_user_sidecar: bool = False
+    #: per parsed step, the process signals of uqh.scoring.process_features (the HTC features are built from them)
+    signals: np.ndarray | None = None
 
     def tier_counts(self) -> dict[str, int]:
         """Parsed steps per logprob capability tier (full / selected_only / none)."""
@@ -85,6 +87,7 @@ class RunData:
             streams={k: v[step_mask] for k, v in self.streams.items()}, task_ids=self.tasks[mask],
             step_tier=None if self.step_tier is None else self.step_tier[step_mask],
             has_user_sidecar=self.has_user_sidecar,
+            signals=None if self.signals is None else self.signals[step_mask],
         )
 
     def count(self, stop_reason: str) -> int:
@@ -96,16 +99,19 @@ class RunData:
         return bool(np.isfinite(self.streams[predictor]).any())
 
 
-def load_run(run_dir: "str | Path | RunDir", probes: Sequence[ProbeDir] = ()) -> RunData:
+def load_run(run_dir: "str | Path | RunDir", probes: Sequence[ProbeDir] = (), *,
+             agentuq_conventions: bool = False) -> RunData:
     """Read a run directory (through :class:`rundir.RunDir`) into :class:`RunData`; UserError for bad input.
-    ``probes``: probe directories (``uqh probe``) whose values for this run fill the probe predictors' streams."""
+    ``probes``: probe directories (``uqh probe``) whose values for this run fill the probe predictors' streams.
+    ``agentuq_conventions``: the per-role streams under agentuq's conventions (:func:`run_data_from_records`)."""
     reader = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
     if not reader.has_episodes_file:
         raise UserError(f"{reader.path} has no episodes yet (no finished episode); run `uqh run` first")
     episodes = reader.episodes()
     user_rows = reader.user_sidecar() if reader.has_user_sidecar else None
+    other = (r for r in reader.sidecar() if not r.accepted) if agentuq_conventions else None
     data = run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted),
-                                 user_rows=user_rows)
+                                 user_rows=user_rows, other_rows=other)
     fill_probe_streams(data, probes)
     return data
 
@@ -131,11 +137,15 @@ def fill_probe_streams(data: RunData, probes: Sequence[ProbeDir]) -> None:
 
 def run_data_from_records(
     run_dir: Path, manifest: Manifest, episodes: list[Episode], accepted_rows: Iterable[LogprobRow],
-    user_rows: Iterable[LogprobRow] | None = None,
+    user_rows: Iterable[LogprobRow] | None = None, *, other_rows: Iterable[LogprobRow] | None = None,
 ) -> RunData:
     """Assemble :class:`RunData` from episodes (unique ids, as :meth:`rundir.RunDir.episodes` gives them) and the
     sidecar rows of accepted attempts (streamed: only the per-step values are kept, not the tokens); ``user_rows``:
-    the user sidecar's rows (None: the run has none, so the user and combined per-role predictors are missing)."""
+    the user sidecar's rows (None: the run has none, so the user and combined per-role predictors are missing).
+
+    ``other_rows`` (not None: agentuq's conventions, docs/scoring.md "uqh and agentuq"): the rejected calls' rows,
+    which then count in the assistant's per-role terms; the per-role entropy is agentuq's (nats, a token without
+    top-k counted with entropy 0); and the user's reply to the last action counts at the last step."""
     episodes = sorted(episodes, key=lambda e: e.episode_id)
     lengths = np.array([len(ep.steps) for ep in episodes], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -146,9 +156,11 @@ def run_data_from_records(
     where = {(eid, step.t): k for k, (eid, step) in enumerate(pairs)}  # (episode_id, t) -> flat index
     running = [p for p in PREDICTORS.values() if p.running is not None]
     terms = {p.name: np.full((int(offsets[-1]), 2), np.nan) for p in running}
+    signals = np.full((len(steps), len(process_features.STEP_SIGNALS)), np.nan)
     has_row = np.zeros(len(steps), dtype=bool)
     step_tier = np.full(len(steps), NO_LOGPROBS, dtype=object)
-    roles = RoleTerms(len(steps))
+    agentuq = other_rows is not None
+    roles = RoleTerms(len(steps), agentuq)
     for row in accepted_rows:
         k = where.get((row.episode_id, row.t))
         if k is not None:  # a later accepted row of the same step overwrites
@@ -158,18 +170,33 @@ def run_data_from_records(
                 streams[p.name][k] = p.step_value(steps[k], row)
             for p in running:
                 terms[p.name][k] = p.running.terms(steps[k], row)
+            signals[k] = process_features.step_signals(steps[k], row)
             has_row[k] = True
     for k in np.flatnonzero(~has_row):
         for p in predictors:
             streams[p.name][k] = p.step_value(steps[k], None)
         for p in running:
             terms[p.name][k] = p.running.terms(steps[k], None)
+        signals[k] = process_features.step_signals(steps[k], None)
+    for row in other_rows or ():
+        k = where.get((row.episode_id, row.t))
+        if k is not None and has_row[k]:
+            roles.other_assistant_call(k, row.tokens)
+    process_features.fill_text_signals(signals, episodes)
+    for p in PREDICTORS.values():
+        if p.signal_running is not None:
+            cum = cumulative_within(p.signal_running.terms(signals), offsets)
+            streams[p.name] = np.asarray(p.signal_running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
     for p in running:
         cum = cumulative_within(terms[p.name], offsets)
         streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
     if user_rows is not None:
-        for row in user_rows:  # the opening turn (t = 0) is in step 1's task prompt: it counts at step 1
-            k = where.get((row.episode_id, max(row.t, 1)))
+        n_of = {ep.episode_id: len(ep.steps) for ep in episodes}
+        for row in user_rows:  # row t answers step t's action: it enters step t + 1's information set (docs/scoring.md)
+            t = row.t + 1
+            if agentuq and t == n_of.get(row.episode_id, -1) + 1:  # agentuq's summary counts the final reply too
+                t -= 1
+            k = where.get((row.episode_id, t))
             if k is not None:
                 roles.user_call(k, row.tokens)
     roles.fill(streams, offsets, has_user_sidecar=user_rows is not None)
@@ -197,15 +224,18 @@ def run_data_from_records(
         task_ids=np.array([ep.task_id for ep in episodes], dtype=object),
         step_tier=step_tier,
         has_user_sidecar=user_rows is not None,
+        signals=signals,
     )
 
 
 class RoleTerms:
-    """The per-step terms of the per-role predictors (:mod:`uqh.scoring.role_signals`), gathered call by call."""
+    """The per-step terms of the per-role predictors (:mod:`uqh.scoring.role_signals`), gathered call by call
+    (``agentuq``: under agentuq's conventions, :func:`uqh.scoring.role_signals.with_conventions`)."""
 
-    def __init__(self, n_steps: int) -> None:
+    def __init__(self, n_steps: int, agentuq: bool = False) -> None:
         self.predictors = [p for p in PREDICTORS.values() if p.role is not None]
-        kinds = {(p.role.terms, p.role.accumulate) for p in self.predictors}
+        self.roles = {p.name: role_signals.with_conventions(p.role, agentuq) for p in self.predictors}
+        kinds = {(r.terms, r.accumulate) for r in self.roles.values()}
         self.assistant = {kind: np.full((n_steps, 2), np.nan) for kind in kinds}  # no accepted row: missing
         self.user = {kind: role_signals.empty_terms(n_steps, kind[1]) for kind in kinds}  # no user turn: nothing
 
@@ -217,21 +247,27 @@ class RoleTerms:
         for (terms, acc), arr in self.user.items():
             arr[k] = role_signals.combine(arr[k : k + 1], np.array([terms(tokens)]), acc)[0]
 
+    def other_assistant_call(self, k: int, tokens) -> None:
+        """A repair or failed call of step k (agentuq counts every call): added to the accepted call's terms."""
+        for (terms, acc), arr in self.assistant.items():
+            arr[k] = role_signals.combine(arr[k : k + 1], np.array([terms(tokens)]), acc)[0]
+
     def fill(self, streams: dict[str, np.ndarray], offsets: np.ndarray, *, has_user_sidecar: bool) -> None:
         n = int(offsets[-1])
         for p in self.predictors:
-            kind = (p.role.terms, p.role.accumulate)
-            if p.role.role != "assistant" and not has_user_sidecar:
+            role = self.roles[p.name]
+            kind = (role.terms, role.accumulate)
+            if role.role != "assistant" and not has_user_sidecar:
                 streams[p.name] = np.full(n, np.nan)
                 continue
-            per_step = {"assistant": self.assistant[kind], "user": self.user[kind]}.get(p.role.role)
+            per_step = {"assistant": self.assistant[kind], "user": self.user[kind]}.get(role.role)
             if per_step is None:
-                per_step = role_signals.combine(self.assistant[kind], self.user[kind], p.role.accumulate)
-            if p.role.accumulate == "max":
+                per_step = role_signals.combine(self.assistant[kind], self.user[kind], role.accumulate)
+            if role.accumulate == "max":
                 cum = role_signals.running_max_within(per_step, offsets)
             else:
                 cum = cumulative_within(per_step, offsets)
-            streams[p.name] = np.asarray(p.role.confidence(cum[:, 0], cum[:, 1]), dtype=float)
+            streams[p.name] = np.asarray(role.confidence(cum[:, 0], cum[:, 1]), dtype=float)
 
 
 def cumulative_within(terms: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -273,6 +309,11 @@ class Sample:
     labels: np.ndarray | None = None  # per trajectory, the training label of that convention (NaN: not trained on)
     #: q_t of every scored step where the run records it on all of them (oracle domains), else None
     truth: np.ndarray | None = None
+    #: a learned calibrator's inputs: the prefix features of every scored step (columns ``feature_names``) and the
+    #: feature columns left out because the run records them on no step of the working sample
+    features: np.ndarray | None = None
+    feature_names: list[str] | None = None
+    dropped_features: list[str] | None = None
 
     @property
     def n(self) -> int:
@@ -286,7 +327,9 @@ class Sample:
         return Sample(self.predictor, self.episode_ids[mask], self.values[step_mask], new_off, self.y[mask],
                       self.delta[mask], self.q_z[mask], self.horizon[mask], self.ybar, dict(self.counts),
                       self.label_convention, None if self.labels is None else self.labels[mask],
-                      None if self.truth is None else self.truth[step_mask])
+                      None if self.truth is None else self.truth[step_mask],
+                      None if self.features is None else self.features[step_mask], self.feature_names,
+                      self.dropped_features)
 
     @property
     def label_mean(self) -> float:
@@ -391,8 +434,11 @@ def build_sample(
     y = np.where(censored, np.nan, run.outcome)
     target = np.full(lengths.size, np.nan)
     target[keep] = training_labels(y[keep], ~censored[keep], qz[keep], convention)
+    features = names = dropped = None
     if spec.is_constant:
         flat = np.full(int(run.offsets[-1]), spec.constant(target[keep & np.isfinite(target)]))
+    elif spec.learned is not None:
+        flat, features, names, dropped = learned_inputs(run, keep)
     elif predictor in run.streams:
         flat = run.streams[predictor]
     else:
@@ -424,7 +470,27 @@ def build_sample(
         label_convention=convention,
         labels=target[use],
         truth=truth if truth is not None and truth.size and np.isfinite(truth).all() else None,
+        features=None if features is None else features[step_use],
+        feature_names=names,
+        dropped_features=dropped,
     )
+
+
+def learned_inputs(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+    """A learned calibrator's inputs on ``run``: (a stream that is 0 where every used feature has a value and NaN
+    where one is missing -- the trajectory is then skipped and counted, as for any predictor --, the prefix features,
+    the used feature names, the dropped ones). A feature is dropped when it is missing on every step of the
+    working sample (the run does not record it, e.g. the logprob features of a run without logprobs)."""
+    if run.signals is None:
+        raise ValueError(f"{run.run_dir} was loaded without process signals; load it with load_run")
+    feats = process_features.prefix_features(run.signals, run.offsets, run.step_budget)
+    step_keep = np.repeat(keep, np.diff(run.offsets))
+    used = np.isfinite(feats[step_keep]).any(axis=0) if step_keep.any() else np.zeros(feats.shape[1], dtype=bool)
+    names = [n for n, u in zip(process_features.FEATURES, used) if u]
+    dropped = [n for n, u in zip(process_features.FEATURES, used) if not u]
+    feats = feats[:, used]
+    flat = np.where(np.isfinite(feats).all(axis=1), 0.0, np.nan)
+    return flat, feats, names, dropped
 
 
 def episode_step_values(episode: Episode, rows: Iterable[LogprobRow]) -> dict[str, list[float]]:

@@ -72,6 +72,7 @@ class HotpotQAOptions(QAOptions):
 @register_domain("hotpotqa")
 class HotpotQADomain(QADomain):
     prompt_file = "hotpotqa.txt"
+    display_name = "HotpotQA"
     default_step_budget = 7
     action_gbnf = '("Search[" | "Lookup[" | "Finish[") [^\\]<\\n]{1,120} "]"'
     default_split = "validation"

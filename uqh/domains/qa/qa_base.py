@@ -30,6 +30,7 @@ from uqh.domains.base import (
     clean_final_action,
     option_field,
 )
+from uqh.domains.tool_offer import BracketTool
 from uqh.domains.qa.retrieval import (
     REPO_ROOT,
     Bm25Retriever,
@@ -203,6 +204,17 @@ class QADomain(Domain):
     data_subdir: ClassVar[str]
     preferred_files: ClassVar[tuple[str, ...]]
     finish_hint: ClassVar[str]  # how Finish is written, for repair messages
+    bracket_tools = (
+        BracketTool("Search", "search", "Search the Wikipedia-backed corpus; returns the best passages and loads "
+                    "them as the current context.", "query", "a concise, targeted search query"),
+        BracketTool("Lookup", "lookup", "Scan the currently loaded passages for a keyword and return the next "
+                    "matching sentence.", "keyword", "the keyword to look up"),
+        BracketTool("Finish", "finish", "End the episode with your final answer.", "answer",
+                    "the final answer, short and direct"),
+    )
+    tool_instructions = ("You are a question-answering agent. You solve questions by searching a Wikipedia-backed "
+                         "corpus: search to load passages, lookup to find a keyword in them, and finish to give your "
+                         "final answer. Multi-hop questions often need evidence from several pages.")
 
     @classmethod
     def finish_argument(cls, episode) -> str | None:

@@ -50,6 +50,7 @@ class StrategyQAOptions(QAOptions):
 @register_domain("strategyqa")
 class StrategyQADomain(QADomain):
     prompt_file = "strategyqa.txt"
+    display_name = "StrategyQA"
     default_step_budget = 16
     action_gbnf = '("Search[" | "Lookup[") [^\\]<\\n]{1,120} "]" | "Finish[yes]" | "Finish[no]"'
     default_split = "test"

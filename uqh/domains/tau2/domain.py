@@ -81,6 +81,7 @@ from uqh.domains.tau2.access import (
 )
 from uqh.domains.tau2.actions import parse_action
 from uqh.domains.tau2.episode import Tau2Environment
+from uqh.domains.tau2.native_tools import Tau2ToolOffer
 from uqh.domains.tau2.replay import count_hops_and_errors
 from uqh.domains.tau2.user_client import DirectUserGenerator, direct_path_applies
 
@@ -144,6 +145,7 @@ class Tau2Options(DomainOptions):
 class Tau2Domain(Domain):
     tau2_domain: ClassVar[str]
     prompt_file = "tau2.txt"
+    display_name = "Tau2-Bench"
     default_step_budget = 50
     default_split = "base"
     supports_replay = True
@@ -218,6 +220,11 @@ class Tau2Domain(Domain):
 
     def tool_names(self) -> list[str]:
         return self.shared_db().tool_names
+
+    def tool_offer(self) -> Tau2ToolOffer:
+        """tau2's agent tools and system prompt, as tau2's own LLM agent sends them (``--agent tools``)."""
+        shared = self.shared_db()
+        return Tau2ToolOffer(shared.tools, shared.policy)
 
     def system_prompt(self) -> str:
         """The Appendix K prompt with the domain name, tau2's policy and one OpenAI tool schema per line."""

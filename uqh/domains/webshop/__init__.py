@@ -33,6 +33,7 @@ from uqh.rundir.schema import Episode, StopReason
 
 from uqh.domains.registry import register_domain
 from uqh.domains.base import Domain, DomainOptions, Environment, NonNegativeInt, option_field
+from uqh.domains.tool_offer import BracketTool
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ def kept_goals_message(res) -> str:
 @register_domain("webshop")
 class WebShopDomain(Domain):
     prompt_file = "webshop.txt"
+    display_name = "WebShop"
     default_step_budget = 30
     action_gbnf = '("Search[" | "Click[") [^\\]<\\n]{1,120} "]"'
     default_split = "test"
@@ -135,6 +137,15 @@ class WebShopDomain(Domain):
     #: sets only; WebShop is "Text env."). Use the ``page_chars`` option for an explicit cut.
     default_observation_chars: ClassVar[int | None] = None
     Options = WebShopOptions
+    bracket_tools = (
+        BracketTool("Search", "search", "Submit a search query (when the page shows the search bar).", "query",
+                    "the search keywords"),
+        BracketTool("Click", "click", "Click one of the page's clickable targets.", "target",
+                    "a target exactly as the page lists it"),
+    )
+    tool_instructions = ("You are shopping in the WebShop text environment for a product that matches the "
+                         "instruction. Use search to submit a query when the search bar is available, and click "
+                         "with a target that exactly matches one of the page's clickable targets.")
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
         super().__init__(options, observation_chars=observation_chars)

@@ -16,6 +16,7 @@ from uqh.harness import interrupts
 from uqh.harness.backends.backend import BatchHooks
 from uqh.harness.backends.context import BatchStopped, RunContext, StopCause
 from uqh.harness.config.build import build_client
+from uqh.harness.episode.agent_registry import make_agent
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, PartialEpisode, Resume, open_episode, run_episode
 from uqh.harness.model.call_errors import EndpointsDown, EndpointUnreachable, ModelCallFailed
 from uqh.harness.progress import CallTotals, CountingClient, EpisodeSummary, TotallingClient
@@ -79,6 +80,7 @@ class _Batch:
         self.causes: list[StopCause] = []  # appended from the I/O thread too (list.append is atomic)
         self.encoder = CheckpointEncoder()
         self.last_write: dict[str, float] = {}
+        self.agent = make_agent(ctx.config.agent, domain, ctx.system_prompt)
 
     async def run(self, specs) -> None:
         try:
@@ -155,7 +157,7 @@ class _Batch:
             result = await run_episode(
                 env, client, spec=spec, task_prompt=task_prompt, system_prompt=self.ctx.system_prompt,
                 step_budget=spec.step_budget or self.ctx.config.step_budget,
-                on_step=self.checkpoint if self.use_checkpoints else None,
+                on_step=self.checkpoint if self.use_checkpoints else None, agent=self.agent,
             )
             if isinstance(spec.start, Resume):  # record that a crash split this episode
                 result.episode.info["resumed_after_step"] = len(spec.start.steps)

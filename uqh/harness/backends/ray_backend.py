@@ -103,6 +103,26 @@ def _remote_error_line(exc: BaseException) -> str:
     return redact(raised[-1] if raised else lines[0])[:300]
 
 
+#: Ray gives a starting node a fixed 30 s to register; a loaded machine was seen to exceed it (its message).
+_NODE_START_TIMEOUT = "timed out during startup"
+
+
+def init_ray(ray: Any, address: str | None, options: dict[str, Any]) -> None:
+    """``ray.init``; a local instance that timed out while starting is stopped and started once more."""
+    attempts = 1 if address else 2  # a remote cluster is not ours to restart
+    for attempt in range(attempts):
+        try:
+            ray.init(address=address or "local", **options)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this one
+            if _NODE_START_TIMEOUT not in str(exc):
+                raise
+            if attempt == attempts - 1:
+                raise RuntimeError(str(exc)) from exc  # the caller's one line: cannot start a local instance
+            log.warning("a local Ray instance timed out while starting; trying once more")
+            ray.shutdown()
+
+
 class RayBackend:
     """Runs a batch on Ray (module docstring). Use it as a context manager to keep one connection (or local
     instance) over several batches, e.g. the rounds of a sequential continuation; :meth:`run` alone connects
@@ -147,7 +167,7 @@ class RayBackend:
             if self.address is None:  # "local": always a new instance, never one found on this machine
                 options.update(include_dashboard=False)
             try:
-                ray.init(address=self.address or "local", **options)
+                init_ray(ray, self.address, options)
             except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
                 raise UserError(f"--backend ray: cannot connect to {where} ({_remote_error_line(exc)}); start the cluster "

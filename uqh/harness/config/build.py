@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from uqh.harness.config.presets import Preset
 from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
-from uqh.rundir.schema import DecodingConfig, RunConfig
+from uqh.rundir.schema import DEFAULT_AGENT, DecodingConfig, RunConfig
 from uqh.rundir.secrets import mask_url, url_credentials
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class RunOverrides(BaseModel):
     stop_on_consensus: float | None = Field(
         None, description="sequential sampling: stop a task's samples once its mode is certified at this level")
     stop_rule: str | None = Field(None, description="the stopping rule of --stop-on-consensus (uqh/harness/sampling/consensus.py)")
+    agent: str | None = Field(None, description="the agent (uqh run --agent): react (default) or tools")
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,19 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
 # --------------------------------------------------------------------------------------- presets + overrides
 
 
+def agent_for(name: str | None, decoding: dict[str, Any]) -> str:
+    """The run's agent (default react). The tools agent decodes without the four-tag grammar (the provider's own
+    tool-call format applies), so ``--grammar`` with it is refused and a local model's default grammar is off."""
+    from uqh.harness.episode.agent_registry import check_agent
+
+    agent = check_agent(name or DEFAULT_AGENT)
+    if agent != DEFAULT_AGENT:
+        if decoding.get("grammar"):
+            raise UserError("--grammar forces the react agent's four tags; it cannot be used with --agent tools")
+        decoding["grammar"] = False
+    return agent
+
+
 def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     """Merge ``preset`` and ``overrides`` (flags win) and check what needs no I/O. Raises UserError.
 
@@ -286,6 +300,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
 
     decoding: dict[str, Any] = preset.decoding.model_dump(exclude_unset=True) if preset else {}
     decoding.update(dec.model_dump(exclude_none=True))
+    agent = agent_for(overrides.agent, decoding)
     if model.startswith("local:"):  # a tiny local model only produces parsed steps with the grammar's help
         decoding.setdefault("grammar", True)
         decoding.setdefault("max_tokens", LOCAL_GRAMMAR_MAX_TOKENS if decoding["grammar"] else LOCAL_MAX_TOKENS)
@@ -337,6 +352,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         prompt_sha256="",
         package_version=__version__,
         consensus_stopping=consensus_stopping_for(cls, overrides, samples),
+        agent=agent,
     )
     return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
 
@@ -380,6 +396,7 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.store.writer import check_out_dir, check_resumable
+    from uqh.harness.episode.agent_registry import agent_system_prompt
 
     d = draft(preset, overrides)
     check_out_dir(d.out)
@@ -392,7 +409,7 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     try:
         domain = build_domain(config)
         task_ids = select_tasks(domain, d)
-        system_prompt = domain.system_prompt()
+        system_prompt = agent_system_prompt(domain, config.agent)
     except UserError:
         raise
     except (OSError, ValueError, KeyError) as exc:

@@ -10,6 +10,7 @@ import sys
 
 
 from uqh.harness.config.build import RunOverrides, build_domain, draft
+from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import MAX_REPAIRS
 from uqh.harness.config.presets import expand, get_preset, preset_names
 from uqh.harness.model.pricing import cost_usd
@@ -79,7 +80,7 @@ def _inspect_domain_uncached(config: RunConfig, n_tasks: int | None, expected_ta
         count = n_tasks if n_tasks is not None else expected_tasks
         return count, f"as configured; the domain could not list tasks offline: {msg}", None
     try:
-        prompt_chars: int | None = len(dom.system_prompt())
+        prompt_chars: int | None = len(agent_system_prompt(dom, config.agent))
     except Exception:
         prompt_chars = None
     return len(ids), "listed by the domain", prompt_chars
@@ -167,6 +168,7 @@ def run_plan(config: RunConfig, out, *, note: str | None, execution: str, stoppi
         lines.append(f"note          {note}")
     lines.append(f"task ids      {', '.join(config.task_ids[:5])}{' ...' if len(config.task_ids) > 5 else ''}")
     lines.append(f"model         {config.model}" + (f" via {', '.join(config.endpoints)}" if config.endpoints else ""))
+    lines.append(f"agent         {config.agent}")
     if config.user_model:
         lines.append(f"user model    {config.user_model}"
                      + (f" via {config.user_api_base}" if config.user_api_base else ""))
@@ -182,7 +184,7 @@ def run_plan(config: RunConfig, out, *, note: str | None, execution: str, stoppi
         lines.append(f"sequential    {stopping}")
     lines.append(f"run dir       {out} (config hash {config.config_hash()[:12]})")
     lines.append(f"execution     {execution}")
-    est = estimate(config, len(config.task_ids), len(build_domain(config).system_prompt()))
+    est = estimate(config, len(config.task_ids), len(agent_system_prompt(build_domain(config), config.agent)))
     lines += [f"{label:<14}{text}" for label, text in estimate_rows(config, est, "the domain's filled-in prompt")]
     lines.append("dry run: no model was called, nothing was written.")
     return "\n".join(lines) + "\n"

@@ -1,12 +1,12 @@
-"""Run one episode: the ReAct loop. Knows nothing about files, processes or concurrency.
+"""Run one episode: the agent's loop. Knows nothing about files, processes or concurrency.
 
 An :class:`EpisodeSpec` says what to run and how it starts (:class:`Fresh`, :class:`Resume` from its own
 checkpoint, :class:`Branch` of a recorded episode); :func:`open_episode` makes, resets or restores its
 environment (the one place that does), and :func:`run_episode` runs the steps.
 
-Each step sends the conversation to the model, parses the four tags and applies the action to the
-environment. A malformed output or an action the environment rejects (``InvalidAction``) triggers a
-repair attempt (the model is told what was wrong and asked again), at most ``MAX_REPAIRS`` per step; then the
+Each step asks the agent (:mod:`uqh.harness.episode.agent_protocol`; the react agent, the paper's four-tag loop,
+unless another is given) for the model's answer and its decision, and applies the action to the environment. An
+answer the agent rejects or an action the environment rejects (``InvalidAction``) triggers a repair attempt (the model is told what was wrong and asked again), at most ``MAX_REPAIRS`` per step; then the
 episode ends ``parse_error``. Every model call becomes one sidecar :class:`LogprobRow`; a simulated user's calls
 (Tau2 with ``--user-logprobs``) become rows of the user sidecar, numbered by the step whose observation holds them
 (:func:`user_rows`).
@@ -22,21 +22,15 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, ClassVar
 
 from uqh.domains.base import Domain, Environment, InvalidAction, RecordedStep, ReplayMismatch
+from uqh.harness.episode.agent_protocol import Agent, Decision, Rejection
+from uqh.harness.episode.react_agent import OBSERVATION_PREFIX, ReactAgent, observation_message  # noqa: F401 - API
 from uqh.harness.model.client import convert_logprobs
 from uqh.harness.model.types import ModelClient
-from uqh.harness.episode.parsing import (
-    ParseError,
-    char_span_to_token_range,
-    invalid_action_problem,
-    parse_react,
-    repair_message,
-)
 from uqh.rundir.schema import Attempt, Episode, LogprobRow, PartialEpisode, Step, StopReason
 
 log = logging.getLogger(__name__)
 
 MAX_REPAIRS = 2  # Appendix K: up to two repair attempts per step
-OBSERVATION_PREFIX = "Observation: "
 #: Alternatives kept per user token: every one the server returned (it was asked for RunConfig.user_logprobs;
 #: providers return at most 20).
 USER_TOP_K_KEPT = 20
@@ -70,28 +64,13 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def observation_message(observation: str) -> dict:
-    return {"role": "user", "content": OBSERVATION_PREFIX + observation}
-
-
 def build_messages(system_prompt: str, task_prompt: str, steps: list[Step]) -> list[dict]:
-    """The conversation sent to the model before the next step.
+    """The react agent's conversation before the next step (:meth:`ReactAgent.conversation`).
 
     system, user task prompt, then for each step: every rejected attempt (assistant raw text + user repair
     message) followed by the accepted assistant raw text and the user ``Observation: ...`` message.
     """
-    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": task_prompt}]
-    for step in steps:
-        _extend_with_step(messages, step, system_prompt)
-    return messages
-
-
-def _extend_with_step(messages: list[dict], step: Step, system_prompt: str) -> None:
-    for att in step.attempts:
-        messages.append({"role": "assistant", "content": att.raw_text})
-        if att.error is not None:
-            messages.append({"role": "user", "content": repair_message(att.error, system_prompt)})
-    messages.append(observation_message(step.observation))
+    return ReactAgent(system_prompt).conversation(task_prompt, steps)
 
 
 def recorded_steps(steps: list[Step]) -> list[RecordedStep]:
@@ -269,43 +248,43 @@ def user_rows(env: Environment, episode_id: str, t: int) -> list[LogprobRow]:
 @dataclass
 class StepOutcome:
     """One step's calls: every attempt (accepted or not), its sidecar rows, and -- when an attempt was accepted --
-    its parse and the environment's response; ``pending`` holds the rejected attempts and repair messages."""
+    the agent's decision and the environment's response; ``pending`` holds the rejected attempts' messages."""
 
     attempts: list[Attempt]
     rows: list[LogprobRow]
     pending: list[dict]
-    accepted: tuple[Any, Any] | None = None
+    accepted: tuple[Decision, Any] | None = None
 
 
 async def attempt_step(env: Environment, client: ModelClient, messages: list[dict], *, spec: EpisodeSpec, t: int,
-                       system_prompt: str) -> StepOutcome:
-    """Step ``t``: ask the model, parse its four tags and act, with up to ``MAX_REPAIRS`` repair attempts."""
+                       system_prompt: str, agent: Agent | None = None) -> StepOutcome:
+    """Step ``t``: ask the agent's model, let the agent decide and act, with up to ``MAX_REPAIRS`` repair attempts
+    (``agent`` None: the react agent over ``system_prompt``)."""
+    agent = agent if agent is not None else ReactAgent(system_prompt)
     out = StepOutcome(attempts=[], rows=[], pending=[])
     for attempt_no in range(MAX_REPAIRS + 1):
-        completion = await client.complete(messages + out.pending if out.pending else messages,
-                                           seed=attempt_seed(spec.seed, attempt_no))
-        raw = completion.text
-        parsed = parse_react(raw)
-        problem: str | None = None
+        completion = await agent.ask(client, messages + out.pending if out.pending else messages,
+                                     attempt_seed(spec.seed, attempt_no))
+        decision = agent.decide(completion)
         response = None
-        action_range = None
-        if isinstance(parsed, ParseError):
-            problem = parsed.message
+        if isinstance(decision, Rejection):
+            problem: str | None = decision.problem
         else:
-            token_texts = [tok.token for tok in completion.tokens] if completion.tokens is not None else None
-            action_range = char_span_to_token_range(parsed.action_span, token_texts, raw)
+            problem = None
             try:
-                response = await env.step(parsed.action)
+                response = await env.step(decision.action)
             except InvalidAction as exc:
-                problem = invalid_action_problem(parsed.action, str(exc))
-        out.attempts.append(Attempt(attempt=attempt_no, raw_text=raw, error=problem, call=completion.call))
-        out.rows.append(LogprobRow(episode_id=spec.episode_id, t=t, attempt=attempt_no, accepted=problem is None,
-                                   tokens=completion.tokens, action_token_range=action_range))
+                problem = agent.invalid_action_problem(decision.action, str(exc))
+        attempt = Attempt(attempt=attempt_no, raw_text=completion.text, error=problem, call=completion.call,
+                          tool_calls=completion.tool_calls)
+        out.attempts.append(attempt)
+        out.rows.append(LogprobRow(
+            episode_id=spec.episode_id, t=t, attempt=attempt_no, accepted=problem is None, tokens=completion.tokens,
+            action_token_range=decision.action_token_range if isinstance(decision, Decision) else None))
         if problem is None:
-            out.accepted = (parsed, response)
+            out.accepted = (decision, response)
             return out
-        out.pending.append({"role": "assistant", "content": raw})
-        out.pending.append({"role": "user", "content": repair_message(problem, system_prompt)})
+        out.pending.extend(agent.rejected_messages(attempt))
     return out
 
 
@@ -318,13 +297,16 @@ async def run_episode(
     step_budget: int,
     task_prompt: str | None = None,
     on_step: OnStep | None = None,
+    agent: Agent | None = None,
 ) -> EpisodeResult:
     """Run (or continue) one episode to its end. ``ModelCallFailed`` propagates: the episode is then not finished.
 
     ``step_budget`` is the largest step index ``t`` allowed, prefix steps included. ``task_prompt``: the
     environment is already open (:func:`open_episode`) and this is the first user message; without it a
     :class:`Fresh` episode resets ``env`` here, and a started one assumes ``env`` already holds its replayed steps.
+    ``agent``: the policy (:mod:`uqh.harness.episode.agent_protocol`); None is the react agent over ``system_prompt``.
     """
+    agent = agent if agent is not None else ReactAgent(system_prompt)
     start = spec.start
     started_at = start.started_at or now_iso()
     if task_prompt is None:
@@ -335,27 +317,28 @@ async def run_episode(
     opening = user_rows(env, spec.episode_id, 0)
     if not start.steps:  # a started episode's opening turn is the recorded one (its rows, if any, carried on above)
         user_sidecar.extend(opening)
-    messages = build_messages(system_prompt, task_prompt, steps)
+    messages = agent.conversation(task_prompt, steps)
     ending = EpisodeEnding()
     t = len(steps)
     while t < step_budget:
         t += 1
-        step_calls = await attempt_step(env, client, messages, spec=spec, t=t, system_prompt=system_prompt)
+        step_calls = await attempt_step(env, client, messages, spec=spec, t=t, system_prompt=system_prompt,
+                                        agent=agent)
         sidecar.extend(step_calls.rows)
         user_sidecar.extend(user_rows(env, spec.episode_id, t))
         if step_calls.accepted is None:
             ending = EpisodeEnding(stop_reason=StopReason.parse_error, failed_step=step_calls.attempts)
             break
-        parsed, response = step_calls.accepted
+        decision, response = step_calls.accepted
         steps.append(Step(
-            t=t, think=parsed.think, action=parsed.action, verbal_confidence=parsed.verbal_confidence,
-            confidence_raw=parsed.confidence_raw, explanation=parsed.explanation, observation=response.observation,
-            repair_attempts=len(step_calls.attempts) - 1, attempts=step_calls.attempts, info=dict(response.info),
+            t=t, think=decision.think, action=decision.action, verbal_confidence=decision.verbal_confidence,
+            confidence_raw=decision.confidence_raw, explanation=decision.explanation,
+            observation=response.observation, repair_attempts=len(step_calls.attempts) - 1,
+            attempts=step_calls.attempts, info=dict(response.info),
         ))
-        # Keep the conversation incrementally (no rebuild per step): same shape as build_messages.
+        # Keep the conversation incrementally (no rebuild per step): same shape as agent.conversation.
         messages.extend(step_calls.pending)
-        messages.append({"role": "assistant", "content": step_calls.attempts[-1].raw_text})
-        messages.append(observation_message(response.observation))
+        messages.extend(agent.step_messages(step_calls.attempts[-1], response.observation))
         if response.done:
             ending = EpisodeEnding.of(response)
             break

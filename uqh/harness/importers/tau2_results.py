@@ -187,7 +187,11 @@ def read_results(path: Path) -> tuple[bytes, dict[str, Any], Any]:
     if not isinstance(payload, dict) or "info" not in payload or not isinstance(payload.get("simulations"), list):
         raise UserError(f"{path} is not a tau2 results file (a JSON object with 'info' and a 'simulations' list); "
                         f"{hint}")
+    from loguru import logger
     from pydantic import ValidationError
+
+    # tau2 warns "No .env file found" on stderr when its utils are first imported: noise before our one line
+    logger.disable("tau2")
     from tau2.data_model.simulation import Results
 
     try:  # the tasks are not needed, and their schema changes between tau2 versions more than the rest

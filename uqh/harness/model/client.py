@@ -75,7 +75,7 @@ from uqh.harness.model.transports import (  # noqa: F401 - HTTPStatusFailure and
     grammar_text,
 )
 from uqh.rundir.secrets import redact
-from uqh.rundir.schema import CallRecord, DecodingConfig, TokenLogprob, TopLogprob, Usage
+from uqh.rundir.schema import CallRecord, DecodingConfig, TokenLogprob, ToolCallRecord, TopLogprob, Usage
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -139,7 +139,7 @@ class NullContent(MalformedResponse):
 
 def _check_content(resp: Any) -> None:
     message = _get(_get(resp, "choices")[0], "message")
-    if _get(message, "content") is None and not _reasoning_of(message):
+    if _get(message, "content") is None and not _reasoning_of(message) and not _get(message, "tool_calls"):
         finish = _get(_get(resp, "choices")[0], "finish_reason")
         raise NullContent(f"the provider answered with null content (finish_reason {finish})")
 
@@ -286,6 +286,22 @@ def _reasoning_of(message: Any) -> str | None:
     return None
 
 
+def tool_calls_of(message: Any) -> list[ToolCallRecord] | None:
+    """The message's native function calls, their arguments kept as the provider's text (litellm objects or
+    dicts); None when it made none."""
+    calls = _get(message, "tool_calls")
+    if not calls:
+        return None
+    out = []
+    for call in calls:
+        function = _get(call, "function")
+        arguments = _get(function, "arguments")
+        if not isinstance(arguments, str):  # some providers send an object; keep it as JSON text
+            arguments = json.dumps(arguments if arguments is not None else {})
+        out.append(ToolCallRecord(id=_get(call, "id"), name=str(_get(function, "name") or ""), arguments=arguments))
+    return out
+
+
 def _count(obj: Any, key: str) -> int | None:
     value = _get(obj, key)
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
@@ -425,7 +441,8 @@ class ModelClientImpl:
             backoff = max(backoff, min(ra, self.backoff_max_s))
         return backoff
 
-    async def complete(self, messages: list[dict], *, seed: int | None = None) -> Completion:
+    async def complete(self, messages: list[dict], *, seed: int | None = None,
+                       tools: list[dict] | None = None) -> Completion:
         """One chat completion with retries; raises ModelCallFailed when it cannot succeed.
 
         Slightly over our ~80-line norm on purpose: the retry loop, its classification of failures (transient,
@@ -434,7 +451,11 @@ class ModelClientImpl:
         from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt
 
         seed = self.decoding.seed if seed is None else seed
-        send = self.transport.send
+        if tools:  # only a request that offers tools passes them (a custom transport may not take the argument)
+            async def send(messages: list[dict], seed: int | None) -> Any:
+                return await self.transport.send(messages, seed, tools)
+        else:
+            send = self.transport.send
         t0 = time.perf_counter()
         attempts = 0
 
@@ -518,9 +539,10 @@ class ModelClientImpl:
         choice = _get(resp, "choices")[0]  # shape checked by _check_response
         message = _get(choice, "message")
         tokens = convert_logprobs(_get(choice, "logprobs"), self.decoding.top_logprobs) if self.decoding.logprobs else None
+        tool_calls = tool_calls_of(message)
         if self.decoding.logprobs and tokens is None:
             text_so_far = _get(message, "content") or ""
-            if text_so_far or _reasoning_of(message):
+            if text_so_far or _reasoning_of(message) or tool_calls:
                 self._warn_no_logprobs()
             else:
                 tokens = []  # an empty completion has no tokens to score; nothing is missing
@@ -536,9 +558,9 @@ class ModelClientImpl:
             finish_reason=_get(choice, "finish_reason"),
             seed=seed if getattr(self.transport, "sends_seed", True) else None,  # recorded only if sent
             has_logprobs=tokens is not None,
-            content_null=content is None or null_answers > 0,
+            content_null=(content is None and not tool_calls) or null_answers > 0,
         )
-        return Completion(text=text, tokens=tokens, call=record)
+        return Completion(text=text, tokens=tokens, call=record, tool_calls=tool_calls)
 
     def _warn_no_logprobs(self) -> None:
         if not self._warned_no_logprobs:

@@ -239,8 +239,7 @@ class EndpointPool:
 
     # ------------------------------------------------------------------ Transport
 
-    async def send(self, messages: list[dict], seed: int | None) -> Any:
-
+    async def send(self, messages: list[dict], seed: int | None, tools: list[dict] | None = None) -> Any:
         tried: set[int] = set()
         digests = prefix_digests(messages) if self.affinity_slack is not None else []
         while True:
@@ -249,7 +248,7 @@ class EndpointPool:
             e.in_flight += 1
             e.sent += 1
             try:
-                resp = await e.transport.send(messages, seed)
+                resp = await (e.transport.send(messages, seed, tools) if tools else e.transport.send(messages, seed))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - counted, then handed to the client's retry policy

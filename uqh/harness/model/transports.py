@@ -35,9 +35,13 @@ GRAMMAR_PATH = PROMPTS_DIR / "four_tags.gbnf"
 
 
 class Transport(Protocol):
-    """Sends one chat-completion request; returns the parsed response or raises (the client retries)."""
+    """Sends one chat-completion request; returns the parsed response or raises (the client retries).
 
-    async def send(self, messages: list[dict], seed: int | None) -> Any: ...
+    ``tools`` (OpenAI function schemas, sent with ``tool_choice="auto"`` as tau2's agent sends them) is passed only
+    when a request offers tools (``uqh run --agent tools``), so a transport that never serves such runs may leave
+    the parameter out."""
+
+    async def send(self, messages: list[dict], seed: int | None, tools: list[dict] | None = None) -> Any: ...
 
     async def aclose(self) -> None: ...
 
@@ -229,12 +233,14 @@ class LitellmTransport:
             kw["cache_control_injection_points"] = [dict(p) for p in CACHE_CONTROL_POINTS]
         self._kwargs = kw
 
-    async def send(self, messages: list[dict], seed: int | None) -> Any:
+    async def send(self, messages: list[dict], seed: int | None, tools: list[dict] | None = None) -> Any:
         import litellm
 
         kw = dict(self._kwargs)
         if seed is not None and self.sends_seed:
             kw["seed"] = seed
+        if tools:
+            kw.update(tools=tools, tool_choice="auto")
         return await litellm.acompletion(
             model=self.endpoint.model, messages=messages, timeout=self.endpoint.timeout_s, num_retries=0,
             max_retries=0, **kw,
@@ -276,10 +282,12 @@ class AiohttpTransport:
             json_serialize=json.dumps,
         )
 
-    async def send(self, messages: list[dict], seed: int | None) -> Any:
+    async def send(self, messages: list[dict], seed: int | None, tools: list[dict] | None = None) -> Any:
         body = {"model": self._name, "messages": messages, **self._params}
         if seed is not None:
             body["seed"] = seed
+        if tools:
+            body.update(tools=tools, tool_choice="auto")
         session = self._sessions.get()
         async with session.post(self._url, data=json.dumps(body)) as resp:
             raw = await resp.read()
@@ -326,10 +334,12 @@ class OpenAITransport:
         e = self.endpoint
         return openai.AsyncOpenAI(base_url=e.api_base, api_key=e.api_key, max_retries=0, timeout=e.timeout_s)
 
-    async def send(self, messages: list[dict], seed: int | None) -> Any:
+    async def send(self, messages: list[dict], seed: int | None, tools: list[dict] | None = None) -> Any:
         kw = dict(self._kwargs)
         if seed is not None:
             kw["seed"] = seed
+        if tools:
+            kw.update(tools=tools, tool_choice="auto")
         return await self._clients.get().chat.completions.create(model=self._name, messages=messages, **kw)
 
     async def aclose(self) -> None:

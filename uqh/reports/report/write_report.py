@@ -60,6 +60,7 @@ from uqh.reports.judge_tables import header_lines as judge_header
 from uqh.reports.judge_tables import judge_tables
 from uqh.reports.judged_runs import judgments_for_report, read_certificates
 from uqh.reports.prefix_tables import EMPTY as NO_CONTINUATIONS, censored_prefix_tables
+from uqh.reports.learned_tables import htc_weights_table, learned_scores_table
 from uqh.reports.report.figures import figure_calibration_invariance, figure_censored_shift, figure_selection
 from uqh.reports.report.html import Figure, Section, render_page
 from uqh.reports.score_tables import (
@@ -236,9 +237,10 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
     prefix_ts, prefix_notes = censored_prefix_tables(scored)
     judge_ts = judge_tables(judges) if judges is not None else []
     certify_ts = certify_tables(list(certificates)) if certificates else []
+    learned_t, weights_t = learned_scores_table(scored), htc_weights_table(scored)
     sens_ts = by_score_family(sens_t)  # the page and report.md: one table per family; sensitivity.csv: all rows
     tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, *sens_ts, regime_t, margin_t,
-              art_t, shift_t, exact_t, *prefix_ts, parse_t, *judge_ts, *certify_ts]
+              art_t, shift_t, exact_t, *prefix_ts, parse_t, *judge_ts, *certify_ts, learned_t, weights_t]
     for t in [sens_t, *tables]:
         files += t.write(out_dir)
     for sr in scored:
@@ -263,6 +265,8 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
                 notes=figs.notes_1),
         Section("fixed-rank", "Fixed-rank sensitivity", "Appendix E.", [fixed_t]),
         Section("auq", "Scalar AUQ predictors", "Appendix F.2 / Table 5.", [auq_t]),
+        Section("learned", "Learned trajectory calibrators", "HTC and SAUP by TPS under each censoring convention, "
+                "next to verbal confidence and white-box signals; HTC's feature weights.", [learned_t, weights_t]),
         Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A; exact censored score §4.3.",
                 [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=figs.notes_2a if shift_t.rows else [no_cens]),
         Section("censored-prefixes", "Censored prefixes: exact vs simple",
