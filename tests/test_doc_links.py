@@ -22,6 +22,10 @@ TOP = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".
 REPO_PATH = re.compile(r"`((?:%s)/[^`\s*<>{}|]+)`" % "|".join(map(re.escape, sorted(TOP))))
 
 
+#: A placeholder in a path (``uqh/cli/NAME_command.py``, ``docs/DOMAIN.md``) names no one file.
+PLACEHOLDER = re.compile(r"[A-Z]{3,}")
+
+
 def links(path: Path) -> list[str]:
     text = INLINE_CODE.sub("", FENCE.sub("", path.read_text()))
     return [a or b for a, b in LINK.findall(text)]
@@ -65,7 +69,8 @@ def broken(path: Path) -> list[str]:
             bad.append(f"{target} (no {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest})")
         elif anchor and dest.suffix == ".md" and unquote(anchor).lower() not in anchors(dest):
             bad.append(f"{target} (no heading #{anchor} in {dest.relative_to(ROOT)})")
-    bad += [f"`{p}` (no such file in the repository)" for p in code_paths(path) if not (ROOT / p).exists()]
+    bad += [f"`{p}` (no such file in the repository)" for p in code_paths(path)
+            if not (ROOT / p).exists() and not PLACEHOLDER.search(p)]
     return bad
 
 
@@ -85,7 +90,7 @@ def test_the_checker_finds_a_missing_file_and_a_missing_anchor(tmp_path, monkeyp
                     "[gone](docs/gone.md) [bad](b.md#nope) `[code](nope.md)`\n"
                     "```\n[fenced](nope.md)\n`docs/fenced.md`\n```\n[self](#real)\n"
                     "Details: `docs/qa-uqh.domains.registry.md`, `docs/real.md`, `docs/*.md`, "
-                    "`docs/real.md::test_x`, `docs/real.md:12`.\n")
+                    "`docs/real.md::test_x`, `docs/real.md:12`, `docs/NAME_command.md`.\n")
     assert broken(page) == ["docs/gone.md (no docs/gone.md)", "b.md#nope (no heading #nope in b.md)",
                             "#real (no heading #real in a.md)",
                             "`docs/qa-uqh.domains.registry.md` (no such file in the repository)"]
