@@ -105,7 +105,13 @@ def test_tables_11_12_one_table_per_score_family_with_a_filter_box(report):
     for family in families:
         slug = "".join(c if c.isalnum() else "_" for c in family).strip("_")
         part = _csv(report.out_dir / f"sensitivity__{slug}.csv")
-        assert len(part) == sum(r["Score"] == family for r in full) and "Score" not in part[0]
+        rows = [r for r in full if r["Score"] == family]
+        assert len(part) == sum(r["n"] != "0" for r in rows) and "Score" not in part[0]
+        assert all(r["n"] != "0" for r in part)  # predictors the runs do not have are left out ...
+        absent = {r["Predictor"] for r in rows if r["n"] == "0"} - {r["Predictor"] for r in part}
+        md = (report.out_dir / f"sensitivity__{slug}.md").read_text()
+        caption = md[md.index("Left out, n = 0"):]
+        assert absent and all(name in caption for name in absent)  # ... and named
         assert f'data-table="sensitivity__{slug}"' in page and f'data-filter="sensitivity__{slug}"' in page
     assert 'data-table="sensitivity"' not in page
 

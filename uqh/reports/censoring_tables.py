@@ -46,14 +46,35 @@ def sensitivity_table(scored: list[ScoredRun]) -> Table:
 
 
 def by_score_family(table: Table) -> list[Table]:
-    """``table`` (with a ``Score`` column) as one table per score family, in the order the families appear: the
-    page shows these (Tables 11-12 print one family per block) while the full table stays one CSV file."""
+    """``table`` (with ``Score``, ``Run``, ``Predictor`` and ``n`` columns) as one table per score family, in the
+    order the families appear: the page shows these (Tables 11-12 print one family per block) while the full table
+    stays one CSV file. Rows with n = 0 (a predictor the run does not have, or no trajectory to score) are left out
+    of the family tables, and their caption names them."""
     families = list(dict.fromkeys(r["Score"] for r in table.rows))
-    return [Table(name=f"{table.name}__{family_slug(f)}", title=f"{table.title} — score family {f}",
-                  columns=[c for c in table.columns if c != "Score"],
-                  rows=[{k: v for k, v in r.items() if k != "Score"} for r in table.rows if r["Score"] == f],
-                  caption=table.caption, empty_note=table.empty_note)
-            for f in families]
+    out = []
+    for f in families:
+        rows = [{k: v for k, v in r.items() if k != "Score"} for r in table.rows if r["Score"] == f]
+        kept = [r for r in rows if r["n"]]
+        out.append(Table(name=f"{table.name}__{family_slug(f)}", title=f"{table.title} — score family {f}",
+                         columns=[c for c in table.columns if c != "Score"], rows=kept,
+                         caption=table.caption + left_out_text([r for r in rows if not r["n"]], kept),
+                         empty_note="Every row has n = 0: no predictor has a value on these runs' samples."))
+    return out
+
+
+def left_out_text(removed: list[dict], kept: list[dict]) -> str:
+    """The caption sentence naming the predictors left out for n = 0, per run ("every predictor" when a run has no
+    row left)."""
+    if not removed:
+        return ""
+    parts = []
+    for run in dict.fromkeys(r["Run"] for r in removed):
+        if not any(r["Run"] == run for r in kept):
+            parts.append(f"{run}: every predictor (no trajectory to score)")
+        else:
+            names = dict.fromkeys(r["Predictor"] for r in removed if r["Run"] == run)
+            parts.append(f"{run}: {', '.join(names)}")
+    return " Left out, n = 0 (no value on the sample): " + "; ".join(parts) + "."
 
 
 def family_slug(score: str) -> str:
