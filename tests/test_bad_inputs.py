@@ -9,6 +9,7 @@ a bad input, the case would say so here; none of these writes.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -219,6 +220,16 @@ def _cases() -> list[tuple[list[str], str]]:
     add("see uqh import --help", "import", "tau2", "{afile}")  # no --out
     add("is not empty", "import", "tau2", "{afile}", "--out", "{run}")
     add("is not a directory", "import", "tau2", "{afile}", "--out", "{empty}")
+    # ---- setup, doctor
+    add("invalid choice", "setup", "nope")
+    add("see uqh setup --help", "setup")  # nothing to set up named
+    add("--jobs must be >= 1", "setup", "local", "--jobs", "0")
+    add("invalid int value", "setup", "local", "--jobs", "x")
+    add("unrecognized arguments", "doctor", "extra")
+    add("unrecognized arguments", "doctor", "--speed")
+    # ---- list
+    add("invalid choice", "list", "widgets")
+    add("invalid choice", "list", "--format", "yaml")
     return cases
 
 
@@ -261,3 +272,48 @@ def test_a_bad_input_is_one_line_exit_2_and_nothing_written(argv, fragment, tmp_
     assert fragment in lines[0]
     assert out == ""
     assert _digest(tmp_path) == before  # nothing written, nothing touched
+
+
+# ------------------------------------------------------------------------------------- values read from a run (issue 42)
+
+
+def _edited_run(path: Path, value: str | None, *, field: str = "verbal_confidence") -> Path:
+    """12 complete arithmetic episodes; with ``value``, the first step of episode t3 holds ``field`` = that raw
+    JSON text (an edited or foreign line), else null (what the reader must make of an out-of-range value)."""
+    import json
+
+    from scoring_fixtures import make_episode, write_run_dir
+
+    eps = [make_episode(f"t{i}#0", "clean", [0.2 + 0.05 * i, 0.5], outcome=i % 2) for i in range(12)]
+    run = write_run_dir(path, eps)
+    lines = (run / "episodes.jsonl").read_text().splitlines()
+    ep = json.loads(lines[3])
+    target = ep["steps"][0] if field == "verbal_confidence" else ep
+    target[field] = None
+    text = json.dumps(ep)
+    if value is not None:
+        text = text.replace(f'"{field}": null', f'"{field}": {value}', 1)
+    lines[3] = text
+    (run / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
+@pytest.mark.parametrize("field,value", [("verbal_confidence", "7.5"), ("verbal_confidence", "NaN"),
+                                         ("verbal_confidence", "-0.2"), ("outcome", "7"), ("reward", "Infinity")])
+def test_an_out_of_range_value_is_read_as_missing_with_a_note(field, value, tmp_path, capsys):
+    """A verbal_confidence of 7.5 or NaN changed the scores without a note (AUROC 0.500 -> 0.545, or n 12 -> 11):
+    now every reader sees it as missing -- the scores equal those of the line with null -- and score and audit
+    say so."""
+    edited = _edited_run(tmp_path / "edited", value, field=field)
+    null = _edited_run(tmp_path / "null", None, field=field)
+    outputs = {}
+    for run in (edited, null):
+        assert main(["score", str(run), "--bootstrap", "0", "--format", "json"]) == 0
+        out, err = capsys.readouterr()
+        outputs[run.name] = (json.loads(out), err)
+    scores = {name: json.dumps(o, sort_keys=True).replace(str(tmp_path / name), "R") for name, (o, _) in outputs.items()}
+    assert '"rows"' in scores["edited"] and scores["edited"] == scores["null"]
+    note = f"{edited}: 1 recorded value(s) outside their range read as missing ({field} 1x"
+    assert note in outputs["edited"][1] and "outside their range" not in outputs["null"][1]
+    assert main(["audit", str(edited), "--bootstrap", "1"]) == 0
+    assert note in capsys.readouterr().err

@@ -71,8 +71,8 @@ def test_cli_help_and_one_line_errors(kind, argv, fragment, created, tmp_path):
         assert heavy == []  # help stays fast: no command module imports litellm/tau2/bm25s/numpy at top level
         return
     if kind == "no-args":
-        assert rc == 2 and out.startswith("usage: uqh") and "Trajectory Proper Score" in out
-        assert all(f"    {c} " in out for c in ("run", "continue", "score", "audit", "report", "index"))
+        assert rc == 2 and out == "" and err.startswith("usage: uqh") and "Trajectory Proper Score" in err
+        assert all(f"    {c} " in err for c in ("run", "continue", "score", "audit", "report", "index"))
         return
     assert rc == 2 and out == ""
     lines = err.strip().splitlines()

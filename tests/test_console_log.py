@@ -78,3 +78,64 @@ def test_normal_run_has_no_logger_format_lines(fake_server, tmp_path, capsys):
         assert main(_run(tmp_path, srv)) == 0
     err = capsys.readouterr().err
     assert not re.search(r"^(DEBUG|INFO|WARNING) ", err, re.M) and "transient failure" not in err, err
+
+
+# ------------------------------------------------------------------------------------- litellm's logging (issue 42)
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+#: A model string that makes `uqh run --dry-run` import litellm (a provider check), without a key: exit 2.
+LITELLM_MODEL = "anthropic/claude-3-haiku-20240307"
+
+
+def _uqh(tmp_path, *argv, **env) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "LITELLM_LOG"}
+    return subprocess.run([sys.executable, "-m", "uqh.cli", *argv], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240, env={**base, "PYTHONPATH": str(REPO), **env})
+
+
+def _dry_run(tmp_path, *pre, **env) -> subprocess.CompletedProcess:
+    return _uqh(tmp_path, *pre, "run", "--domain", "arithmetic", "--tasks", "1", "--model", LITELLM_MODEL,
+                "--out", str(tmp_path / "r"), "--dry-run", **env)
+
+
+def test_uqh_v_prints_nothing_of_litellm_on_stdout(tmp_path):
+    """`uqh -v` printed litellm's DEBUG lines on stdout (its own handler): now none anywhere by default, and with
+    LITELLM_LOG=DEBUG they go through uqh's handler on stderr."""
+    done = _dry_run(tmp_path, "-v")
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert "LiteLLM" not in done.stderr and "ANTHROPIC_API_KEY" in done.stderr
+    done = _dry_run(tmp_path, "-v", LITELLM_LOG="DEBUG")
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert re.search(r"^\d\d:\d\d:\d\d\.\d{3} LiteLLM: ", done.stderr, re.M), done.stderr
+
+
+@pytest.mark.parametrize("value,expected", [("bogus", "LITELLM_LOG='bogus' is not a log level"),
+                                            ("", "needs ANTHROPIC_API_KEY"), (" debug ", "needs ANTHROPIC_API_KEY")])
+def test_a_bad_or_empty_litellm_log_is_no_traceback(tmp_path, value, expected):
+    done = _dry_run(tmp_path, LITELLM_LOG=value)
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and line.startswith("uqh run: error: ") and expected in line
+
+
+def test_litellm_log_is_checked_and_normalised(monkeypatch):
+    env = {"LITELLM_LOG": ""}
+    console_log.check_litellm_log(env)
+    assert env == {}
+    env = {"LITELLM_LOG": " info"}
+    console_log.check_litellm_log(env)
+    assert env == {"LITELLM_LOG": "INFO"}
+    with pytest.raises(console_log.UserError, match="not a log level"):
+        console_log.check_litellm_log({"LITELLM_LOG": "verbose"})
+
+
+@pytest.mark.parametrize("argv", [[], ["-v"]])
+def test_no_command_is_usage_on_stderr_and_exit_2(argv, capsys):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: uqh") and "    run " in err

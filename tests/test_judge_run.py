@@ -281,8 +281,8 @@ def test_help_has_no_heavy_imports(tmp_path):
 
     rc, out, err, heavy = _uqh(["judge", "--help"], tmp_path)
     assert rc == 0 and out.startswith("usage: uqh judge") and "--judge-model" in out and heavy == []
-    rc, out, _, _ = _uqh([], tmp_path)
-    assert "    judge " in out
+    rc, _, err, _ = _uqh([], tmp_path)
+    assert "    judge " in err  # `uqh` alone: the help, on stderr (exit 2)
 
 
 def test_episodes_file_of_the_judged_run_is_read_torn_line_safe(judged_run, tmp_path, capsys):

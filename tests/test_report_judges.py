@@ -20,11 +20,11 @@ B = 50
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory):
+def certificate(tmp_path_factory, judge_dir):  # noqa: F811
     items = [CertifyItem(f"t{i}", ("a", "a", "b") if i % 3 else ("a", "b", "c"), (i % 4 != 0, False, i % 5 == 0))
              for i in range(24)]
-    result = certify_items(items, CertifyOptions(resplits=5, n_bootstrap=20), run_dir="samples", domain="arithmetic",
-                           model="m")
+    result = certify_items(items, CertifyOptions(resplits=5, n_bootstrap=20), run_dir=str(judge_dir.parent / "run"),
+                           domain="arithmetic", model="m")
     path = tmp_path_factory.mktemp("cert") / "cert.json"
     path.write_text(result.model_dump_json(indent=2))
     return path, result
@@ -50,7 +50,7 @@ def test_tables_equal_the_judge_and_certify_commands(reported, judge_dir, certif
     assert 'data-table="judge_scores"' in page and 'data-table="certify_summary"' in page
 
 
-def test_user_errors_write_nothing(reported, judge_dir, tmp_path, capsys):  # noqa: F811
+def test_user_errors_write_nothing(reported, judge_dir, certificate, tmp_path, capsys):  # noqa: F811
     run, _ = reported
     from scoring_fixtures import make_episode, write_run_dir
 
@@ -58,10 +58,16 @@ def test_user_errors_write_nothing(reported, judge_dir, tmp_path, capsys):  # no
                                                make_episode("y#0", "clean", [0.6], outcome=0)])
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a certificate"}')
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(bytes(range(256)))
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(certificate[0].read_text().replace(str(run), str(other)))
     out = tmp_path / "never"
     cases = [([str(run), "--judgments", str(tmp_path / "nope")], "is not a judge directory"),
              ([str(other), "--judgments", str(judge_dir)], "none of the report's runs"),
              ([str(run), "--certify", str(bad)], "is not a certificate"),
+             ([str(run), "--certify", str(binary)], "is not a UTF-8 text file"),
+             ([str(run), "--certify", str(foreign)], f"is the certificate of {other}, not of the report's runs"),
              ([str(run), "--certify", str(tmp_path / "missing.json")], "cannot read --certify")]
     for args, msg in cases:
         rc = uqh(["report", *args, "--out", str(out), "--bootstrap", "5"])
@@ -92,3 +98,11 @@ def test_trace_explorer_shows_a_trajectorys_judgments(reported):
         page.wait_for_selector("body[data-trace-ready='1']", state="attached")
         assert page.locator("#trace-judgments .judgment").count() == 3  # e5's LC repeat 1 was never made
         assert errors == []
+
+
+def test_a_certificate_matches_its_run_also_by_a_relative_path(tmp_path):
+    from uqh.reports.judged_runs import same_run
+
+    run = tmp_path / "exp" / "run"
+    assert same_run(str(run), run) and same_run("exp/run", run) and same_run("./run", run)
+    assert not same_run("other/run", run) and not same_run(str(tmp_path / "run"), run) and not same_run("..", run)

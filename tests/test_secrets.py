@@ -37,21 +37,77 @@ def _files_with_canary(root: Path) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/fake", "--out", "{tmp}/run"],
-    ["continue", "{tmp}/missing", "--out", "{tmp}/run"],
-    ["judge", "{tmp}/missing", "--judge-model", "openai/judge", "--out", "{tmp}/run"],
-])
-@pytest.mark.parametrize("url", [f"http://u:{USERINFO_PASSWORD}@127.0.0.1:9/v1",
-                                 f"http://127.0.0.1:9/v1?api_key={QUERY_KEY}"])
-def test_a_key_in_an_endpoint_url_is_refused_masked_and_nothing_written(argv, url, tmp_path, capsys):
-    """``user:password@`` and query strings are credentials: refused by every command that takes --api-base,
-    with the URL masked in the one line."""
-    code = main(["-v", *[a.replace("{tmp}", str(tmp_path)) for a in argv], "--api-base", url])
+ONE_CANARY = "CANARYone0123456789xyzw"  # one canary, passed every way the CLI accepts a URL
+#: Every shape of a credential in a URL: userinfo, a malformed userinfo (a "/" in the password, no scheme), ";"
+#: path parameters, a query string, a fragment.
+URL_SHAPES = {
+    "userinfo": f"http://u:{ONE_CANARY}@127.0.0.1:9/v1",
+    "userinfo with a slash": f"http://u:pa/{ONE_CANARY}@127.0.0.1:9/v1",
+    "malformed": f"u:pa/{ONE_CANARY}@127.0.0.1",
+    "path parameter": f"http://127.0.0.1:9/v1;api_key={ONE_CANARY}",
+    "query": f"http://127.0.0.1:9/v1?api_key={ONE_CANARY}",
+    "fragment": f"http://127.0.0.1:9/v1#{ONE_CANARY}",
+}
+RUN = ["run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/fake", "--out", "{tmp}/run"]
+QA = ["run", "--domain", "hotpotqa", "--tasks", "1", "--model", "openai/fake", "--api-base", "http://127.0.0.1:9/v1",
+      "--out", "{tmp}/run"]
+#: Every way the CLI takes a URL: {url} is the URL, {file} a file holding it.
+URL_WAYS = {
+    "run --api-base": [*RUN, "--api-base", "{url}"],
+    "run --endpoints": [*RUN, "--endpoints", "{file}"],
+    "run --user-api-base": [*RUN, "--api-base", "http://127.0.0.1:9/v1", "--user-model", "openai/u",
+                            "--user-api-base", "{url}"],
+    "run --es-url": [*QA, "--retrieval", "es", "--es-index", "x", "--es-url", "{url}"],
+    "run -D es_url=": [*QA, "-D", "es_url={url}"],
+    "continue --api-base": ["continue", "{tmp}/missing", "--out", "{tmp}/run", "--api-base", "{url}"],
+    "continue --endpoints": ["continue", "{tmp}/missing", "--out", "{tmp}/run", "--endpoints", "{file}"],
+    "judge --api-base": ["judge", "{tmp}/missing", "--judge-model", "openai/judge", "--out", "{tmp}/run",
+                         "--api-base", "{url}"],
+    "probe --api-base": ["probe", "{tmp}/missing", "--probe", "p_true", "--model", "openai/p", "--out", "{tmp}/run",
+                         "--api-base", "{url}"],
+    "index --es-url": ["index", "--domain", "hotpotqa", "--backend", "es", "--es-index", "x", "--es-url", "{url}"],
+}
+
+
+@pytest.mark.parametrize("way", URL_WAYS)
+@pytest.mark.parametrize("shape", URL_SHAPES)
+def test_a_key_in_a_url_is_refused_masked_and_nothing_written(way, shape, tmp_path, capsys, monkeypatch):
+    """Every credential-bearing part of a URL, every way the CLI takes one: refused in one line that shows the URL
+    masked, before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "endpoints.txt").write_text(URL_SHAPES[shape] + "\n")
+    subst = {"{tmp}": str(tmp_path), "{url}": URL_SHAPES[shape], "{file}": str(given / "endpoints.txt")}
+    argv = []
+    for a in URL_WAYS[way]:
+        for k, v in subst.items():
+            a = a.replace(k, v)
+        argv.append(a)
+    code = main(["-v", *argv])
     out, err = capsys.readouterr()
+    if shape == "fragment" and "{file}" in URL_WAYS[way]:  # in an endpoints file "#" starts a comment: not a URL
+        assert CANARY not in out + err  # part: the rest is a usable URL (the run goes on, to an unreachable server)
+        assert _files_with_canary(tmp_path) == [str(given / "endpoints.txt")]
+        return
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
-    assert "***" in err and CANARY not in err
-    assert list(tmp_path.iterdir()) == []
+    assert "***" in err and CANARY not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["given"]
+
+
+@pytest.mark.parametrize("url,masked", [
+    ("http://u:pw12345678@h:1/v1", "http://***@h:1/v1"),
+    ("http://h:1/v1?api_key=K1234567&x=2", "http://h:1/v1?api_key=***&x=***"),
+    ("http://h:1/v1;api_key=K1234567", "http://h:1/v1;api_key=***"),
+    ("http://h:1/v1;K1234567", "http://h:1/v1;***"),
+    ("http://h:1/v1#K1234567", "http://h:1/v1#***"),
+    ("http://u:pa/ss1234567@h:1/v1", "http://***@h:1/v1"),
+    ("u:pa/ss1234567@h", "***@h"),
+    ("http://h:1/v1", "http://h:1/v1"),
+])
+def test_urls_are_masked_by_shape(url, masked):
+    assert secrets.mask_url(f"--api-base {url} --out r") == f"--api-base {masked} --out r"
+    assert (secrets.url_credentials(url) is None) == (url == masked)
 
 
 def test_a_canary_key_reaches_no_file_and_no_output(tmp_path):
@@ -99,14 +155,6 @@ def test_dotenv_values_overridden_by_the_environment_are_still_redacted(monkeypa
     monkeypatch.setattr(secrets, "_registered", set())
     secrets.register_names({"OPENAI_API_KEY": DOTENV_KEY, "DATA_DIR": "/some/long/path/name"})
     assert secrets.redact(f"got {DOTENV_KEY} in /some/long/path/name") == "got *** in /some/long/path/name"
-
-
-@pytest.mark.parametrize("url,masked", [
-    ("http://u:pw12345678@h:1/v1", "http://***@h:1/v1"),
-    ("http://h:1/v1?api_key=K1234567&x=2", "http://h:1/v1?api_key=***&x=***"),
-])
-def test_urls_are_masked_by_shape(url, masked):
-    assert secrets.mask_url(f"--api-base {url} --out r") == f"--api-base {masked} --out r"
 
 
 def test_the_lock_records_the_command_line_without_url_credentials(monkeypatch):

@@ -169,6 +169,98 @@ def test_outputs_never_go_into_a_run_directory(command, flag, tmp_path, capsys):
     assert sorted(p.name for p in run.iterdir()) == before
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+INSIDE_A_RUN = [
+    (["report", "{src}", "--out", "{run}/rep", "--bootstrap", "1"], "--out {run}/rep is inside the run directory"),
+    (["export", "{src}", "--to", "{run}/exp"], "--to {run}/exp is inside the run directory"),
+    (["audit", "{src}", "--out", "{run}/aud", "--bootstrap", "1"], "--out {run}/aud is inside the run directory"),
+    (["export", "{src}", "--to", "{run}/a/b"], "--to {run}/a/b is inside the run directory"),
+    (["index", "--corpus", "{corpus}", "--out", "{run}/idx"], "--out {run}/idx is inside the run directory"),
+    (["certify", "{src}", "--alpha", "0.1", "--export-verification", "{run}/v.csv"], "is inside the run directory"),
+    (["probe", "{other}", "--probe", "p_true", "--model", "openai/p", "--api-base", "http://127.0.0.1:9/v1", "--out",
+      "{run}/p"], "--out {run}/p is inside the run directory"),
+]
+
+
+@pytest.mark.parametrize("argv,fragment", INSIDE_A_RUN, ids=[" ".join(a[:1] + a[-2:-1]) for a, _ in INSIDE_A_RUN])
+def test_no_command_writes_inside_a_run_directory(argv, fragment, tmp_path, capsys):
+    """`report --out RUN/rep` and `export --to RUN/exp` wrote inside the run directory (judge, probe and continue
+    refused): now every command refuses a path inside one, in one line, and the run is unchanged."""
+    run = tmp_path / "run"
+    shutil.copytree(PRE_CHANGE, run)
+    (tmp_path / "corpus.jsonl").write_text('{"title": "t", "text": "a paragraph"}\n')
+    subst = {"{src}": str(run), "{run}": str(run), "{corpus}": str(tmp_path / "corpus.jsonl"),
+             "{other}": str(PRE_CHANGE)}  # a probe of another run, into this one
+    argv = [_subst(a, subst) for a in argv]
+    before = _tree(run)
+    assert main(argv) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert _subst(fragment, subst) in line, line
+    assert _tree(run) == before
+
+
+def _subst(text: str, subst: dict[str, str]) -> str:
+    for key, value in subst.items():
+        text = text.replace(key, value)
+    return text
+
+
+def test_export_refuses_a_non_empty_directory_it_did_not_write_but_replaces_its_own(tmp_path, capsys):
+    to = tmp_path / "exp"
+    to.mkdir()
+    (to / "notes.txt").write_text("mine\n")
+    assert main(["export", str(PRE_CHANGE), "--to", str(to), "--format", "csv"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"--to {to} is a non-empty directory that holds no earlier output of this command" in line
+    assert sorted(p.name for p in to.iterdir()) == ["notes.txt"]
+    mine = tmp_path / "mine"
+    for _ in range(2):  # its own earlier output is replaced
+        assert main(["export", str(PRE_CHANGE), "--to", str(mine), "--format", "csv"]) == 0
+    assert sorted(p.name for p in mine.iterdir()) == ["episodes.csv", "scores.csv", "steps.csv"]
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("command,flag,extra", [("report", "--out", ["--bootstrap", "1"]), ("export", "--to", []),
+                                                ("audit", "--out", ["--bootstrap", "1"])])
+def test_of_two_commands_writing_one_directory_the_second_is_told_who_writes_it(command, flag, extra, tmp_path,
+                                                                                capsys):
+    """Of two concurrent `report --out D`, the loser said "cannot write D: No such file or directory" (the winner
+    had removed its staging folder): now it is refused at once, naming the other writer, and D is not touched."""
+    from uqh.rundir.output_dir import writing
+
+    out = tmp_path / "out"
+    with writing(out, flag):  # the other command, writing now
+        before = _tree(out)
+        assert main([command, str(PRE_CHANGE), flag, str(out), *extra]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert f"{flag} {out} is being written by another uqh command (pid {os.getpid()})" in line, line
+        assert _tree(out) == before
+    assert list(out.iterdir()) == []  # the writer's mark goes with it
+
+
+def test_of_two_probes_into_one_directory_the_second_is_told_who_writes_it(tmp_path, capsys):
+    """The loser of two `probe --out D` was told D "is not a probe directory" (the winner's manifest was not yet in
+    place): now it names the process that writes D."""
+    out = tmp_path / "probes"
+    out.mkdir()
+    (out / ".probe_manifest.json.x.tmp").write_text("{")  # the winner's manifest, half-way to its place
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from uqh.harness.store import lock\n"
+                               f"with lock.hold({str(out)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code = main(["probe", str(PRE_CHANGE), "--probe", "p_true", "--model", "openai/p", "--api-base",
+                     "http://127.0.0.1:9/v1", "--out", str(out)])
+        line = _one_line(capsys.readouterr().err)
+        assert code == 2 and f"{out} is being written by pid {holder.pid}" in line, line
+    finally:
+        holder.communicate("", timeout=60)
+
+
 def _without_dac_override():
     """A preexec_fn that makes root subject to file permissions (drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH
     from the bounding set, so the exec'ed command lacks them); None when not root."""
@@ -282,3 +374,43 @@ def test_a_full_disk_under_audit_report_and_export_is_exit_1_naming_the_path(tmp
         assert code == 1, (cmd, line)
         assert line.startswith(f"uqh {cmd}: error: cannot write {target}") and "No space left on device" in line
         assert "free disk space" in line
+
+
+def test_a_full_disk_leaves_no_empty_file_and_names_the_path_in_every_command(tmpfs, capsys, tmp_path):
+    """Issue 42: `index --out FULL/idx` named a flag that does not exist (--index-dir), `certify
+    --export-verification` named no path and left a 0-byte file, audit and export left 0-byte files: now each
+    exits 1 naming its path (and flag where it has one), and leaves no empty or torn file."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(f'{{"title": "t{i}", "text": "paragraph number {i} about things"}}\n'
+                              for i in range(50)))
+    cases = [(["index", "--corpus", str(corpus), "--out", "{t}/idx"], "cannot write the bm25s index (--out) to {t}/idx"),
+             (["certify", str(PRE_CHANGE), "--alpha", "0.1", "--export-verification", "{t}/v.csv"],
+              "cannot write {t}/v.csv"),
+             (["audit", str(PRE_CHANGE), "--out", "{t}/aud", "--bootstrap", "1"], "cannot write {t}/aud"),
+             (["export", str(PRE_CHANGE), "--to", "{t}/exp", "--format", "csv"], "cannot write {t}/exp")]
+    for k, (argv, fragment) in enumerate(cases):
+        disk = tmpfs(f"full{k}", "size=64k")
+        _fill(disk)
+        argv = [a.replace("{t}", str(disk)) for a in argv]
+        code = main(argv)
+        line = _one_line(capsys.readouterr().err)
+        assert code == 1 and fragment.replace("{t}", str(disk)) in line and "No space left on device" in line, line
+        assert "--index-dir" not in line
+        assert [str(p) for p in disk.rglob("*") if p.is_file() and p.stat().st_size == 0] == [], argv[0]
+        assert [p.name for p in disk.rglob("*.tmp")] == []
+
+
+def test_an_unusable_output_location_is_exit_2_in_every_command(tmpfs, capsys):
+    """`judge --report --tables` on a read-only path exited 1 where the other commands exit 2: a location unusable
+    when checked is a user error (exit 2) everywhere; a fault while writing is exit 1 (above)."""
+    ro = tmpfs("ro3", "ro,size=64k")
+    for argv, fragment in ((["judge", "--report", "--out", str(PRE_CHANGE), "--tables", str(ro / "t")],
+                            "cannot create --tables"),
+                           (["judge", "--report", "--out", str(PRE_CHANGE), "--tables", str(ro)], "cannot write --tables"),
+                           (["index", "--corpus", str(PRE_CHANGE / "manifest.json"), "--out", str(ro / "i")],
+                            "cannot create --out"),
+                           (["certify", str(PRE_CHANGE), "--alpha", "0.1", "--export-verification", str(ro / "v.csv")],
+                            "cannot write --export-verification")):
+        assert main(argv) == 2, argv
+        line = _one_line(capsys.readouterr().err)
+        assert fragment in line, line

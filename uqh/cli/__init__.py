@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "repair": ("uqh.cli.repair_command", "move lines that are not valid records out of a run directory's files"),
     "import": ("uqh.cli.import_command", "turn another harness's results (tau2-bench / agentuq) into a run directory"),
     "list": ("uqh.cli.list_command", "what is installed: domains, agents, predictors, metrics, and where each comes from"),
+    "setup": ("uqh.cli.setup_command", "uqh setup local: build llama-server and fetch the GGUF of local:smollm2 into the cache"),
+    "doctor": ("uqh.cli.doctor_command", "what is installed: the local model and its tokens/s, packaged data, extras, API keys"),
 }
 
 
@@ -86,12 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     _load_dotenv()
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help()
+    if not getattr(args, "_run", None):  # `uqh`, `uqh -v`: a usage mistake, so the help on stderr and exit 2
+        parser.print_help(sys.stderr)
         return 2
     name = f"uqh {args.command}"
     console_log.configure(verbose=args.verbose, prog=name)
     try:
+        console_log.check_litellm_log()  # before any import of litellm, which raises on a bad level
         with interrupts.stop_signals():
             return int(args._run(args) or 0)
     except UserError as exc:

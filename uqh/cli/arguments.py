@@ -6,7 +6,7 @@ def add_backend_arguments(group) -> None:
     """``--backend`` and ``--ray-address`` (`uqh run`, `uqh continue`)."""
     group.add_argument("--backend", choices=("local", "ray"), default="local",
                        help="where episodes run: local (this machine; default) or ray (a Ray cluster; the run "
-                            "directory is still written by this process only; docs/scale-out.md)")
+                            "directory is still written by this process only)")
     group.add_argument("--ray-address", metavar="ADDR",
                        help="with --backend ray: auto (the cluster this machine belongs to) or ray://HOST:PORT; "
                             "default: start a local Ray instance for this command")

@@ -14,6 +14,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_format_argument(p)
 
 
+#: The files ``uqh audit --out`` writes (tables of uqh.reports.termination_tables, CSV + Markdown): a directory
+#: holding only these is an earlier audit's output, replaced.
+AUDIT_FILES = frozenset(f"{name}.{ext}" for name in ("termination_audit", "selection_diagnostic") for ext in ("csv", "md"))
+
+
+def holds_only_audit_tables(path: Path) -> bool:
+    from uqh.rundir.output_dir import WRITING_MARK
+
+    return all(p.name in AUDIT_FILES or p.name == WRITING_MARK for p in path.iterdir())
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -27,15 +38,18 @@ def run(args: argparse.Namespace) -> int:
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if args.out is not None:  # before the tables are computed and printed: a bad --out writes nothing
-        from uqh.reports.report.write_report import check_out_writable
+        from uqh.rundir.output_dir import check_output_dir
 
-        check_out_writable(args.out)
+        check_output_dir(args.out, "--out", is_own=holds_only_audit_tables)
     tables = audit(args.run_dirs, n_boot=args.bootstrap)
     print_reading_notes("uqh audit", args.run_dirs)
     emit(Output(tables=tables, json_text=tables_json(tables)), args.format)
     if args.out is not None:
+        from uqh.rundir.output_dir import writing
+
         try:
-            written = [p for t in tables for p in t.write(args.out)]
+            with writing(args.out, "--out"):
+                written = [p for t in tables for p in t.write(args.out)]
         except OSError as exc:  # --out was checked first: a fault on the way (disk full), with its path, exit 1
             raise OutputWriteError(args.out, exc) from None
         print(f"wrote {len(written)} files to {args.out}", file=sys.stderr if args.format in ("json", "csv")

@@ -191,11 +191,21 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.export_verification:
         from pathlib import Path
 
+        from uqh.rundir.output_dir import access_reason, enclosing_run_dir
+
         out = Path(args.export_verification)
         if out.exists():
             raise UserError(f"--export-verification {out} exists; choose a new file (marks are never overwritten)")
         if not out.parent.is_dir():
             raise UserError(f"--export-verification {out}: the directory {out.parent} does not exist")
+        if enclosing_run_dir(out.parent) is not None:
+            raise UserError(f"--export-verification {out} is inside the run directory {enclosing_run_dir(out.parent)}, "
+                            "where only the run's writer adds files; write it outside")
+        import os
+
+        if not os.access(out.parent, os.W_OK | os.X_OK):
+            raise UserError(f"cannot write --export-verification {out}: {access_reason(out.parent)}; choose a "
+                            "writable directory")
 
 
 def certify_run(run_dir: str, args: argparse.Namespace):
@@ -244,11 +254,23 @@ def run(args: argparse.Namespace) -> int:
         from uqh.scoring.certify.certificate import calibration_mask
 
         (_, items, context, opts), = done
+        import io
+
+        from uqh.rundir.atomic import atomic_create_text
+        from uqh.rundir.errors import OutputWriteError, UserError
+
         rows = verification_rows(items, calibration_mask(items, opts), context, args.seed)
-        with open(args.export_verification, "x", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=VERIFY_FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+        text = io.StringIO()
+        w = csv.DictWriter(text, fieldnames=VERIFY_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+        try:  # whole or not at all (a full disk left a 0-byte file), never over an existing file
+            atomic_create_text(args.export_verification, text.getvalue())
+        except FileExistsError:
+            raise UserError(f"--export-verification {args.export_verification} exists; choose a new file (marks "
+                            "are never overwritten)") from None
+        except OSError as exc:
+            raise OutputWriteError(args.export_verification, exc) from None
         print(f"wrote {len(rows)} calibration items to {args.export_verification}: fill the 'acceptable' column "
               f"(1 = the top answer is acceptable, 0 = not), then run `uqh certify {args.run_dirs[0]} --verified "
               f"{args.export_verification} --seed {args.seed}`", file=sys.stderr)

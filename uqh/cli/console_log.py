@@ -7,13 +7,23 @@ Normal run: our packages' warnings (and errors) as ``uqh run: note: <message>``;
 to, each retry with its reason, slow calls, checkpoints ignored -- as ``HH:MM:SS name: message``, plus other
 libraries' warnings. The handler writes to whatever ``sys.stderr`` is at the time (a rich progress bar redirects
 it to print above the bar; pytest's capsys replaces it).
+
+litellm, wherever it is first imported (a model check, pricing, a transport, tau2), installs its own handler that
+prints records below WARNING -- whole prompts at DEBUG -- on **stdout**, and with ``LITELLM_LOG`` set it changes
+the root logger's level. :func:`configure` hooks litellm's logging module: right after it is imported, its
+handlers are removed and its records go through ours (stderr) at the level ``LITELLM_LOG`` names (default
+WARNING); :func:`check_litellm_log` refuses a ``LITELLM_LOG`` that is not a level before litellm could raise on it.
 """
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import logging
+import os
 import sys
 import time
 
+from uqh.rundir.errors import UserError
 from uqh.rundir.secrets import redact
 
 #: Loggers whose records are ours: every module of the uqh package, and the CLI's own "uqh".
@@ -78,8 +88,87 @@ class StderrHandler(logging.Handler):
             self.handleError(record)
 
 
+#: litellm's loggers (each gets litellm's own stdout handler when litellm is imported) and its logging module.
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+LITELLM_LOGGING_MODULE = "litellm._logging"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def check_litellm_log(environ=None) -> None:
+    """UserError for a ``LITELLM_LOG`` that is not a log level (litellm raises AttributeError on import for it); a
+    set-but-empty one is removed (it means "not set"), a valid one normalised (``" debug"`` -> ``DEBUG``)."""
+    env = os.environ if environ is None else environ
+    value = env.get("LITELLM_LOG")
+    if value is None:
+        return
+    if not value.strip():
+        del env["LITELLM_LOG"]
+    elif value.strip().upper() not in LOG_LEVELS:
+        raise UserError(f"LITELLM_LOG={value!r} is not a log level; set it to one of {', '.join(LOG_LEVELS)}, "
+                        "or unset it")
+    else:
+        env["LITELLM_LOG"] = value.strip().upper()
+
+
+def route_litellm_records() -> None:
+    """litellm's records through our handler only, at ``LITELLM_LOG``'s level (default WARNING); the root level
+    we set is restored (litellm sets it from ``LITELLM_LOG``)."""
+    chosen = os.environ.get("LITELLM_LOG", "").strip().upper()
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        for h in list(logger.handlers):
+            logger.removeHandler(h)
+        logger.setLevel(chosen if chosen in LOG_LEVELS else logging.WARNING)
+        logger.propagate = True
+    logging.getLogger().setLevel(_root_level)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Runs ``callback`` right after module ``name`` is executed, whoever imports it (litellm is imported lazily
+    in several places; its logging must be routed before its first record)."""
+
+    def __init__(self, name: str, callback) -> None:
+        self.name, self.callback, self._loader = name, callback, None
+
+    def find_spec(self, fullname, path, target=None):  # noqa: D102 - importlib's hook
+        if fullname != self.name or self._loader is not None:
+            return None
+        sys.meta_path.remove(self)  # find the real spec with the other finders
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        self._loader, spec.loader = spec.loader, self
+        return spec
+
+    def create_module(self, spec):  # noqa: D102
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:  # noqa: D102
+        try:
+            self._loader.exec_module(module)
+        finally:
+            self._loader = None
+        self.callback()
+
+
+_root_level = logging.WARNING
+
+
+def hook_litellm_logging() -> None:
+    """Route litellm's logging through ours now if it is imported, else right after its import (once)."""
+    if LITELLM_LOGGING_MODULE in sys.modules:
+        route_litellm_records()
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(LITELLM_LOGGING_MODULE, route_litellm_records))
+
+
 def configure(verbose: bool = False, prog: str = "uqh") -> logging.Handler:
-    """Install the one console handler on the root logger (replacing one installed before); return it."""
+    """Install the one console handler on the root logger (replacing one installed before); return it. litellm's
+    records go through it too (:func:`hook_litellm_logging`)."""
+    global _root_level
     root = logging.getLogger()
     for h in list(root.handlers):
         if isinstance(h, StderrHandler):
@@ -93,5 +182,7 @@ def configure(verbose: bool = False, prog: str = "uqh") -> logging.Handler:
         handler.addFilter(_Threshold(logging.WARNING, logging.ERROR))
         handler.setFormatter(NoticeFormatter(prog))
         root.setLevel(logging.WARNING)
+    _root_level = root.level
     root.addHandler(handler)
+    hook_litellm_logging()
     return handler

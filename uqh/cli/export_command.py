@@ -25,20 +25,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_destination(to) -> None:
-    """UserError unless ``to`` is (or can be created as) a directory that is not a run directory."""
-    from uqh.reports.report.write_report import check_out_writable
-    from uqh.rundir.errors import UserError
-    from uqh.rundir.schema import MANIFEST_FILE
+    """UserError unless ``to`` may receive the tables: not a run directory nor inside one, empty or new, or an
+    earlier export's output (only its table files)."""
+    from uqh.rundir.output_dir import check_output_dir
 
-    if (to / MANIFEST_FILE).exists():
-        raise UserError(f"--to {to} is a run directory; export into a directory of its own")
-    check_out_writable(to, "--to")
+    check_output_dir(to, "--to", is_own=holds_only_exported_tables)
+
+
+def holds_only_exported_tables(path) -> bool:
+    from uqh.rundir.output_dir import WRITING_MARK
+    from uqh.scoring.export import FRAMES
+
+    names = {f"{name}.{ext}" for name in FRAMES for ext in ("parquet", "csv")} | {WRITING_MARK}
+    return all(p.name in names or (p.name.startswith(".") and p.name.endswith(".tmp")) for p in path.iterdir())
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from uqh.rundir.errors import OutputWriteError, UserError
+    from uqh.rundir.atomic import atomic_write_with
+    from uqh.rundir.output_dir import writing
     from uqh.scoring.export import FRAMES, export_frames
     from uqh.scoring.pipeline import ScoreOptions
 
@@ -59,17 +66,16 @@ def run(args: argparse.Namespace) -> int:
     frames = export_frames(args.run_dirs, tokens=args.tokens, probes=probes,
                            options=ScoreOptions(n_bootstrap=args.bootstrap, seed=args.seed, censoring=args.censoring))
     try:
-        to.mkdir(parents=True, exist_ok=True)
-        written = []
-        for name in FRAMES:
-            if name not in frames:
-                continue
-            path = to / f"{name}.{args.format}"
-            if args.format == "parquet":
-                frames[name].to_parquet(path, index=False)
-            else:
-                frames[name].to_csv(path, index=False)
-            written.append(f"{path.name} ({len(frames[name]):,} rows)")
+        with writing(to, "--to"):
+            written = []
+            for name in FRAMES:
+                if name not in frames:
+                    continue
+                path = to / f"{name}.{args.format}"
+                write = (lambda p, f=frames[name]: f.to_parquet(p, index=False)) if args.format == "parquet" else (
+                    lambda p, f=frames[name]: f.to_csv(p, index=False))
+                atomic_write_with(path, write)  # a full disk leaves no empty or torn file
+                written.append(f"{path.name} ({len(frames[name]):,} rows)")
     except OSError as exc:  # --to was checked before any work: this is a fault on the way (disk full), exit 1
         raise OutputWriteError(to, exc) from None
     print(f"wrote {', '.join(written)} to {to}")

@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.backend == "bm25" and not args.out:
         raise UserError("--backend bm25 needs --out DIR (where the index is written)")
+    if args.backend == "bm25":  # before the corpus is read and indexed: not in a run, writable, new/empty/an index
+        from uqh.rundir.output_dir import check_output_dir
+
+        check_output_dir(args.out, "--out", is_own=lambda p: Bm25Retriever.read_meta(p) is not None)
     if args.backend == "es":
         if not args.es_url or not args.es_index:
             raise UserError("--backend es needs --es-url URL and --es-index NAME")
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.backend == "bm25":
         retriever = Bm25Retriever.build(paragraphs)
-        retriever.save(args.out)
+        retriever.save(args.out, flag="--out")
         summary = retriever.describe()
     else:
         summary = index_elasticsearch(paragraphs, args.es_url, args.es_index, recreate=not args.no_recreate)

@@ -88,8 +88,11 @@ def _validate(args: argparse.Namespace) -> None:
         from uqh.rundir.judgments import read_labels_file
 
         read_labels_file(args.labels)  # a bad labels file fails before any judging
-    if args.tables and Path(args.tables).exists() and not Path(args.tables).is_dir():
-        raise UserError(f"--tables {args.tables} exists and is not a directory")
+    if args.tables:  # before any judging: not in a run, writable, new or empty or an earlier --tables output
+        from uqh.reports.judge_tables import JSON_FILE
+        from uqh.rundir.output_dir import check_output_dir
+
+        check_output_dir(args.tables, "--tables", is_own=lambda p: (p / JSON_FILE).is_file())
 
 
 def _judge(args: argparse.Namespace) -> int:
@@ -185,7 +188,14 @@ def _report(args: argparse.Namespace) -> int:
                                  seed=args.bootstrap_seed)
     emit(judge_output(analysis), args.format)
     if args.tables:
-        paths = write_files(analysis, Path(args.tables))
+        from uqh.rundir.errors import OutputWriteError
+        from uqh.rundir.output_dir import writing
+
+        try:
+            with writing(args.tables, "--tables"):
+                paths = write_files(analysis, Path(args.tables))
+        except OSError as exc:  # --tables was checked first: a fault on the way (disk full), exit 1 as elsewhere
+            raise OutputWriteError(args.tables, exc) from None
         print(f"wrote {len(paths)} files to {args.tables}", file=sys.stderr)
     return 0
 

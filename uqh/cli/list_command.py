@@ -7,7 +7,7 @@ import json
 
 from uqh.rundir import entry_points
 
-KINDS = {"domains": "uqh.domains", "predictors": "uqh.predictors", "metrics": "uqh.metrics"}
+KINDS = {"domains": "uqh.domains", "agents": "uqh.agents", "predictors": "uqh.predictors", "metrics": "uqh.metrics"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "calling, a required confidence argument on every tool; docs/agents.md)")
     g.add_argument("--stop-on-consensus", type=finite_float, metavar="DELTA",
                    help="sequential sampling: stop drawing a task's samples once its mode (canonical answer) is "
-                        "certified at error level DELTA (Mouzouni's reliability certification, §9; docs/certify.md)")
+                        "certified at error level DELTA (Mouzouni's reliability certification, §9)")
     g.add_argument("--stop-rule", choices=("anytime", "hoeffding"),
                    help="rule of --stop-on-consensus: anytime (default; an anytime-valid majority test) or "
                         "hoeffding (the paper's Theorem 9.1 as printed: never stops before 20 samples at 0.05)")

@@ -52,7 +52,7 @@ from uqh.harness.backends.context import (
 )
 from uqh.harness.backends.event_loop import serialize
 from uqh.harness.backends.local import LocalBackend
-from uqh.harness.config.build import build_domain, prompt_sha256
+from uqh.harness.config.build import build_domain, preflight, prompt_sha256
 from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, Resume, derive_seed, episode_id_for
 from uqh.harness.model.llama_server import resolve_model, serve_model
@@ -185,6 +185,7 @@ def run_batch(
     """
     run_dir = Path(run_dir)
     domain, system_prompt = _domain_with_prompt(config)
+    preflight(config, check_keys=client_factory is None)  # before the run directory and the domain's data
     specs = plan_specs(config) if specs is None else list(specs)
     ids = [s.episode_id for s in specs]
     if len(set(ids)) != len(ids):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from uqh.reports.tables import Table
+from uqh.rundir.atomic import atomic_write_text
 from uqh.rundir.judgments import JudgeMetric
 from uqh.scoring.judges.judge_results import ALL_METRICS, GPA_MEAN, JudgeAnalysis
 from uqh.scoring.registry import get_metric
@@ -148,6 +149,6 @@ def write_files(a: JudgeAnalysis, out_dir: Path) -> list[Path]:
     paths = []
     for t in judge_tables(a):
         paths += t.write(out_dir)
-    (out_dir / JSON_FILE).write_text(a.model_dump_json(indent=2) + "\n")
+    atomic_write_text(out_dir / JSON_FILE, a.model_dump_json(indent=2) + "\n", fsync=False)
     paths.append(out_dir / JSON_FILE)
     return paths

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import UserError, read_user_text
 from uqh.rundir.judgments import JudgeDir, Judgment, JudgeMetric
 from uqh.scoring.certify.certificate_results import CertifyResult
 from uqh.scoring.judges.judge_results import JudgeAnalysis
@@ -50,17 +50,31 @@ def judgments_for_report(judge_dir: Path, run_paths: list[Path], *, n_bootstrap:
     return analysis, by_run
 
 
-def read_certificates(path: Path) -> list[CertifyResult]:
-    """The certificate(s) in ``path``, the JSON of ``uqh certify RUN... --format json``."""
+def read_certificates(path: Path, run_paths: list[Path] | None = None) -> list[CertifyResult]:
+    """The certificate(s) in ``path``, the JSON of ``uqh certify RUN... --format json``; with ``run_paths`` (the
+    report's runs), UserError for a certificate of another run -- its tables would sit in this run's report."""
     from pydantic import TypeAdapter, ValidationError
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read --certify {path}: {exc.strerror or exc}") from None
+    text = read_user_text(path, f"--certify {path}")  # UserError for an unreadable or non-UTF-8 file
     try:
         data = TypeAdapter(list[CertifyResult] | CertifyResult).validate_json(text)
     except ValidationError:
         raise UserError(f"--certify {path} is not a certificate; write it with `uqh certify RUN... --format json "
                         "> FILE`") from None
-    return data if isinstance(data, list) else [data]
+    results = data if isinstance(data, list) else [data]
+    for result in results if run_paths is not None else ():
+        if not any(same_run(result.run_dir, run) for run in run_paths):
+            raise UserError(f"--certify {path} is the certificate of {result.run_dir}, not of the report's runs; "
+                            f"certify them (`uqh certify RUN... --format json > FILE`) or add that run")
+    return results
+
+
+def same_run(recorded: str, run: Path) -> bool:
+    """Whether the run directory ``recorded`` in a certificate (as given to ``uqh certify``: absolute, or relative
+    to where it ran) is ``run``: equal once resolved, or a relative path that ends ``run``'s resolved path."""
+    run = Path(run).resolve()
+    given = Path(recorded)
+    if given.resolve() == run:
+        return True
+    parts = [p for p in given.parts if p not in (".", "")]
+    return not given.is_absolute() and ".." not in parts and bool(parts) and run.parts[-len(parts):] == tuple(parts)

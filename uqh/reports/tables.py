@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from uqh.rundir.atomic import atomic_write_text
+
 
 @dataclass
 class Table:
@@ -59,8 +61,8 @@ class Table:
     def write(self, out_dir: Path) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         csv_path, md_path = out_dir / f"{self.name}.csv", out_dir / f"{self.name}.md"
-        csv_path.write_text(self.to_csv())
-        md_path.write_text(self.to_markdown())
+        atomic_write_text(csv_path, self.to_csv(), fsync=False)  # a full disk leaves no empty or torn file
+        atomic_write_text(md_path, self.to_markdown(), fsync=False)
         return [csv_path, md_path]
 
 

@@ -35,6 +35,41 @@ def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True,
         raise
 
 
+def atomic_create_text(path: Path, text: str) -> None:
+    """Create ``path`` with ``text``, whole or not at all, never replacing a file: temp file + ``os.link`` (which
+    fails with FileExistsError when ``path`` exists). A fault half-way (disk full) leaves no file, empty or torn."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def atomic_write_with(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(temp_path)`` (a library's writer: pandas' ``to_parquet``, ``to_csv``), then ``os.replace`` onto
+    ``path``: a fault half-way (disk full) leaves ``path`` as it was and no temp file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
 def check_creatable(path: Path, flag: str = "--out") -> None:
     """Raise UserError unless ``path`` could be created: its nearest existing ancestor is a writable directory.
     Writes nothing (an ``--out`` that does not exist yet is checked before any work starts)."""

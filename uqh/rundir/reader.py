@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import urllib.parse
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Hashable, Iterator, TypeVar
@@ -34,6 +36,7 @@ from uqh.rundir.schema import (
     EPISODES_FILE,
     LOCK_FILE,
     MANIFEST_FILE,
+    OUT_OF_RANGE,
     SCHEMA_VERSION,
     SIDECAR_FILE,
     SKIPPED_FILE,
@@ -72,9 +75,9 @@ def complete_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 
-def _parse(path: Path, lineno: int, raw: bytes, model: type[M]) -> M:
+def _parse(path: Path, lineno: int, raw: bytes, model: type[M], context: dict | None = None) -> M:
     try:
-        return model.model_validate_json(raw)
+        return model.model_validate_json(raw, context=context)
     except ValueError as exc:  # pydantic ValidationError (JSON errors included) is a ValueError
         raise UserError(
             f"{path}:{lineno}: not a valid {model.__name__} record ({first_line(exc)}); "
@@ -82,20 +85,22 @@ def _parse(path: Path, lineno: int, raw: bytes, model: type[M]) -> M:
         ) from None
 
 
-def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
-    """Records of ``model`` from a JSONL file, torn-line safe; a malformed line is a UserError with its line number."""
+def read_jsonl(path: Path, model: type[M], context: dict | None = None) -> Iterator[M]:
+    """Records of ``model`` from a JSONL file, torn-line safe; a malformed line is a UserError with its line number.
+    ``context``: the validation context (e.g. ``{OUT_OF_RANGE: []}`` collects values read as missing)."""
     path = Path(path)
     for lineno, raw in complete_lines(path):
-        yield _parse(path, lineno, raw, model)
+        yield _parse(path, lineno, raw, model, context)
 
 
-def read_jsonl_first_per_key(path: Path, model: type[M], key: Callable[[M], Hashable]) -> tuple[list[M], int]:
+def read_jsonl_first_per_key(path: Path, model: type[M], key: Callable[[M], Hashable],
+                             context: dict | None = None) -> tuple[list[M], int]:
     """:func:`read_jsonl` keeping the first line of each ``key`` (a retried append can repeat a record); also
     returns how many later lines were dropped as repeats."""
     seen: set = set()
     out: list[M] = []
     repeats = 0
-    for rec in read_jsonl(path, model):
+    for rec in read_jsonl(path, model, context):
         k = key(rec)
         if k in seen:
             repeats += 1
@@ -168,6 +173,8 @@ class RunDir:
     duplicate_episode_lines: int = 0
     #: Filled by :meth:`episodes`: ids of episode lines the manifest does not plan (left out, never counted).
     foreign_episode_ids: list[str] = field(default_factory=list)
+    #: Filled by :meth:`episodes`: (field, value) of each recorded value outside its range, read as missing.
+    out_of_range_values: list[tuple[str, object]] = field(default_factory=list)
     duplicate_sidecar_rows: int = 0
     #: Filled by :meth:`user_sidecar`: user-sidecar lines dropped by the de-duplication rule.
     duplicate_user_sidecar_rows: int = 0
@@ -176,6 +183,11 @@ class RunDir:
     #: Whether the episodes file's line index keeps each episode's head (stop reason, outcome, steps, cost): a
     #: reader that only looks episodes up by id saves that work.
     index_heads: bool = True
+    #: Held while a line index is looked up or made: threads sharing this reader share its indexes.
+    _index_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    #: checkpoint file name -> (its size and mtime when read, what it held): :meth:`live_checkpoints`' cache.
+    _checkpoint_cache: dict[str, tuple[tuple[int, int], PartialEpisode]] = field(default_factory=dict, repr=False,
+                                                                                  compare=False)
 
     @classmethod
     def open(cls, path: str | Path) -> "RunDir":
@@ -213,8 +225,10 @@ class RunDir:
     def episodes(self) -> list[Episode]:
         """Finished episodes in file order, torn-line safe, the first line of each episode_id kept (cached)."""
         if self._episodes is None:
+            context: dict = {OUT_OF_RANGE: []}
             episodes, self.duplicate_episode_lines = read_jsonl_first_per_key(
-                self.path / EPISODES_FILE, Episode, lambda ep: ep.episode_id)
+                self.path / EPISODES_FILE, Episode, lambda ep: ep.episode_id, context)
+            self.out_of_range_values = context[OUT_OF_RANGE]
             planned = self._is_planned()
             self.foreign_episode_ids = [ep.episode_id for ep in episodes if not planned(ep)]
             self._episodes = [ep for ep in episodes if planned(ep)] if self.foreign_episode_ids else episodes
@@ -231,7 +245,7 @@ class RunDir:
 
     def reading_notes(self) -> list[str]:
         """One line per thing a reader left out of the episodes, so no count is silently wrong: lines whose ids the
-        manifest does not plan, duplicate lines, a torn last line."""
+        manifest does not plan, duplicate lines, values outside their range (read as missing), a torn last line."""
         self.episodes()
         notes = []
         if self.foreign_episode_ids:
@@ -240,6 +254,12 @@ class RunDir:
         if self.duplicate_episode_lines:
             notes.append(f"{self.path}: {self.duplicate_episode_lines} duplicate episode line(s): the first of each "
                          "id counted")
+        if self.out_of_range_values:
+            fields = Counter(name for name, _ in self.out_of_range_values)
+            name, value = self.out_of_range_values[0]
+            notes.append(f"{self.path}: {len(self.out_of_range_values)} recorded value(s) outside their range read as "
+                         f"missing ({', '.join(f'{k} {n}x' for k, n in sorted(fields.items()))}; e.g. {name} "
+                         f"{value!r}): the scores leave them out")
         path = self.path / EPISODES_FILE
         torn = path.stat().st_size - integrity.complete_length(path) if path.is_file() else 0
         if torn:
@@ -290,10 +310,11 @@ class RunDir:
         bytes read) on every call."""
         if name not in (EPISODES_FILE, SIDECAR_FILE, USER_SIDECAR_FILE):
             raise ValueError(f"no line index for {name!r}")
-        index = self._indexes.get(name)
-        if index is None:
-            index = self._indexes[name] = LineIndex(self.path / name,
-                                                    head=episode_head if (name == EPISODES_FILE and self.index_heads) else None)
+        with self._index_lock:
+            index = self._indexes.get(name)
+            if index is None:
+                index = self._indexes[name] = LineIndex(
+                    self.path / name, head=episode_head if (name == EPISODES_FILE and self.index_heads) else None)
         index.refresh()
         return index
 
@@ -397,6 +418,35 @@ class RunDir:
                 notes.append(f"ignored unreadable checkpoint {p.name}: {first_line(exc)}")
                 continue
             out[partial.episode_id] = partial
+        return out, notes
+
+    def live_checkpoints(self) -> tuple[dict[str, PartialEpisode], list[str]]:
+        """:meth:`checkpoints` for a reader that polls a running run: a checkpoint file is parsed again only when its
+        size or mtime changed since the last call on this object, and one that vanished between listing and reading
+        (its episode just finished) is left out without a note."""
+        out: dict[str, PartialEpisode] = {}
+        notes: list[str] = []
+        d = self.path / CHECKPOINT_DIR
+        try:
+            names = sorted(n for n in os.listdir(d) if n.endswith(".json"))
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        cache: dict[str, tuple[tuple[int, int], PartialEpisode]] = {}
+        for name in names:
+            try:
+                st = os.stat(d / name)
+                stamp = (st.st_size, st.st_mtime_ns)
+                known = self._checkpoint_cache.get(name)
+                partial = known[1] if known and known[0] == stamp else PartialEpisode.model_validate_json(
+                    (d / name).read_bytes())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                notes.append(f"ignored unreadable checkpoint {name}: {first_line(exc)}")
+                continue
+            cache[name] = (stamp, partial)
+            out[partial.episode_id] = partial
+        self._checkpoint_cache = cache
         return out, notes
 
     def skipped_prefixes(self) -> list[SkippedPrefix]:

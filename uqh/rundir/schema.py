@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 SCHEMA_VERSION = 1
 
@@ -206,12 +207,27 @@ class Attempt(_Record):
     ] = None
 
 
+#: Key of the validation context (``model_validate_json(raw, context={OUT_OF_RANGE: []})``) under which a reader
+#: collects ``(field, value)`` of every value read as missing because it is outside its documented range.
+OUT_OF_RANGE = "out_of_range"
+
+
+def read_as_missing(field: str, value: Any, info: ValidationInfo) -> None:
+    """A recorded value outside its documented range (an edited or foreign line): read as missing (None), never
+    clipped or used -- a ``verbal_confidence`` of 7.5 moved AUROC 0.500 -> 0.545 --, and noted for the reader
+    that asked (:data:`OUT_OF_RANGE`), which says so in its reading notes (``uqh score``, ``uqh audit``)."""
+    if isinstance(info.context, dict) and isinstance(info.context.get(OUT_OF_RANGE), list):
+        info.context[OUT_OF_RANGE].append((field, value))
+    return None
+
+
 class Step(_Record):
     t: Annotated[int, Field(description="1-based step index.")]
     think: str
     action: str
     verbal_confidence: Annotated[
-        float | None, Field(description="Parsed <confidence>, clipped to [0, 1]; null if not numeric.")
+        float | None, Field(description="Parsed <confidence>, clipped to [0, 1]; null if not numeric. A value read outside "
+                          "[0, 1] (or NaN) is read as null and noted.")
     ]
     confidence_raw: Annotated[str | None, Field(description="The <confidence> text before parsing.")] = None
     explanation: str
@@ -220,6 +236,13 @@ class Step(_Record):
     attempts: Annotated[list[Attempt], Field(description="Every call made for this step, in order.")]
     info: Annotated[dict[str, Any], Field(description="Domain-specific step details.")] = {}
 
+    @field_validator("verbal_confidence")
+    @classmethod
+    def _a_probability(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and not 0.0 <= value <= 1.0:  # NaN fails both comparisons
+            return read_as_missing("verbal_confidence", value, info)
+        return value
+
 
 class Episode(_Record):
     schema_version: int = SCHEMA_VERSION
@@ -227,8 +250,10 @@ class Episode(_Record):
     task_id: str
     sample_index: int = 0
     stop_reason: StopReason
-    outcome: Annotated[int | None, Field(description="Y in {0,1} when stop_reason is clean, else null.")] = None
-    reward: Annotated[float | None, Field(description="Raw benchmark reward when observed.")] = None
+    outcome: Annotated[int | None, Field(description="Y in {0,1} when stop_reason is clean, else null (another "
+                                                     "value is read as null and noted).")] = None
+    reward: Annotated[float | None, Field(description="Raw benchmark reward when observed (a non-finite one is "
+                                                      "read as null and noted).")] = None
     reward_info: Annotated[dict[str, Any], Field(description="Domain reward breakdown (e.g. F1, tau2 checks).")] = {}
     n_steps: Annotated[int, Field(description="Number of completed (parsed) steps.")]
     step_budget: int
@@ -249,6 +274,20 @@ class Episode(_Record):
     started_at: str | None = None
     finished_at: str | None = None
     info: dict[str, Any] = {}
+
+    @field_validator("outcome")
+    @classmethod
+    def _zero_or_one(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value not in (0, 1):
+            return read_as_missing("outcome", value, info)
+        return value
+
+    @field_validator("reward")
+    @classmethod
+    def _finite(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and not math.isfinite(value):
+            return read_as_missing("reward", value, info)
+        return value
 
     @property
     def verbal_confidences(self) -> list[float | None]:

@@ -1,10 +1,12 @@
 """What must never reach a file or a log: API keys and URL credentials, and the one place that masks them.
 
-A key can arrive five ways: the environment, a ``.env`` file, a URL's ``user:password@``, a URL's query string
-(``?api_key=...``), and an error body that echoes what it was sent. The first two are known by value
+A key can arrive these ways: the environment, a ``.env`` file, a URL's ``user:password@`` (also a malformed one
+without a scheme, ``u:pa/ss@host``), its ``;`` path parameters, its query string (``?api_key=...``) or fragment,
+and an error body that echoes what it was sent. The first two are known by value
 (:func:`known_secrets`: every environment variable whose name says it is a secret, plus the values
 :func:`register` was given -- the CLI registers a ``.env`` file's secret-named values, which the environment
-may have overridden); the URL parts are masked by shape (:func:`mask_url`). Every text that leaves the process
+may have overridden); the URL parts are masked by shape (:func:`mask_url`), and a URL that carries any of them is refused before it
+could be recorded (:func:`url_credentials`). Every text that leaves the process
 about a model call goes through :func:`redact` *before* it is cut to length, so that no part of a key survives a
 cut through its middle.
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 from typing import Iterable, Mapping
 
 #: Environment variable names whose values are secrets (``OPENAI_API_KEY``, ``HF_TOKEN``, ``DB_PASSWORD`` ...).
@@ -28,8 +29,11 @@ MASK = "***"
 
 _registered: set[str] = set()
 
-_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
-_QUERY_VALUE = re.compile(r"(?<=[?&;])([^=&;#\s]+)=([^&;#\s]*)")
+#: A URL in free text: ``scheme://...`` or ``//...`` up to whitespace or a quote.
+_URL_IN_TEXT = re.compile(r"(?:\b[A-Za-z][A-Za-z0-9+.-]*:)?//[^\s\"'<>`]+")
+#: ``user:password@host`` without a scheme (a malformed URL): a colon before an ``@``, no space between.
+_BARE_USERINFO = re.compile(r"(?<![\w/@*:.-])[^\s\"'<>`/@:]+:(?!//)[^\s\"'<>`@]*@(?=[\w\[])")
+_SCHEME = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:)?(?://)?")
 
 
 def _usable(value: str | None) -> bool:
@@ -56,12 +60,38 @@ def known_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
+def _mask_pairs(text: str, sep: str) -> str:
+    """``k=v<sep>k2`` -> ``k=***<sep>***``: every value masked, the names kept (they say what was passed)."""
+    return sep.join(f"{k}={MASK}" if eq else MASK for k, eq, _ in (p.partition("=") for p in text.split(sep)) if k or eq)
+
+
+def mask_one_url(url: str) -> str:
+    """``url`` with each credential-bearing part masked: ``user:password@`` (up to the last ``@``, so a password
+    with a ``/`` in it is masked whole), ``;`` path parameters, query values and the fragment.
+    ``http://u:p@h:1/v1;key=K?api_key=K2&x=1#K3`` -> ``http://***@h:1/v1;key=***?api_key=***&x=***#***``."""
+    scheme = _SCHEME.match(url).group(0)
+    rest, fragment = url[len(scheme):], None
+    if "#" in rest:
+        rest, fragment = rest.split("#", 1)
+    rest, has_query, query = rest.partition("?")
+    if "@" in rest:
+        rest = f"{MASK}@" + rest.rsplit("@", 1)[1]
+    head, has_params, params = rest.partition(";")
+    out = scheme + head
+    if has_params:
+        out += ";" + _mask_pairs(params.replace("/", ";"), ";")
+    if has_query:
+        out += "?" + _mask_pairs(query.replace(";", "&"), "&")
+    if fragment is not None:
+        out += "#" + (MASK if fragment else "")
+    return out
+
+
 def mask_url(text: str) -> str:
-    """``text`` with every URL's ``user:password@`` and every query-string value replaced by ``***``."""
-    text = _USERINFO.sub(f"{MASK}@", text)
-    if "?" in text:
-        text = _QUERY_VALUE.sub(lambda m: f"{m.group(1)}={MASK}", text)
-    return text
+    """``text`` with every URL in it masked by :func:`mask_one_url`, and any ``user:password@host`` without a
+    scheme masked too."""
+    text = _URL_IN_TEXT.sub(lambda m: mask_one_url(m.group(0)), text)
+    return _BARE_USERINFO.sub(f"{MASK}@", text)
 
 
 def redact(text: str, extra: Iterable[str | None] = ()) -> str:
@@ -74,14 +104,15 @@ def redact(text: str, extra: Iterable[str | None] = ()) -> str:
 
 
 def url_credentials(url: str) -> str | None:
-    """What in ``url`` would be a credential written to a file -- ``"user:password@"`` or ``"a query string"``
-    -- or None when it carries none."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return None
-    if "@" in parts.netloc or (not parts.netloc and "@" in url):
+    """What in ``url`` would be a credential written to a file -- userinfo (``user:password@``, also a malformed
+    one), ``;`` path parameters, a query string or a fragment -- or None when it carries none."""
+    scheme = _SCHEME.match(url).group(0)
+    rest = url[len(scheme):]
+    before_query = re.split(r"[?#]", rest, maxsplit=1)[0]
+    if "@" in before_query:
         return "credentials (user:password@)"
-    if parts.query or parts.fragment:
+    if ";" in before_query:
+        return "path parameters (;...), where keys are passed"
+    if "?" in rest or "#" in rest:
         return "a query string or fragment (?... / #...), where keys are passed"
     return None

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 from urllib.parse import urlsplit
 
-from uqh.domains.locations import SOURCE_ROOT, cache_root
-from uqh.rundir.errors import UserError, read_user_text
+from uqh.domains.locations import cache_root
+from uqh.rundir.errors import OutputWriteError, UserError, read_user_text
+from uqh.rundir.secrets import mask_url, url_credentials
 
 log = logging.getLogger(__name__)
 
-#: The source checkout (its ``../shared/data`` is the offline data); in an installed package a folder without it.
-REPO_ROOT = SOURCE_ROOT
 DEFAULT_INDEX_ROOT = cache_root() / "indexes"
 
 INDEX_META_FILE = "uqh_index.json"
@@ -167,13 +166,18 @@ class Bm25Retriever:
         model.index(tokens, show_progress=False)
         return cls(paragraphs, model, sha256=corpus_sha256(paragraphs))
 
-    def save(self, index_dir: str | os.PathLike) -> Path:
-        """Write the index atomically (temp dir + rename); concurrent writers of the same corpus are harmless."""
+    def save(self, index_dir: str | os.PathLike, flag: str = "--index-dir") -> Path:
+        """Write the index atomically (temp dir + rename); concurrent writers of the same corpus are harmless.
+        ``flag`` names ``index_dir`` in the error (``uqh run --index-dir``, ``uqh index --out``)."""
         import bm25s
 
         index_dir = Path(index_dir)
-        index_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=index_dir.parent))
+        what = f"the bm25s index ({flag})"
+        try:
+            index_dir.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=index_dir.parent))
+        except OSError as exc:
+            raise OutputWriteError(index_dir, exc, what=what) from None
         try:
             self.model.save(str(tmp), show_progress=False)
             write_corpus_file(self.paragraphs, tmp / INDEX_PASSAGES_FILE)
@@ -196,7 +200,7 @@ class Bm25Retriever:
             shutil.rmtree(tmp, ignore_errors=True)
             if (index_dir / INDEX_META_FILE).exists():  # another process won the race
                 return index_dir
-            raise UserError(f"cannot write the bm25s index to {index_dir} ({exc}); pass a writable --index-dir") from None
+            raise OutputWriteError(index_dir, exc, what=what) from None
         self.index_dir = index_dir
         return index_dir
 
@@ -290,15 +294,22 @@ ES_MAPPINGS = {
 
 
 def check_es_url(url: str) -> str:
-    """Reject credentials in the URL: the URL is part of the run config and would be written to the manifest."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"--es-url {url!r} is not an http(s) URL; pass e.g. http://localhost:9200")
-    if parts.username or parts.password:
+    """Reject credentials in the URL (userinfo, ``;`` parameters, a query string, a fragment): the URL is part of
+    the run config and would be written to the manifest. Messages show the URL masked."""
+    found = url_credentials(url)
+    if found is not None:
         raise UserError(
-            "do not put credentials in --es-url (it is recorded in the manifest); "
+            f"do not put credentials in --es-url: {mask_url(url)} contains {found} (it would be recorded in the "
+            "manifest); "
             "set UQH_ES_API_KEY or UQH_ES_USER and UQH_ES_PASSWORD in the environment instead"
         )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"--es-url {mask_url(url)!r} is not an http(s) URL; pass e.g. http://localhost:9200")
     return url
 
 

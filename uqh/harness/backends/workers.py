@@ -242,11 +242,23 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="uqh-parent-watch", daemon=True).start()
 
 
+@contextlib.contextmanager
+def worker_stop_signals():
+    """SIGINT and SIGTERM stop a worker quietly, whenever they arrive: the signal is only recorded (a callback for
+    the worker's whole life, so :mod:`~uqh.harness.interrupts` never raises ``Interrupted``). Raised, it could land
+    inside an asyncio task between the event loop's own stop callbacks -- its client being built, closed -- and
+    asyncio printed the task's ~40-line traceback (``Interrupted: SIGTERM``) before the parent's one line. The
+    work checks :func:`~uqh.harness.interrupts.requested` before each start-up step, and the event loop's stop
+    callback (:func:`run_cancellable`) cancels the episodes at once if the signal came first."""
+    with interrupts.stop_signals(), interrupts.on_stop(lambda signum: None):
+        yield
+
+
 def _worker_main(index: int, ctx: RunContext, jobs, results, parent_pid: int, environ=None) -> None:
     _exit_with_parent(parent_pid)
     endpoint_calls: list[EndpointCounts] = []
     drained = False  # every slot of this worker read its end marker
-    with interrupts.stop_signals():  # SIGINT and SIGTERM stop this worker quietly (see the module docstring)
+    with worker_stop_signals():  # SIGINT and SIGTERM stop this worker quietly (see the module docstring)
         try:
             _work(ctx, jobs, results, parent_pid, environ, endpoint_calls)
             drained = interrupts.requested() is None  # a stop signal ends the loop early without an error
@@ -273,8 +285,12 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_cal
         os.environ.update(environ)
     import uqh  # noqa: F401 - sets LITELLM_LOCAL_MODEL_COST_MAP before litellm is imported
 
+    if interrupts.requested() is not None:  # stopped while starting: do not load the domain for nothing
+        return
     domain = build_domain(ctx.config)
     domain.prepare_runtime(ctx.domain_runtime())
+    if interrupts.requested() is not None:
+        return
 
     def done(result: EpisodeResult) -> None:  # runs in the I/O thread, after the episode's checkpoint writes
         eid, line, rows, ep_summary = serialize(result)

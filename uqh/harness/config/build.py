@@ -134,9 +134,9 @@ def check_provider_ranges(dec: Any) -> None:
 def check_endpoint_url(flag: str, url: str | None) -> None:
     """UserError unless ``url`` (None: not given) is an http(s) URL with a host and without credentials.
 
-    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``) would be written to the manifest
-    and printed, and the clients refuse them next to their own Authorization header; the message shows the URL with
-    them masked.
+    Credentials in a URL (``http://user:password@host/v1``, ``...?api_key=KEY``, ``...;api_key=KEY``, ``#KEY``)
+    would be written to the manifest and printed, and the clients refuse them next to their own Authorization
+    header; every message shows the URL masked (:func:`uqh.rundir.secrets.mask_url`).
     """
     if url is None:
         return
@@ -152,7 +152,8 @@ def check_endpoint_url(flag: str, url: str | None) -> None:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{flag} {url!r} is not an http(s) URL with a host; give e.g. http://127.0.0.1:8000/v1")
+        raise UserError(f"{flag} {mask_url(url)!r} is not an http(s) URL with a host; give e.g. "
+                        "http://127.0.0.1:8000/v1")
 
 
 def check_endpoint_list(urls: list[str] | None) -> None:
@@ -211,6 +212,17 @@ def observation_chars_for(cls: type[Domain], flag: int | None, preset_value: int
 # --------------------------------------------------------------------------------------- domain options
 
 
+def check_option_urls(cls: type[Domain], options: dict[str, Any]) -> None:
+    """UserError (the URL masked) for a domain option whose value is a URL with credentials (``-D es_url=``,
+    ``-D user_api_base=``): options are recorded in the manifest, so a key there would be written to it."""
+    for key, value in options.items():
+        if isinstance(value, str) and "://" in value:
+            found = url_credentials(value)
+            if found is not None:
+                raise UserError(f"{cls.Options.label(key, cls.name)} {mask_url(value)} contains {found}; it would be "
+                                "written to the run's manifest: give the URL without it and the key in the environment")
+
+
 def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """``RunConfig.domain_options``: the preset's options updated by the command line's, validated by the domain's
     ``Options`` and normalised (``"3"`` for an integer option is recorded as 3, so a flag and ``-D`` with the same
@@ -219,6 +231,7 @@ def domain_options_for(cls: type[Domain], preset_options: dict[str, Any], given:
     if "split" in given:
         raise UserError("the split is a run setting: use --split NAME, not a domain option")
     options = {**preset_options, **given}
+    check_option_urls(cls, options)
     if given.get("retrieval") == "es" and not options.get("es_url"):
         raise UserError("--retrieval es needs --es-url URL (and usually --es-index NAME)")
     settings = cls.parse_options(options).model_dump(mode="json")
@@ -270,6 +283,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     if preset and overrides.domain and overrides.domain != preset.domain:
         raise UserError(f"--domain {overrides.domain} contradicts --preset {preset.name} (domain {preset.domain})")
     cls = get_domain_class(domain_name)
+    cls.check_installed()
     dec = overrides.decoding
     for name, value in (("--tasks", overrides.tasks), ("--samples", overrides.samples),
                         ("--step-budget", overrides.step_budget), ("--max-tokens", dec.max_tokens)):
@@ -295,6 +309,9 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     check_endpoint_url("--user-api-base", user_api_base)
     if user_api_base is not None and not user_model:
         raise UserError("--user-api-base needs --user-model (the user-simulator model served there)")
+    if overrides.user_model and not cls.needs_user_model:  # it would enter the config hash and change nothing
+        raise UserError(f"--user-model needs a domain with a simulated user (tau2-airline, tau2-retail, tau2-telecom); "
+                        f"{domain_name} has none: leave --user-model out")
     if not user_model and cls.needs_user_model:
         raise UserError(f"{domain_name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
 
@@ -393,7 +410,6 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     model strings and API keys, the domain (it is built, its tasks listed) and, when the run directory holds a run,
     that its config is this one (resume). Raises UserError; writes nothing.
     """
-    from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.store.writer import check_out_dir, check_resumable
     from uqh.harness.episode.agent_registry import agent_system_prompt
@@ -402,10 +418,9 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     check_out_dir(d.out)
     config = d.config
     validate_model_string(config.model, config.api_base)
-    check_credentials(config.model, config.api_base)
     if config.user_model:
         validate_model_string(config.user_model, config.user_api_base, flag="--user-api-base")
-        check_credentials(config.user_model, config.user_api_base)
+    preflight(config)
     try:
         domain = build_domain(config)
         task_ids = select_tasks(domain, d)
@@ -421,6 +436,20 @@ def resolve_config(preset: Preset | None, overrides: RunOverrides) -> RunConfig:
     if is_run_dir(d.out):
         check_resumable(d.out, config)
     return config
+
+
+def preflight(config: RunConfig, *, check_keys: bool = True) -> None:
+    """UserError, offline, for what would otherwise fail only once the batch has started: a ``local:`` model's
+    model file or ``llama-server`` binary, and (``check_keys``) an API model's key.
+    Run by :func:`resolve_config` before the domain loads its data, and again by the runner before it creates
+    the run directory (a library call or ``uqh continue`` may not have resolved a config here)."""
+    from uqh.harness.model.llama_server import LOCAL_MODELS, check_credentials, check_local_model
+
+    for model, api_base in ((config.model, config.api_base), (config.user_model, config.user_api_base)):
+        if model in LOCAL_MODELS:
+            check_local_model(model)  # the GGUF (package or cache) and llama-server, each naming uqh setup local
+        elif model and check_keys:
+            check_credentials(model, api_base)
 
 
 def run_dir_of(preset: Preset | None, overrides: RunOverrides) -> Path:

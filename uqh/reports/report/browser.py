@@ -41,7 +41,7 @@ def browser(executable: str | None = None) -> Iterator:
 
     executable = executable or find_chromium()
     if executable is None:
-        raise RuntimeError("no Chromium found: install Debian's chromium (scripts/setup.sh) or set UQH_CHROMIUM")
+        raise RuntimeError("no Chromium found: install Chromium (Debian: apt-get install chromium) or set UQH_CHROMIUM to its executable")
     from playwright.sync_api import Error as PlaywrightError
 
     with sync_playwright() as pw:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from uqh.rundir.atomic import check_creatable
 from uqh.rundir.errors import OutputWriteError, UserError
+from uqh.rundir.output_dir import WRITING_MARK, check_output_dir, writing
 from uqh.reports.termination_tables import load_runs, selection_diagnostic_table, termination_audit
 from uqh.reports.censoring_tables import (
     artificial_censoring_table,
@@ -97,27 +98,18 @@ class ReportResult:
     html: Path
 
 
+def is_report_dir(path: Path) -> bool:
+    """Whether ``path`` holds an earlier report (its ``report.json``, or only the staging folder of one that was
+    stopped): the one non-empty ``--out`` a report replaces its files in."""
+    path = Path(path)
+    return (path / "report.json").is_file() or all(p.name.startswith(STAGING_PREFIX) for p in path.iterdir()
+                                                    if p.name != WRITING_MARK)
+
+
 def check_out_writable(out_dir: Path, flag: str = "--out") -> None:
-    """UserError unless ``out_dir`` is (or can be created as) a writable directory that is not a run directory
-    (whose files only the writer of the run may add). Writes nothing."""
-    from uqh.rundir.schema import MANIFEST_FILE
-
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise UserError(f"{flag} {out_dir} exists and is not a directory; pick a directory path")
-        if (out_dir / MANIFEST_FILE).exists():
-            raise UserError(f"{flag} {out_dir} is a run directory; write into a directory of its own")
-        if not os.access(out_dir, os.W_OK | os.X_OK):
-            raise UserError(f"cannot write {flag} {out_dir}: {_access_reason(out_dir)}; pick a writable directory")
-        return
-    check_creatable(out_dir, flag)
-
-
-def _access_reason(path: Path) -> str:
-    try:
-        return "read-only file system" if os.statvfs(path).f_flag & os.ST_RDONLY else "permission denied"
-    except OSError:
-        return "permission denied"
+    """UserError unless ``out_dir`` may receive the report (:func:`uqh.rundir.output_dir.check_output_dir`: not in a
+    run directory, writable, empty or an earlier report). Writes nothing."""
+    check_output_dir(out_dir, flag, is_own=is_report_dir)
 
 
 def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptions | None = None) -> ReportResult:
@@ -127,7 +119,7 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
     opts = opts or ReportOptions()
     check_out_writable(out_dir)
     runs = load_runs(paths)
-    certificates = [c for f in opts.certify_files for c in read_certificates(f)]
+    certificates = [c for f in opts.certify_files for c in read_certificates(f, [Path(p) for p in paths])]
     scored = score_runs(runs, opts)  # everything that can fail on the inputs fails before anything is written
     judges = None
     if opts.judgments_dir is not None:
@@ -136,7 +128,8 @@ def build_report(paths: list[str | Path], out_dir: str | Path, opts: ReportOptio
         for sr, judged in zip(scored, by_run):
             sr.judgments = judged
     try:
-        return _write_staged(runs, scored, out_dir, opts, judges, certificates)
+        with writing(out_dir, "--out"):  # a second report writing here at the same time is refused, one line
+            return _write_staged(runs, scored, out_dir, opts, judges, certificates)
     except OSError as exc:  # the directory was usable when checked: a fault on the way (disk full), exit 1
         raise OutputWriteError(out_dir, exc) from None
 
@@ -281,10 +274,10 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
                 [margin_t] if margin_t.rows else [], notes=[] if margin_t.rows else [no_cens]),
         Section("parse-errors", "Parse-error sensitivity", "Appendix G.2.", [parse_t] if parse_t.rows else [],
                 notes=[] if parse_t.rows else [no_parse]),
-        Section("judges", "GPA judges", "Judge scores, stability, failure detection and localisation (docs/judges.md); "
+        Section("judges", "GPA judges", "Judge scores, stability, failure detection and localisation (Agent GPA judges); "
                 "a trajectory's judgments are shown under it in the trace explorer.", judge_ts,
                 notes=judge_header(judges) if judges is not None else [NO_JUDGES]),
-        Section("certificate", "Reliability certificate", "Self-consistency + conformal certificate (docs/certify.md).",
+        Section("certificate", "Reliability certificate", "Self-consistency + conformal certificate (Mouzouni).",
                 certify_ts, notes=certify_header(list(certificates)) if certificates else [NO_CERTIFICATE]),
     ]
     meta = [

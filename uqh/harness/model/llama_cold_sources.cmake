@@ -1,5 +1,6 @@
-# Included by scripts/setup.sh into llama.cpp's top-level project (CMAKE_PROJECT_llama.cpp_INCLUDE), so that
-# llama.cpp's own CMake files stay untouched.
+# Included by scripts/setup.sh and by `uqh setup local` (llama_build.py beside this file) into llama.cpp's
+# top-level project (CMAKE_PROJECT_llama.cpp_INCLUDE), so that llama.cpp's own CMake files stay untouched.
+# Package data: a wheel ships it.
 #
 # The sources below are compiled at -O1 instead of -O3. llama-server runs them once at start-up (argument
 # parsing), once per request (chat template, output parsing), or never for a text model (the multimodal library
