@@ -114,6 +114,16 @@ def test_quick_protocol_end_to_end_resumes_and_keeps_one_report(fake_server, tmp
         assert len(srv.requests) == n_calls and {d: (d / "episodes.jsonl").read_bytes() for d in runs} == episodes
         assert "0 episodes and branches this call" in second
 
+    # another continuation design over the same directories is refused before any step runs, naming the field
+    before = {d: d.stat().st_mtime_ns for d in out.rglob("*") if d.is_file()}
+    with fake_server(responder) as srv2:
+        assert uqh(["regenerate", "--quick", "--out", str(out), "--seed", "7", "--set", "all:model=openai/fake",
+                    "--set", f"all:api_base={srv2.base_url}", "--set", "paper-tau2-retail:user_model=openai/fake",
+                    "--set", f"paper-tau2-retail:user_api_base={srv2.base_url}"]) == 2
+        assert srv2.requests == []
+    err = capsys.readouterr().err
+    assert err.startswith("uqh regenerate: error: paper-strategyqa: ") and err.count("\n") == 1, err
+    assert {d: d.stat().st_mtime_ns for d in out.rglob("*") if d.is_file()} == before
     # a later call with one preset reports on the four runs (not overwritten per preset), saying so
     runs_, conts_, notes = report_inputs(build_plan(["paper-webshop"], quick=True, out=out))
     assert sorted(runs_) == sorted(runs) and sorted(conts_) == sorted(conts)

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, RunOverrides, draft, resolve_config
 from uqh.harness.config.presets import PRESETS, expand, get_preset
-from uqh.harness.continuation import PrefixSample, censored_population, load_source, run_continuations
+from uqh.harness.continuation import (PrefixSample, censored_population, load_source, plan_continuations,
+                                      run_continuations)
 from uqh.harness.runner import run_batch
 from uqh.rundir.errors import UserError
 from uqh.rundir.reader import is_run_dir
@@ -190,9 +191,25 @@ def check_plan(plan: RegeneratePlan) -> dict[str, RunConfig]:
         overrides = plan.runs[name].model_copy(update={"out": plan.run_dir(name)})
         try:
             configs[name] = resolve_config(get_preset(name), overrides)
+            check_continuation(plan, name, configs[name])
         except UserError as exc:
             raise UserError(f"{name}: {exc}") from None
     return configs
+
+
+def check_continuation(plan: RegeneratePlan, name: str, config: RunConfig) -> None:
+    """Refuse now (UserError), not after the runs, a continuation directory that holds another continuation than
+    the plan's (other --sample/--seed/--branches/--extra-steps). Only when its source run is complete: the
+    continuations start after every run has finished, so only then is the draw of prefixes fixed."""
+    source, out = plan.run_dir(name), plan.continuation_dir(name)
+    if name not in plan.continued() or not is_run_dir(out) or not is_run_dir(source):
+        return
+    _, episodes = load_source(source)
+    if len(episodes) < len(config.task_ids) * config.samples_per_task or not censored_population(episodes):
+        return
+    c = plan.continuation
+    plan_continuations(source, out, branches=c.branches, extra_steps=c.extra_steps, n_prefixes=None, ids=None,
+                       api_base=None, stop_rule="fixed", sample=PrefixSample(c.sample, c.seed))
 
 
 # --------------------------------------------------------------------------------------- running it
