@@ -75,9 +75,10 @@ def test_transparency_and_long_csv_equal_scoring_output(report):
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
     rows = _csv(res.out_dir / "transparency__ws.csv")
-    assert [r["Predictor"] for r in rows] == [r.display_label + (f" — {r.note}" if r.note else "") for r in expected.rows]
-    assert len(rows) == 20  # nine predictors (p_true, observation_surprise included) x raw/Platt + the truth + base rate
-    for got, exp in zip(rows, expected.rows):
+    scored = [r for r in expected.rows if r.n_used]  # a predictor without values is left out (and named)
+    assert [r["Predictor"] for r in rows] == [r.display_label + (f" — {r.note}" if r.note else "") for r in scored]
+    assert len(expected.rows) == 20  # nine predictors (p_true, observation_surprise included) x raw/Platt + truth + base
+    for got, exp in zip(rows, scored):
         assert int(got["n"]) == exp.n_used and int(got["skipped (missing)"]) == exp.n_skipped_missing
         for col, key in (("AUROC↑", ("auroc",)), ("AURC↓", ("aurc",)), ("T-ECE↓", ("t_ece",)), ("TPS_log↑", ("tps", "log")),
                          ("TPS_Brier↑", ("tps", "brier")), ("TPS_β(2,4)↑", ("tps", "beta(2,4)"))):

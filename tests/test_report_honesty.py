@@ -121,3 +121,14 @@ def test_synthetic_webshop_goals_are_labelled_in_the_report(report):
     header = page[page.index("<header>"):page.index("</header>")]
     assert header.count("SYNTHETIC WebShop goals") == 1  # the WebShop run only
     assert "ws (webshop)" in header.split("SYNTHETIC")[0].rsplit("<br>", 1)[-1]
+
+
+def test_transparency_leaves_out_predictors_the_run_does_not_have_and_names_them(report):
+    data = json.loads((report.out_dir / "report.json").read_text())
+    main = next(r for r in data["runs"] if r["slug"] == "ws")["main"]
+    absent = [r["predictor"] for r in main["rows"] if not r["n_used"]]
+    assert absent  # the fixture has no self-consistency or probe values
+    rows = _csv(report.out_dir / "transparency__ws.csv")
+    assert rows and all(int(r["n"]) > 0 for r in rows) and len(rows) == len(main["rows"]) - len(absent)
+    caption = (report.out_dir / "transparency__ws.md").read_text().split("Left out, n = 0")[1]
+    assert "Self-consistency agreement (raw)" in caption and "Reflexive P(True)" in caption

@@ -36,10 +36,13 @@ def transparency_table(sr: ScoredRun) -> Table:
     res = sr.results.main
     keys = _diagnostic_keys() + [MetricKey(TPS, s) for s in res.settings.scores]
     cols = ["Predictor", "n", "skipped (missing)"] + [k.header for k in keys]
-    rows = []
+    rows, absent = [], []
     for r in res.rows:
-        row = {"Predictor": r.display_label + (f" — {r.note}" if r.note else ""), "n": r.n_used,
-               "skipped (missing)": r.n_skipped_missing}
+        label = r.display_label + (f" — {r.note}" if r.note else "")
+        if not r.n_used:  # a predictor the run does not record (or nothing to score): left out, named below
+            absent.append(label)
+            continue
+        row = {"Predictor": label, "n": r.n_used, "skipped (missing)": r.n_skipped_missing}
         row.update({k.header: r.value(k.metric, k.score) for k in keys})
         rows.append(row)
     c = res.counts
@@ -58,7 +61,10 @@ def transparency_table(sr: ScoredRun) -> Table:
             "TPS reward-oriented with linear-front weights. Platt = single-split cross-fitted (Appendix D). "
             "A trajectory with a missing value is skipped for that predictor (counted), never imputed. "
             f"95% CIs and SEs ({res.settings.bootstrap} paired bootstrap resamples) are in scores_long__{sr.slug}.csv."
+            + (f" Left out, n = 0 (no value on this sample): {'; '.join(absent)}." if absent else "")
         ),
+        empty_note="No predictor has a value on the complete-observation sample (n = 0 for every row: no clean "
+        "trajectory with an observed outcome).",
     )
 
 
