@@ -42,16 +42,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("continuations (Appendix H.2)")
     c.add_argument("--continue", dest="continue_presets", nargs="+", metavar="PRESET",
                    help="the presets whose runs are continued (default paper-hotpotqa; with --quick all four)")
-    c.add_argument("--sample", type=int, metavar="N", help="censored prefixes drawn per run (default 100)")
+    c.add_argument("--sample", type=int, metavar="N", help="censored prefixes drawn per run (default 100; --quick 2)")
     c.add_argument("--seed", type=int, metavar="S", help="seed of the draw (default 42)")
-    c.add_argument("--branches", type=int, metavar="M", help="branches per prefix (default 10)")
+    c.add_argument("--branches", type=int, metavar="M", help="branches per prefix (default 10; --quick 3)")
     c.add_argument("--extra-steps", type=int, metavar="K", help="extra step budget per branch (default: the run's)")
     c.add_argument("--min-valid", type=int, metavar="N",
                    help="resolved branches a continued prefix needs to be retained in the report (default 5; "
                         "--quick 1)")
     x = p.add_argument_group("execution")
     x.add_argument("--concurrency", type=int, metavar="C", help="episodes in flight (default 8; 2 for local:)")
-    x.add_argument("--bootstrap", type=int, default=1000, help="the report's bootstrap resamples (default 1000)")
+    x.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="the report's bootstrap resamples (default 1000)")
     x.add_argument("--dry-run", action="store_true", help="print the plan; call no model, write nothing")
 
 
