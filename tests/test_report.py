@@ -266,7 +266,9 @@ def test_user_errors_write_nothing(tmp_path, capsys):
     d = webshop_like(tmp_path / "ws")
     assert main(["report", str(d), "--out", str(f)]) == 2
     assert "is not a directory" in capsys.readouterr().err
-    assert main(["report", str(d), "--out", str(tmp_path / "o3"), "--bootstrap", "0"]) == 2
+    with pytest.raises(SystemExit) as exited:  # refused by the flag's type (uqh/cli/arg_types.py)
+        main(["report", str(d), "--out", str(tmp_path / "o3"), "--bootstrap", "0"])
+    assert exited.value.code == 2 and "argument --bootstrap: must be >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(UserError):
         build_report([], tmp_path / "o4")
 

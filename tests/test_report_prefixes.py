@@ -18,6 +18,7 @@ from uqh.scoring.pipeline import ScoreOptions
 from uqh.scoring.qz.prefixes import censored_prefix_audit, retained_prefixes
 from uqh.scoring.registry import row_label
 from uqh.scoring.streams import load_run
+from uqh.harness.config.settings import BatchSettings
 from test_continuation import CALC, FINISH, Responder, _answer, make_config
 
 TASKS = [f"arith-{i:04d}" for i in range(30)]
@@ -54,7 +55,7 @@ def reported(tmp_path_factory, fake_server_module):
     responder = MixedSource()
     srv = fake_server_module(responder)
     src = base / "source"
-    assert run_batch(make_config("arithmetic", TASKS, srv.base_url, step_budget=2), src, progress=False).ok
+    assert run_batch(make_config("arithmetic", TASKS, srv.base_url, step_budget=2), src, settings=BatchSettings(progress=False)).ok
     assert RunDir.open(src).censored_episodes()  # the run has censored prefixes to continue
     responder.mode = "branch"
     cont = base / "cont"
