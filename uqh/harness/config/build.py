@@ -296,7 +296,8 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
                         f"tau2-telecom); {domain_name} has none")
     user_logprobs = decoding_cfg.top_logprobs if overrides.user_logprobs else None
     user_decoding = preset.user_decoding if preset and user_model else None
-    if user_model and user_model.startswith("local:") and user_decoding is None:
+    # a preset's user decoding is its API user model's (2,048 tokens); a local one gets the local cap
+    if user_model and user_model.startswith("local:"):
         user_decoding = local_user_decoding()
     samples = overrides.samples or (preset.samples_per_task if preset else None) or 1
     config = RunConfig(
