@@ -5,12 +5,14 @@ Workload (issue 32): a synthetic run of 10,000 episodes x 20 steps, each step wi
 ``--tokens`` tokens and their top-5 alternatives, generated in a temporary directory (one Episode and one
 LogprobRow built with the schema, copied with new ids: every line is a valid record).
 
-Measured (best of ``--repeat``; the viewer in a thread of this process, requests through HTTP on 127.0.0.1):
+Measured (best of ``--repeat``, wall and CPU seconds; the viewer in a thread of this process, requests through
+HTTP on 127.0.0.1):
 
 - **baseline** -- one episode "straight from disk" without an index: read episodes.jsonl until its line, parse it,
   then scan the whole sidecar for its rows and parse those (what every trajectory request would cost without the
   index); with ``--full-read`` also the full-run read the report does (RunDir.episodes + RunDir.sidecar);
-- **cold** -- the first trajectory request of a just-started viewer (the line indexes of both files built);
+- **cold** -- the first trajectory request, and the first trajectory-list chunk, of a just-started viewer (the
+  line indexes of both files built), each on a fresh viewer;
 - **first byte** of the run list page, the run list JSON, the run page, the trajectory page (HTML shell);
 - **full trajectory page (warm)** -- the HTML shell plus its JSON (episode, every predictor, transcript, tokens),
   for episodes spread over the run.
@@ -22,6 +24,7 @@ Writes benchmarks/results/view.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import math
 import os
@@ -31,6 +34,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from uqh.rundir.reader import RunDir, line_episode_id
 from uqh.rundir.schema import (
@@ -151,65 +155,107 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure(root: Path, run_dir: Path, ids: list[str], repeat: int, full_read: bool) -> dict[str, float]:
-    probe = [ids[len(ids) // 2], ids[-1], ids[len(ids) // 7]]
-    out = {"baseline_one_episode": best(lambda: timed(lambda: straight_from_disk(run_dir, probe[0])), repeat)}
-    if full_read:
-        start = time.perf_counter()
-        reader = RunDir.open(run_dir)
-        n_eps, n_rows = len(reader.episodes()), sum(1 for _ in reader.sidecar())
-        out["baseline_full_read"] = time.perf_counter() - start
-        assert n_eps == len(ids) and n_rows > 0
-    srv = ViewServer([root], port=0)
+def cpu_timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process: every thread, the viewer's included) of ``fn()``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+@contextlib.contextmanager
+def viewer(root: Path):
+    """A just-started viewer over ``root`` (nothing indexed yet) in a thread of this process."""
+    srv = ViewServer([root], port=0, follow="poll")
     thread = threading.Thread(target=srv.serve, daemon=True)
     thread.start()
     srv.ready.wait(60)
     try:
-        base = srv.url
-        q = lambda eid: eid.replace("#", "%23")  # noqa: E731
-        out["cold_trajectory_json"] = full(base + f"api/run/0/trajectory?id={q(probe[0])}")
-        out["ttfb_run_list_page"] = best(lambda: first_byte(base), repeat)
-        out["ttfb_run_list_json"] = best(lambda: first_byte(base + "api/runs"), repeat)
-        out["ttfb_run_page"] = best(lambda: first_byte(base + "run/0"), repeat)
-        out["ttfb_trajectory_page"] = best(lambda: first_byte(base + f"run/0/trajectory?id={q(probe[1])}"), repeat)
-        out["ttfb_first_trajectory_chunk"] = first_byte(base + "api/run/0/trajectories?since=0")
+        yield srv.url
+    finally:
+        srv.stop()
+        thread.join(10)
+
+
+def best_pair(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """The least wall time and the least CPU time of several (wall, CPU) measurements."""
+    return min(p[0] for p in pairs), min(p[1] for p in pairs)
+
+
+def measure(root: Path, run_dir: Path, ids: list[str], repeat: int, full_read: bool) -> dict[str, Any]:
+    """Every quantity as (wall seconds, CPU seconds or None), best of ``repeat``. Cold quantities are measured on a
+    fresh viewer each time (the files are in the page cache for the baseline and the viewer alike)."""
+    probe = [ids[len(ids) // 2], ids[-1], ids[len(ids) // 7]]
+    q = lambda eid: eid.replace("#", "%23")  # noqa: E731
+    out: dict[str, tuple] = {}
+    if full_read:
+        def read_all():
+            reader = RunDir.open(run_dir)
+            assert len(reader.episodes()) == len(ids) and sum(1 for _ in reader.sidecar()) > 0
+        out["baseline_full_read"] = cpu_timed(read_all)
+    baseline, cold_page, cold_chunk = [], [], []
+    for _ in range(repeat):  # interleaved, so that each round's baseline and cold pages meet the same load
+        baseline.append(cpu_timed(lambda: straight_from_disk(run_dir, probe[0])))
+        with viewer(root) as base:
+            cold_page.append(cpu_timed(lambda: full(base + f"api/run/0/trajectory?id={q(probe[0])}")))
+        with viewer(root) as base:
+            cold_chunk.append(cpu_timed(lambda: full(base + "api/run/0/trajectories?since=0")))
+    out["baseline_one_episode"] = best_pair(baseline)
+    out["cold_trajectory_json"] = best_pair(cold_page)
+    out["cold_first_trajectory_chunk"] = best_pair(cold_chunk)
+    out["paired"] = {name: sorted(c[0] / b[0] for c, b in zip(cold, baseline))
+                     for name, cold in (("page", cold_page), ("chunk", cold_chunk))}
+    with viewer(root) as base:
+        full(base + f"api/run/0/trajectory?id={q(probe[0])}")  # warms the indexes
+        out["ttfb_run_list_page"] = (best(lambda: first_byte(base), repeat), None)
+        out["ttfb_run_list_json"] = (best(lambda: first_byte(base + "api/runs"), repeat), None)
+        out["ttfb_run_page"] = (best(lambda: first_byte(base + "run/0"), repeat), None)
+        out["ttfb_trajectory_page"] = (best(lambda: first_byte(base + f"run/0/trajectory?id={q(probe[1])}"),
+                                            repeat), None)
 
         def page() -> float:
             return sum(full(base + f"run/0/trajectory?id={q(e)}") + full(base + f"api/run/0/trajectory?id={q(e)}")
                        for e in probe) / len(probe)
 
-        out["full_trajectory_page_warm"] = best(page, repeat)
-    finally:
-        srv.stop()
-        thread.join(10)
+        out["full_trajectory_page_warm"] = (best(page, repeat), None)
     return out
 
 
-def write_results(path: Path, args: argparse.Namespace, sizes: dict[str, int], r: dict[str, float]) -> str:
+def write_results(path: Path, args: argparse.Namespace, sizes: dict[str, int], r: dict[str, Any]) -> str:
     rows = [
-        ("baseline: one episode straight from disk (find its line, scan the sidecar, parse)", r["baseline_one_episode"]),
-        ("viewer, cold: first trajectory JSON (builds both line indexes)", r["cold_trajectory_json"]),
-        ("first byte: run list page", r["ttfb_run_list_page"]),
-        ("first byte: run list JSON (manifest + line-index counts)", r["ttfb_run_list_json"]),
-        ("first byte: run page", r["ttfb_run_page"]),
-        ("first byte: trajectory page", r["ttfb_trajectory_page"]),
-        ("first byte: first trajectory-list chunk (200 summaries)", r["ttfb_first_trajectory_chunk"]),
-        ("full trajectory page, warm (HTML + its JSON; mean of 3 episodes)", r["full_trajectory_page_warm"]),
+        ("baseline: one episode straight from disk (find its line, scan the sidecar, parse)", "baseline_one_episode"),
+        ("viewer, cold: first trajectory JSON of a just-started viewer (indexes both files)", "cold_trajectory_json"),
+        ("viewer, cold: first trajectory-list chunk of a just-started viewer (200 summaries)",
+         "cold_first_trajectory_chunk"),
+        ("first byte: run list page", "ttfb_run_list_page"),
+        ("first byte: run list JSON (manifest + line-index counts)", "ttfb_run_list_json"),
+        ("first byte: run page", "ttfb_run_page"),
+        ("first byte: trajectory page", "ttfb_trajectory_page"),
+        ("full trajectory page, warm (HTML + its JSON; mean of 3 episodes)", "full_trajectory_page_warm"),
     ]
-    base = r["baseline_one_episode"]
+    if "baseline_full_read" in r:
+        rows.insert(1, ("baseline: whole run read as the report reads it (every record parsed)", "baseline_full_read"))
+    base_wall, base_cpu = r["baseline_one_episode"]
     lines = [
         "# `uqh view` on a large run (benchmarks/view.py)", "",
         f"Workload: a synthetic run of {args.episodes:,} episodes x {args.steps} steps, one sidecar row per step with "
         f"{args.tokens} tokens and their top-5 alternatives (episodes.jsonl {sizes['episodes'] / 1e6:.0f} MB, "
-        f"logprobs.jsonl {sizes['sidecar'] / 1e6:.0f} MB). Best of {args.repeat} unless said; the viewer in a thread of "
-        "the same process, requests over HTTP on 127.0.0.1.", "",
-        "| quantity | seconds | / baseline (one episode from disk) |", "|---|---|---|",
+        f"logprobs.jsonl {sizes['sidecar'] / 1e6:.0f} MB). Best of {args.repeat} (cold ones: {args.repeat} "
+        "just-started viewers); the viewer in a thread of the same process, requests over HTTP on 127.0.0.1, the "
+        "files in the page cache for the baseline and the viewer alike. CPU: this process's CPU seconds (all "
+        "threads), the fairer measure on a loaded machine.", "",
+        "| quantity | seconds | / baseline | CPU seconds | / baseline CPU |", "|---|---|---|---|---|",
     ]
-    if "baseline_full_read" in r:
-        rows.insert(1, ("baseline: whole run read as the report reads it (every record parsed)", r["baseline_full_read"]))
-    lines += [f"| {name} | {sec:.4f} | {sec / base:.3g} |" for name, sec in rows]
-    lines += ["", f"Speed-up of a warm trajectory page over reading the episode straight from disk: "
-              f"{base / r['full_trajectory_page_warm']:.0f}x.", "",
+    for name, key in rows:
+        wall, cpu = r[key]
+        cpu_cells = f"{cpu:.4f} | {cpu / base_cpu:.3g}" if cpu is not None else "— | —"
+        lines.append(f"| {name} | {wall:.4f} | {wall / base_wall:.3g} | {cpu_cells} |")
+    cold = r["cold_trajectory_json"]
+    paired = ", ".join(f"{x:.2f}" for x in r["paired"]["page"])
+    chunk = ", ".join(f"{x:.2f}" for x in r["paired"]["chunk"])
+    lines += ["", f"Cold trajectory page against reading the episode from disk: {cold[0] / base_wall:.2f}x the time "
+              f"({cold[1] / base_cpu:.2f}x the CPU); in each round (baseline, then the cold page, then the cold "
+              f"chunk, one after the other): {paired} (cold first chunk: {chunk}). Warm trajectory page: "
+              f"{base_wall / r['full_trajectory_page_warm'][0]:.0f}x faster than reading the episode from disk.", "",
               f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, load average at the end "
               f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (shared with other jobs), Python "
               f"{platform.python_version()}.", ""]

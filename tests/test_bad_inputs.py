@@ -176,6 +176,12 @@ def _cases() -> list[tuple[list[str], str]]:
     add("is inside the run directory", "certify", "{run}", "--alpha", "0.1", "--export-verification", "{run}/v.csv")
     add("is inside the run directory", "judge", "--report", "--out", "{run}", "--tables", "{run}/t")
     add("is inside the run directory", "index", "--corpus", "{run}/manifest.json", "--out", "{run}/idx")
+    add("unknown preset 'nope'", "regenerate", "nope", "--out", "o")
+    add("--set expects PRESET:KEY=VALUE", "regenerate", "--quick", "--set", "paper-webshop", "--out", "o")
+    add("Extra inputs are not permitted", "regenerate", "--quick", "--set", "all:nope=1", "--out", "o")
+    add("--sample: Input should be greater than or equal to 1", "regenerate", "--quick", "--sample", "0", "--out", "o")
+    add("--bootstrap must be at least 1", "regenerate", "--quick", "--bootstrap", "0", "--out", "o")
+    add("exists and is not a directory", "regenerate", "--quick", "--report", "{empty}", "--dry-run")
     add("not a run directory", "export", "{missing}", "--to", "e")
     add("", "export", "{run}", "--to", "e", "--bootstrap", "-1")
     add("", "export", "{run}", "--to", "{empty}")
@@ -211,6 +217,33 @@ def _cases() -> list[tuple[list[str], str]]:
     add("", *PROBE, "--out", "{run}")  # never inside (or onto) a run
     add("", *PROBE, "--out", "{empty}")  # a file
     add("invalid int value", *PROBE, "--out", "p", "--concurrency", "x")
+    # ---- one range per flag, the same in every command (issues 40, 42): a seed is 0 .. 2**31-1 everywhere, a
+    # negative bootstrap seed never reaches numpy, --top-logprobs is run's 0 .. 20
+    seed_range = "must be between 0 and 2147483647 (a 32-bit seed, as providers take)"
+    for argv in (["score", "{run}"], ["certify", "{run}"], ["report", "{run}", "--out", "r"],
+                 ["export", "{run}", "--to", "e"], ["continue", "{run}", "--out", "c", "--sample", "2"],
+                 ["judge", "{run}", "--judge-model", "openai/j", "--api-base", URL, "--out", "j"], [*PROBE, "--out", "p"],
+                 RUN):
+        for value in ("-5", "99999999999999"):
+            add(f"argument --seed: {seed_range}, got {value}", *argv, "--seed", value)
+    add(f"argument --bootstrap-seed: {seed_range}, got -1", "judge", "--report", "--out", "j", "--bootstrap-seed", "-1")
+    for argv in (RUN, [*PROBE, "--out", "p"]):
+        add("argument --top-logprobs: must be between 0 and 20 (the most providers return), got 500", *argv,
+            "--top-logprobs", "500")
+    for argv in (RUN, [*CONT, "--qz-only"], ["judge", "{run}", "--judge-model", "openai/j", "--api-base", URL, "--out",
+                                            "j"], [*PROBE, "--out", "p"]):
+        add("argument --concurrency: must be >= 1, got 0", *argv, "--concurrency", "0")
+        add("argument --timeout: must be > 0 seconds, got 0", *argv, "--timeout", "0")
+    for argv in (["score", "{run}"], ["certify", "{run}"], ["export", "{run}", "--to", "e"],
+                 ["judge", "--report", "--out", "j"]):
+        add("argument --bootstrap: must be >= 0, got -1", *argv, "--bootstrap", "-1")
+    for argv in (["audit", "{run}"], ["report", "{run}", "--out", "r"], [*CONT, "--qz-only"]):
+        add("argument --bootstrap: must be >= 1, got 0", *argv, "--bootstrap", "0")
+    # a preset's dry run checks every flag too (it used to return before the breaker flags)
+    add("argument --breaker-failures: must be >= 1, got 0", "run", "--preset", "paper-hotpotqa", "--dry-run",
+        "--breaker-failures", "0")
+    add("argument --breaker-window: must be >= 0 seconds, got -1", "run", "--preset", "paper-hotpotqa", "--dry-run",
+        "--breaker-window", "-1")
     # ---- view
     add("", "view", "{missing}")
     add("", "view", "{empty}")
@@ -240,8 +273,9 @@ def _cases() -> list[tuple[list[str], str]]:
     add("invalid int value", "setup", "local", "--jobs", "x")
     add("unrecognized arguments", "doctor", "extra")
     add("unrecognized arguments", "doctor", "--speed")
-    add("invalid choice", "list", "nope")
-    add("invalid choice", "list", "--format", "nope")
+    # ---- list
+    add("invalid choice", "list", "widgets")
+    add("invalid choice", "list", "--format", "yaml")
     return cases
 
 

@@ -50,11 +50,10 @@ def test_a_pickled_domain_carries_its_data_and_opens_the_same_episodes(name, opt
 
 
 def test_a_pickled_webshop_domain_needs_no_data_files(tmp_path, monkeypatch):
-    from uqh.domains.qa.qa_base import shared_data_root
+    from uqh.domains.webshop.catalog import default_data_dir
 
-    src = shared_data_root() / "webshop"
     data = tmp_path / "webshop"
-    shutil.copytree(src, data)
+    shutil.copytree(default_data_dir(), data)  # the packaged demo data
     domain = _domain("webshop", data=str(data))
     domain.load_data()
     blob = pickle.dumps(domain)
@@ -91,9 +90,9 @@ def test_code_digest_changes_with_any_source_or_prompt(tmp_path):
 
 def test_forwarded_environment_is_the_provider_settings_only():
     env = {"OPENAI_API_KEY": "k1", "OPENROUTER_API_KEY": "k2", "MYPROXY_API_KEY": "k3", "AWS_REGION_NAME": "eu",
-           "VLLM_BASE_URL": "http://x", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "UQH_SHARED_DATA": "/d",
+           "VLLM_BASE_URL": "http://x", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "UQH_CACHE_DIR": "/d",
            "PATH": "/bin", "HOME": "/root", "PYTHONPATH": "/src", "RAY_ADDRESS": "auto", "CUDA_VISIBLE_DEVICES": "0",
            "VIRTUAL_ENV": "/v", "SSH_AUTH_SOCK": "/tmp/s"}
     assert forwarded_environment(env) == {
         "OPENAI_API_KEY": "k1", "OPENROUTER_API_KEY": "k2", "MYPROXY_API_KEY": "k3", "AWS_REGION_NAME": "eu",
-        "VLLM_BASE_URL": "http://x", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "UQH_SHARED_DATA": "/d"}
+        "VLLM_BASE_URL": "http://x", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "UQH_CACHE_DIR": "/d"}

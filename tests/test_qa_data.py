@@ -1,8 +1,10 @@
-"""Loading StrategyQA and HotpotQA through `datasets` (local shared files and hub names), sampling, options."""
+"""Loading StrategyQA and HotpotQA through `datasets` (the packaged demo data, local files and hub names),
+sampling, options."""
 from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -10,32 +12,42 @@ import pytest
 import uqh.domains.qa.qa_base as qa_common
 from uqh.domains.registry import get_domain_class
 from uqh.domains.qa.hotpotqa import context_paragraphs
-from uqh.domains.qa.qa_base import DataSource, load_rows, resolve_data_source
+from uqh.domains.data_files import data_sha256, read_data_bytes
+from uqh.domains.qa.qa_base import PACKAGED_DATA, DataSource, load_rows, resolve_data_source
 from uqh.domains.qa.strategyqa import fallback_corpus
 from uqh.rundir.errors import UserError
 
-SHARED = (Path(__file__).resolve().parents[2] / "shared" / "data").resolve()  # as the domains resolve it
-SQA_FILE = SHARED / "strategyqa" / "strategyQA_train.json"
-HQA_SAMPLE = SHARED / "hotpotqa" / "hotpotqa_distractor_dev_sample100.jsonl"
-HQA_SIMPLE = SHARED / "hotpotqa" / "hotpot_dev_v1_simplified.json"
+SQA_FILE = PACKAGED_DATA / "strategyqa" / "strategyQA_train.json.gz"
+HQA_SAMPLE = PACKAGED_DATA / "hotpotqa" / "hotpotqa_distractor_dev_sample100.jsonl.gz"
+HQA_SIMPLE = Path(__file__).resolve().parent / "data" / "hotpotqa" / "hotpot_dev_v1_simplified.json.gz"
 
 
-@pytest.fixture(autouse=True)
-def _no_shared_env(monkeypatch):
-    monkeypatch.delenv("UQH_SHARED_DATA", raising=False)
+def _json(path: Path):
+    return json.loads(read_data_bytes(path))
 
 
-def test_shared_files_exist():
-    for f in (SQA_FILE, HQA_SAMPLE, HQA_SIMPLE):
-        assert f.is_file(), f
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in read_data_bytes(path).decode().splitlines()]
+
+
+def test_packaged_files_are_the_originals_their_sources_name():
+    """Each packaged file decompresses to the original whose sha256 SOURCES.md gives (and lists no other file)."""
+    table = (PACKAGED_DATA / "SOURCES.md").read_text()
+    listed = dict(re.findall(r"^\| `([^`]+\.gz)` .*`([0-9a-f]{64})` \|$", table, re.M))
+    packaged = {p.relative_to(PACKAGED_DATA).as_posix() for p in PACKAGED_DATA.rglob("*.gz")}
+    assert set(listed) == packaged == {"strategyqa/strategyQA_train.json.gz",
+                                       "hotpotqa/hotpotqa_distractor_dev_sample100.jsonl.gz"}
+    for name, sha in listed.items():
+        assert data_sha256(PACKAGED_DATA / name) == sha, name
+    assert data_sha256(HQA_SIMPLE) == "05001dcdeb2b2b2243a88f23daaf8de9237494cd387e13bc25854d3e031101d3"
 
 
 def test_strategyqa_loads_full_split_through_datasets(tmp_path):
     d = get_domain_class("strategyqa")({"index_dir": str(tmp_path / "idx")})
-    assert d.source.files == (str(SQA_FILE),)  # default: the shared data folder next to the repo
+    assert d.source.files == (str(SQA_FILE),) and d.source.origin == "packaged"  # default: the packaged data
     ids = d.all_task_ids()
     assert len(ids) == 2290
-    raw = json.loads(SQA_FILE.read_text())
+    raw = _json(SQA_FILE)
     assert ids == [r["qid"] for r in raw]  # file order
     assert d.select_task_ids(3, seed=42) == ids[:3]  # StrategyQA: the first n, no sampling
     assert d.select_task_ids(None, seed=42) == ids
@@ -49,7 +61,7 @@ def test_hotpotqa_default_is_the_100_question_distractor_sample():
     d = get_domain_class("hotpotqa")({})
     assert d.source.files == (str(HQA_SAMPLE),)
     ids = d.all_task_ids()
-    rows = [json.loads(line) for line in HQA_SAMPLE.read_text().splitlines()]
+    rows = _jsonl(HQA_SAMPLE)
     assert ids == [r["id"] for r in rows]
     paragraphs = context_paragraphs(rows)
     assert len(paragraphs) == len({(p.title, p.text) for p in paragraphs}) > 0
@@ -94,24 +106,25 @@ def test_local_file_and_hub_name_share_one_code_path(monkeypatch, tmp_path):
     """Without local data the loader asks `datasets` for the hub name; the rows then take the same path."""
     import datasets
 
-    monkeypatch.setattr(qa_common, "REPO_ROOT", tmp_path)  # no ../shared/data next to this fake repo
     monkeypatch.setattr(qa_common, "_hub_unreachable", lambda: None)
     calls = []
-    rows = json.loads(SQA_FILE.read_text())[:4]
+    rows = _json(SQA_FILE)[:4]
 
     def fake_load_dataset(path, name=None, split=None, **kw):
         calls.append((path, name, split, kw))
         return datasets.Dataset.from_list(rows)
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    d = get_domain_class("strategyqa")({})
-    assert d.source == DataSource(hub="wics/strategy-qa", config=None, split="test")
+    d = get_domain_class("strategyqa")({"source": "hub"})
+    assert d.source == DataSource(hub="wics/strategy-qa", config=None, split="test", origin="hub")
     assert d.all_task_ids() == [r["qid"] for r in rows]
     assert calls == [("wics/strategy-qa", None, "test", {})]
-    h = get_domain_class("hotpotqa")({})
-    assert h.source == DataSource(hub="hotpotqa/hotpot_qa", config="fullwiki", split="validation")
+    assert d.source.describe() == {"data_source": "hub", "data_hub": "wics/strategy-qa", "data_config": None,
+                                   "data_split": "test"}
+    h = get_domain_class("hotpotqa")({"source": "hub"})
+    assert h.source == DataSource(hub="hotpotqa/hotpot_qa", config="fullwiki", split="validation", origin="hub")
     # --split (passed by the runner as the `split` option) picks the hub split; local files are one split
-    assert get_domain_class("hotpotqa")({"split": "train"}).source.split == "train"
+    assert get_domain_class("hotpotqa")({"split": "train", "source": "hub"}).source.split == "train"
     assert get_domain_class("strategyqa")({"split": "test", "data": str(SQA_FILE)}).source.files == (str(SQA_FILE),)
     # the local path calls the same function with the json builder
     calls.clear()
@@ -123,11 +136,10 @@ def test_hub_offline_fails_with_one_clear_line(monkeypatch, tmp_path):
     import datasets
     import huggingface_hub.constants as hf
 
-    monkeypatch.setattr(qa_common, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(hf, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hfcache"))
-    d = get_domain_class("strategyqa")({})
+    d = get_domain_class("strategyqa")({"source": "hub"})
     with pytest.raises(UserError) as err:
         d.all_task_ids()
     msg = str(err.value)
@@ -143,18 +155,30 @@ def test_unreachable_hub_fails_fast(monkeypatch, tmp_path):
         load_rows(DataSource(hub="wics/strategy-qa", split="test"))
 
 
-def test_uqh_shared_data_env_and_data_dir(monkeypatch, tmp_path):
+def test_data_dir_is_searched_for_known_names_plain_or_gz(monkeypatch, tmp_path):
     root = tmp_path / "data"
     (root / "strategyqa").mkdir(parents=True)
     rows = [{"qid": "a", "question": "Q?", "answer": True, "facts": ["F."], "term": "T", "description": "d"}]
     (root / "strategyqa" / "strategyQA_train.json").write_text(json.dumps(rows))
-    monkeypatch.setenv("UQH_SHARED_DATA", str(root))
-    assert get_domain_class("strategyqa")({}).all_task_ids() == ["a"]
-    # --data wins over the env var; a directory is searched for the known file names
-    assert get_domain_class("strategyqa")({"data": str(SHARED)}).source.files == (str(SQA_FILE),)
-    assert get_domain_class("hotpotqa")({"data": str(SHARED / "hotpotqa")}).source.files == (str(HQA_SAMPLE),)
-    monkeypatch.setenv("UQH_SHARED_DATA", str(tmp_path / "missing"))
-    with pytest.raises(UserError, match="UQH_SHARED_DATA"):
+    d = get_domain_class("strategyqa")({"data": str(root)})
+    assert d.all_task_ids() == ["a"] and d.source.origin == "file"
+    assert d.source.describe()["data_source"] == "file"
+    # a directory is searched (itself, then <dir>/<domain>/) for the known names, .gz copies included
+    assert get_domain_class("strategyqa")({"data": str(PACKAGED_DATA)}).source.files == (str(SQA_FILE),)
+    assert get_domain_class("hotpotqa")({"data": str(PACKAGED_DATA / "hotpotqa")}).source.files == (str(HQA_SAMPLE),)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "mine.jsonl.gz").write_bytes(HQA_SAMPLE.read_bytes())
+    assert get_domain_class("hotpotqa")({"data": str(other)}).all_task_ids() == [r["id"] for r in _jsonl(HQA_SAMPLE)]
+    with pytest.raises(UserError, match="--data and -D source=hub name two data sources"):
+        get_domain_class("strategyqa")({"data": str(root), "source": "hub"}).source  # noqa: B018
+    with pytest.raises(UserError, match="source"):
+        get_domain_class("strategyqa")({"source": "internet"})
+
+
+def test_a_broken_install_without_the_packaged_data_says_so(monkeypatch, tmp_path):
+    monkeypatch.setattr(qa_common, "PACKAGED_DATA", tmp_path / "nothing")
+    with pytest.raises(UserError, match="packaged strategyqa data is missing.*reinstall uqh"):
         get_domain_class("strategyqa")({}).all_task_ids()
 
 
@@ -213,14 +237,15 @@ def test_strategyqa_fallback_corpus_is_labelled_and_warned(tmp_path, caplog):
         d.default_corpus()
     assert info["corpus"] == "fallback-facts"
     assert sum("fallback corpus" in r.message for r in caplog.records) == 1  # once
-    rows = json.loads(SQA_FILE.read_text())
+    rows = _json(SQA_FILE)
     paragraphs = fallback_corpus(list(d.tasks.values()))
     assert info["n_passages"] == len(paragraphs)
     assert paragraphs[0].title == rows[0]["term"]
     assert paragraphs[0].text == f"{rows[0]['term']}: {rows[0]['description']}."
     texts = {p.text for p in paragraphs}
     assert "Julius Caesar had three children." in texts
-    assert info["data_files"] == [str(SQA_FILE)] and len(info["data_sha256"]) == 64
+    assert info["data_files"] == [str(SQA_FILE)] and info["data_source"] == "packaged"
+    assert info["data_sha256"] == data_sha256(SQA_FILE)  # the original file's hash, as SOURCES.md gives it
     assert info["top_k"] == 3 and info["retrieval"] == "bm25"
 
 

@@ -206,3 +206,80 @@ def test_a_growing_run_is_followed_without_a_reload(fake_server, chromium, tmp_p
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_an_episode_in_progress_is_shown_running_and_its_page_follows_it_to_the_end(chromium, tmp_path):
+    """Through the real writer: a checkpoint of h#0 (1 step) is listed as running on the run page; its trajectory
+    page draws the step so far (chart and token heatmap), draws the second step when the checkpoint grows, and
+    shows the finished episode once its line lands, all without a reload."""
+    from test_view_data import cut_last_episode, partial
+    from uqh.harness.store.writer import RunStore
+
+    run_dir = webshop_like(tmp_path / "runs" / "ws")
+    ep, rows = cut_last_episode(run_dir)
+    with RunStore.open(run_dir) as store, serving(tmp_path / "runs") as srv:
+        store.write_checkpoint(partial(ep, rows, 1))
+        page, errors = open_page(chromium, srv.url + "run/0")
+        page.wait_for_selector("#trajectory-list tr[data-episode='h#0'][data-stop='running']", timeout=20_000)
+        assert page.inner_text("#trace-count") == "8 of 8 trajectories"
+        assert rows_of(page, "h#0")[2:5] == ["running", "—", "1"]
+
+        traj, traj_errors = open_page(chromium, srv.url + "run/0/trajectory?id=h%230")
+        traj.evaluate("window.__sameDocument = true")
+        assert traj.get_attribute("body", "data-stop") == "running"
+        assert points(traj, "token_prob") == 1 and traj.locator(".token-step").count() == 1
+        assert "steps so far" in traj.inner_text("#trace-summary")
+        store.write_checkpoint(partial(ep, rows, 2))
+        traj.wait_for_function("document.querySelectorAll('.token-step').length === 2", timeout=20_000)
+        assert points(traj, "token_prob") == 2 and len(rows_of_steps(traj)) == 2
+        store.append_episode(ep, rows)
+        traj.wait_for_selector("body[data-stop='clean']", timeout=20_000)
+        assert "stop reason clean" in traj.inner_text("#trajectory-facts")
+        assert traj.evaluate("window.__sameDocument") is True
+        page.wait_for_selector("#trajectory-list tr[data-episode='h#0'][data-stop='clean']", timeout=20_000)
+        assert errors == [] and traj_errors == []
+
+
+def rows_of(page, episode_id: str) -> list[str]:
+    return page.eval_on_selector(f"#trajectory-list tr[data-episode='{episode_id}']",
+                                 "tr => Array.from(tr.cells).map(td => td.textContent)")
+
+
+def rows_of_steps(page) -> list[list[str]]:
+    return rows(page, "#trace-steps tbody tr")
+
+
+def points(page, predictor: str) -> int:
+    return page.locator(f"#trace-plot g.series[data-predictor='{predictor}'] circle").count()
+
+
+def test_a_corrupt_middle_line_is_named_on_the_runs_own_page(chromium, tmp_path):
+    run_dir = webshop_like(tmp_path / "runs" / "ws")
+    lines = (run_dir / EPISODES_FILE).read_bytes().split(b"\n")
+    lines[3] = lines[3][:200]  # d#0's line cut short in the middle of the file
+    (run_dir / EPISODES_FILE).write_bytes(b"\n".join(lines))
+    with serving(tmp_path / "runs") as srv:
+        page, errors = open_page(chromium, srv.url + "run/0")
+        notes = page.locator("#view-notes .note").all_inner_texts()
+        assert len(notes) == 1 and notes[0].startswith(f"{run_dir / EPISODES_FILE}:4: not a valid Episode record")
+        listed = [r[0] for r in rows(page, "#trajectory-list tbody tr")]
+        assert listed == ["a#0", "b#0", "c#0", "e#0", "f#0", "g#0", "h#0"]  # the others are listed
+        assert errors == []
+
+
+def test_the_run_list_gains_a_new_run_and_loses_a_deleted_one_without_a_reload(chromium, tmp_path):
+    import shutil
+
+    webshop_like(tmp_path / "runs" / "ws")
+    with serving(tmp_path / "runs") as srv:
+        page, errors = open_page(chromium, srv.url)
+        page.evaluate("window.__sameDocument = true")
+        assert [r[0] for r in rows(page, "#run-list tbody tr")] == ["ws"]
+        tau2_like(tmp_path / "runs" / "later" / "t2")
+        page.wait_for_selector("#run-list tbody tr:has-text('t2')", timeout=30_000)
+        shutil.rmtree(tmp_path / "runs" / "ws")
+        page.wait_for_function("!document.querySelector('#run-list tbody').textContent.includes('ws')",
+                               timeout=30_000)
+        assert [r[0] for r in rows(page, "#run-list tbody tr")] == ["t2"]
+        assert page.evaluate("window.__sameDocument") is True
+        assert errors == []

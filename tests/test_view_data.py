@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 
 from report_fixtures import Ep, tau2_like, user_token_p, webshop_like, write_run
-from uqh.reports.view.run_discovery import find_directories
+from uqh.reports.view.run_discovery import Found, check_given, find_directories
 from uqh.reports.view.runs import ViewedRun, attach_judgments, attach_qz
 from uqh.rundir.errors import UserError
 from uqh.rundir.judgments import JUDGE_MANIFEST_FILE, JUDGMENTS_FILE, JudgeConfig, JudgedRun, JudgeManifest, Judgment
 from uqh.rundir.qz_file import QzRecord, write_qz_file
 from uqh.rundir.reader import RunDir
-from uqh.rundir.schema import MANIFEST_FILE, QZ_FILE, DecodingConfig, Manifest, StopReason
+from uqh.harness.store.writer import RunStore
+from uqh.rundir.schema import (CHECKPOINT_DIR, EPISODES_FILE, MANIFEST_FILE, QZ_FILE, SIDECAR_FILE, DecodingConfig,
+                               Manifest, PartialEpisode, StopReason)
 from uqh.scoring.streams import load_run
 
 
@@ -117,21 +119,45 @@ def test_an_unreadable_judge_directory_is_a_note(ws, tmp_path):
     assert len(notes) == 1 and notes[0].startswith(f"judge directory {bad}:")
 
 
-def test_the_catalog_refuses_what_holds_no_run(tmp_path):
+def test_the_catalog_refuses_a_missing_path_and_finds_nothing_in_an_empty_folder(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match="no run directory in"):
-        find_directories([tmp_path / "empty"])
+    assert find_directories([tmp_path / "empty"]) == Found([], [], [])  # served and watched: runs may come later
+    check_given([tmp_path / "empty"])
     with pytest.raises(UserError, match="does not exist"):
-        find_directories([tmp_path / "nope"])
+        check_given([tmp_path / "nope"])
+    assert find_directories([tmp_path / "nope"]) == Found([], [], [])  # deleted while served: nothing, no error
 
 
 def test_trajectory_requests_read_through_one_cached_index(ws):
     run = ViewedRun.open("0", ws)
     for eid in ("a#0", "h#0", "a#0"):
         assert run.trajectory(eid)["ep"]["id"] == eid
-    index = run.page_reader.sidecar_index()
+    index = run.reader.sidecar_index()
     assert index.builds == 1 and index.refresh() == 0  # built once, nothing re-read while the file did not grow
     assert run.trajectory("nope#0") is None
+
+
+def test_the_pages_share_one_index_and_a_trajectory_reads_only_its_own_lines(ws, monkeypatch):
+    """The run list, the trajectory list and a trajectory page index each file once between them; after that, one
+    trajectory costs the bytes of its own lines (one seek each), not a read of the files."""
+    from uqh.rundir.line_index import LineIndex
+
+    indexed: list[str] = []
+    index_from = LineIndex._index_from
+    monkeypatch.setattr(LineIndex, "_index_from",
+                        lambda self, start, size: indexed.append(self.path.name) or index_from(self, start, size))
+    run = ViewedRun.open("0", ws)
+    run.trajectory("c#0")
+    run.overview()
+    run.trajectories(0)
+    assert sorted(indexed) == [EPISODES_FILE, SIDECAR_FILE]  # each file read once, by whichever page came first
+    episodes, sidecar = run.reader.episode_index(), run.reader.sidecar_index()
+    before = episodes.bytes_read, sidecar.bytes_read
+    assert run.trajectory("e#0")["ep"]["id"] == "e#0"
+    own = lambda index: sum(length + 1 for _, _, length in index.spans_of("e#0"))  # noqa: E731
+    assert episodes.bytes_read - before[0] == own(episodes)
+    assert sidecar.bytes_read - before[1] == own(sidecar)
+    assert own(sidecar) < (ws / SIDECAR_FILE).stat().st_size / 4
 
 
 def test_a_sidecar_cut_short_is_reported_on_the_trajectory_not_crashed_on(ws):
@@ -186,3 +212,66 @@ def test_probe_values_are_found_and_drawn_as_their_predictor(ws, tmp_path):
     # an unreadable probe directory is a note, never a crash
     (tmp_path / "runs" / "probed" / "probe_manifest.json").write_text("{not json")
     assert attach_probes(runs, found.probes)[0].startswith("probe directory")
+
+
+def cut_last_episode(run_dir):
+    """Remove the last episode's line and its sidecar rows from a run (as if it had not finished yet); return the
+    episode and its rows."""
+    reader = RunDir.open(run_dir)
+    ep = reader.episodes()[-1]
+    rows = reader.episode_sidecar_rows(ep.episode_id)
+    eps = (run_dir / EPISODES_FILE).read_bytes().splitlines(keepends=True)
+    (run_dir / EPISODES_FILE).write_bytes(b"".join(eps[:-1]))
+    side = (run_dir / SIDECAR_FILE).read_bytes().splitlines(keepends=True)
+    (run_dir / SIDECAR_FILE).write_bytes(b"".join(side[:len(side) - len(rows)]))
+    return ep, rows
+
+
+def partial(ep, rows, steps: int) -> PartialEpisode:
+    return PartialEpisode(episode_id=ep.episode_id, task_id=ep.task_id, step_budget=ep.step_budget,
+                          task_prompt=ep.task_prompt, steps=ep.steps[:steps], sidecar=rows[:steps])
+
+
+def test_an_episode_in_progress_is_running_with_its_steps_until_its_line_lands(ws):
+    """Through the real writer (RunStore holds the run's lock, writes checkpoints, appends the episode)."""
+    ep, rows = cut_last_episode(ws)  # h#0: 2 steps
+    with RunStore.open(ws) as store:
+        run = ViewedRun.open("0", ws)
+        store.write_checkpoint(partial(ep, rows, 1))
+        out = run.trajectories(0)
+        assert [it["id"] for it in out["items"]] == ["a#0", "b#0", "c#0", "d#0", "e#0", "f#0", "g#0"]
+        assert [(r["id"], r["stop"], r["steps"]) for r in out["running"]] == [("h#0", "running", 1)]
+        assert out["running"][0]["last"]["token_prob"] == pytest.approx(0.4)
+        row = run.overview()
+        assert (row["done"], row["in_progress"], row["state"]) == (7, 1, "running")
+        page = run.trajectory("h#0")
+        assert page["running"] is True and page["ep"]["stop"] == "running" and len(page["ep"]["steps"]) == 1
+        assert page["ep"]["values"]["token_prob"] == pytest.approx([0.4])
+        assert [t["t"] for t in page["tokens"]] == [1]
+
+        store.write_checkpoint(partial(ep, rows, 2))  # a step more: read again (the file changed)
+        page = run.trajectory("h#0")
+        assert page["ep"]["values"]["verbal"] == [None, 0.4] and [t["t"] for t in page["tokens"]] == [1, 2]
+        assert run.trajectories(7)["running"][0]["steps"] == 2
+
+        store.append_episode(ep, rows)  # finished: the line lands and the checkpoint goes
+        out = run.trajectories(7)
+        assert [(it["id"], it["stop"]) for it in out["items"]] == [("h#0", "clean")] and out["running"] == []
+        page = run.trajectory("h#0")
+        assert page["running"] is False and page["ep"]["stop"] == "clean"
+        assert run.overview()["in_progress"] == 0
+
+
+def test_a_checkpoint_left_by_a_stopped_run_is_interrupted_and_a_bad_one_is_a_note(ws):
+    from uqh.harness.store.writer import write_checkpoint
+
+    ep, rows = cut_last_episode(ws)
+    write_checkpoint(ws, partial(ep, rows, 1))  # no writer holds the run
+    (ws / CHECKPOINT_DIR / "zz%230.json").write_text("{not json")
+    run = ViewedRun.open("0", ws)
+    out = run.trajectories(0)
+    assert [(r["id"], r["stop"]) for r in out["running"]] == [("h#0", "interrupted")]
+    assert [n for n in out["notes"] if "checkpoint" in n] == [n for n in out["notes"]]
+    assert len(out["notes"]) == 1 and out["notes"][0].startswith("ignored unreadable checkpoint zz%230.json")
+    page = run.trajectory("h#0")
+    assert page["ep"]["stop"] == "interrupted" and any("resumes it" in n for n in page["notes"])

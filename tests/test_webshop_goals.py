@@ -16,7 +16,7 @@ from uqh.domains.webshop import goals as G
 from uqh.rundir.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = C.default_data_dir()
+SHARED = C.default_data_dir()  # the packaged demo data
 
 
 def tiny_catalog(tmp_path, products, attrs):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from uqh.domains.data_files import find_data_file
 from uqh.domains.registry import get_domain_class
 from uqh.domains.webshop import catalog as C
 from uqh.domains.webshop import goals as G
@@ -27,7 +28,7 @@ from uqh.domains.webshop.reward import get_reward
 from uqh.domains.webshop.search import ProductSearch, anserini_reported_scores
 
 DATA = Path(__file__).resolve().parent / "data" / "webshop"
-SHARED = C.default_data_dir()
+SHARED = C.default_data_dir()  # the packaged demo data
 
 
 def load(name: str) -> dict:
@@ -51,10 +52,11 @@ def synthetic(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def human(tmp_path_factory):
-    """The shared catalog plus the sample human instructions file, as a data directory."""
+    """The packaged catalog plus the sample human instructions file, as a data directory."""
     d = tmp_path_factory.mktemp("human")
     for name in (C.CATALOG_PREFIX_FILE, C.ATTRIBUTES_FILE):
-        (d / name).symlink_to(SHARED / name)
+        src = find_data_file(SHARED, name)
+        (d / src.name).symlink_to(src)
     shutil.copy(DATA / "items_human_ins_sample.json", d / C.HUMAN_INSTRUCTIONS_FILE)
     G.CACHE_DIR, saved = d / "cache", G.CACHE_DIR
     try:

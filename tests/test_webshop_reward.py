@@ -183,13 +183,15 @@ def test_reward_in_unit_interval_for_every_goal(tmp_path, monkeypatch):
     import uqh.domains.webshop.goals as G
     from uqh.domains.webshop import catalog as C
     from uqh.domains.webshop import load_resources
+    from uqh.domains.data_files import find_data_file
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     shared = C.default_data_dir()
     human_dir = tmp_path / "human"
     human_dir.mkdir()
     for name in (C.CATALOG_PREFIX_FILE, C.ATTRIBUTES_FILE):
-        (human_dir / name).symlink_to(shared / name)
+        src = find_data_file(shared, name)
+        (human_dir / src.name).symlink_to(src)
     sample = Path(__file__).resolve().parent / "data" / "webshop" / "items_human_ins_sample.json"
     shutil.copy(sample, human_dir / C.HUMAN_INSTRUCTIONS_FILE)
     rng = random.Random(0)

@@ -10,8 +10,8 @@ from uqh.reports.view.server import ViewServer
 
 
 @contextlib.contextmanager
-def serving(*paths: Path) -> Iterator[ViewServer]:
-    server = ViewServer(list(paths), port=0)
+def serving(*paths: Path, follow: str = "auto") -> Iterator[ViewServer]:
+    server = ViewServer(list(paths), port=0, follow=follow)
     thread = threading.Thread(target=server.serve, daemon=True)
     thread.start()
     if not server.ready.wait(30):

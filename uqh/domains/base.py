@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypedDict
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from uqh.rundir.errors import UserError
+from uqh.rundir.errors import UserError, require_extra
 from uqh.rundir.schema import DecodingConfig, Episode, StopReason
 
 from uqh.prompts import PROMPTS_DIR
@@ -251,8 +251,18 @@ class Domain(abc.ABC):
     #: the domain offers no tools; a domain whose tools are not bracket actions overrides :meth:`tool_offer`).
     bracket_tools: ClassVar[tuple[BracketTool, ...]] = ()
     tool_instructions: ClassVar[str] = ""
+    #: ``(extra, module)``: the uqh extra the domain needs and the package that extra installs; None: the core.
+    required_extra: ClassVar[tuple[str, str] | None] = None
+
+    @classmethod
+    def check_installed(cls) -> None:
+        """UserError (one line: which extra to install) when the domain needs an extra that is missing; checked
+        when a command names the domain and when it is built, before any work."""
+        if cls.required_extra is not None:
+            require_extra(*cls.required_extra, f"the {cls.name} domain")
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = 420):
+        self.check_installed()
         self.options: dict[str, Any] = dict(options or {})
         self.settings = self.parse_options(self.options)
         self.observation_chars = observation_chars

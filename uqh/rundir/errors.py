@@ -1,7 +1,7 @@
 """The exception types the CLI turns into one line on stderr instead of a traceback.
 
-- :class:`UserError`: a mistake a user can cause (bad flags, missing files, wrong run dir); exit 2, and nothing is
-  written before it is raised.
+- :class:`UserError`: a mistake a user can cause (bad flags, missing files, wrong run dir, a missing extra: see
+  :func:`require_extra`); exit 2, and nothing is written before it is raised.
 - :class:`RunDirWriteError`: writing a run directory failed (disk full, read-only file system, I/O error); exit 1
   with a resume hint -- what was written is consistent and a re-run of the same command resumes.
 - :class:`OutputWriteError`: writing a command's output files failed half-way (disk full); exit 1, naming the path.
@@ -13,10 +13,19 @@ fault while writing is an OutputWriteError, exit 1 (:mod:`uqh.rundir.output_dir`
 from __future__ import annotations
 
 import errno
+import importlib.util
 
 
 class UserError(Exception):
     """A problem the user can fix; the message says what to do."""
+
+
+def require_extra(extra: str, module: str, what: str) -> None:
+    """UserError, one line, when ``module`` (the top-level package an extra installs) cannot be imported: ``what``
+    needs ``pip install 'uqh[extra]'``. Looks the module up without importing it, so it is cheap and is called
+    where a command is checked, before any run directory exists. The one place that names an extra."""
+    if importlib.util.find_spec(module) is None:
+        raise UserError(f"{what} needs the {extra} extra, which is not installed: pip install 'uqh[{extra}]'")
 
 
 class RunDirWriteError(Exception):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import urllib.parse
 from collections import Counter
 from dataclasses import dataclass, field
@@ -182,6 +183,11 @@ class RunDir:
     #: Whether the episodes file's line index keeps each episode's head (stop reason, outcome, steps, cost): a
     #: reader that only looks episodes up by id saves that work.
     index_heads: bool = True
+    #: Held while a line index is looked up or made: threads sharing this reader share its indexes.
+    _index_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    #: checkpoint file name -> (its size and mtime when read, what it held): :meth:`live_checkpoints`' cache.
+    _checkpoint_cache: dict[str, tuple[tuple[int, int], PartialEpisode]] = field(default_factory=dict, repr=False,
+                                                                                  compare=False)
 
     @classmethod
     def open(cls, path: str | Path) -> "RunDir":
@@ -304,10 +310,11 @@ class RunDir:
         bytes read) on every call."""
         if name not in (EPISODES_FILE, SIDECAR_FILE, USER_SIDECAR_FILE):
             raise ValueError(f"no line index for {name!r}")
-        index = self._indexes.get(name)
-        if index is None:
-            index = self._indexes[name] = LineIndex(self.path / name,
-                                                    head=episode_head if (name == EPISODES_FILE and self.index_heads) else None)
+        with self._index_lock:
+            index = self._indexes.get(name)
+            if index is None:
+                index = self._indexes[name] = LineIndex(
+                    self.path / name, head=episode_head if (name == EPISODES_FILE and self.index_heads) else None)
         index.refresh()
         return index
 
@@ -411,6 +418,35 @@ class RunDir:
                 notes.append(f"ignored unreadable checkpoint {p.name}: {first_line(exc)}")
                 continue
             out[partial.episode_id] = partial
+        return out, notes
+
+    def live_checkpoints(self) -> tuple[dict[str, PartialEpisode], list[str]]:
+        """:meth:`checkpoints` for a reader that polls a running run: a checkpoint file is parsed again only when its
+        size or mtime changed since the last call on this object, and one that vanished between listing and reading
+        (its episode just finished) is left out without a note."""
+        out: dict[str, PartialEpisode] = {}
+        notes: list[str] = []
+        d = self.path / CHECKPOINT_DIR
+        try:
+            names = sorted(n for n in os.listdir(d) if n.endswith(".json"))
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        cache: dict[str, tuple[tuple[int, int], PartialEpisode]] = {}
+        for name in names:
+            try:
+                st = os.stat(d / name)
+                stamp = (st.st_size, st.st_mtime_ns)
+                known = self._checkpoint_cache.get(name)
+                partial = known[1] if known and known[0] == stamp else PartialEpisode.model_validate_json(
+                    (d / name).read_bytes())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                notes.append(f"ignored unreadable checkpoint {name}: {first_line(exc)}")
+                continue
+            cache[name] = (stamp, partial)
+            out[partial.episode_id] = partial
+        self._checkpoint_cache = cache
         return out, notes
 
     def skipped_prefixes(self) -> list[SkippedPrefix]:

@@ -5,7 +5,7 @@ for bad ones. tests/test_build.py checks that ``harness.build.resolve_config`` g
 Run against a checkout of that commit (not this one):
 
     git archive 06261ab | tar -x -C /tmp/uqh_old
-    cd /tmp/uqh_old && UQH_SHARED_DATA=/path/to/shared/data OPENROUTER_API_KEY=sk-dummy \
+    cd /tmp/uqh_old && OPENROUTER_API_KEY=sk-dummy \
         .venv/bin/python /path/to/tests/data/build_reference/generate.py > /path/to/tests/data/build_reference/reference.json
 
 ``{tmp}`` in an argument stands for a fresh directory holding ``FILES``; recorded values replace it back.

@@ -1,16 +1,15 @@
 """What StrategyQA and HotpotQA share: data loading through ``datasets``, domain options, retrieval set-up,
 and the ReAct Search / Lookup / Finish environment.
 
-Data: ``--data PATH`` (a JSON/JSONL file or a directory) > ``$UQH_SHARED_DATA`` > ``../shared/data`` next to the
-repository > the Hugging Face hub by name. Local files and hub names go through ``datasets.load_dataset`` and then
-through the same row-to-task code.
+Data: ``--data PATH`` (a JSON/JSONL file, plain or ``.gz``, or a directory holding one), or ``-D source=hub``
+(the Hugging Face hub by name), else the demo sample packaged in ``qa/data/`` (works offline). Local files and hub
+names go through ``datasets.load_dataset`` and then through the same row-to-task code.
 """
 from __future__ import annotations
 
 import abc
 import hashlib
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +30,8 @@ from uqh.domains.base import (
     option_field,
 )
 from uqh.domains.tool_offer import BracketTool
+from uqh.domains.data_files import find_data_file, original_suffix, read_data_bytes
 from uqh.domains.qa.retrieval import (
-    REPO_ROOT,
     Bm25Retriever,
     ElasticsearchRetriever,
     Paragraph,
@@ -55,60 +54,73 @@ def warn_once(key: str, message: str) -> None:
 # --------------------------------------------------------------------------------------- data
 
 
-def shared_data_root() -> Path | None:
-    """The offline data directory: ``$UQH_SHARED_DATA`` if set, else ``../shared/data`` next to the repository."""
-    env = os.environ.get("UQH_SHARED_DATA")
-    if env:
-        path = Path(env).expanduser()
-        if not path.is_dir():
-            raise UserError(f"UQH_SHARED_DATA={env} is not a directory; point it at the shared data folder or unset it")
-        return path
-    default = REPO_ROOT.parent / "shared" / "data"
-    return default if default.is_dir() else None
+#: The demo data shipped inside the package (gzip-compressed; SOURCES.md there gives origin, licence, sha256).
+PACKAGED_DATA = Path(__file__).resolve().parent / "data"
+
+DataOrigin = Literal["packaged", "file", "hub"]
 
 
 @dataclass(frozen=True)
 class DataSource:
-    """Where the questions come from: local files (``files``) or a hub dataset (``hub``, ``config``, ``split``)."""
+    """Where the questions come from: local files (``files``: the packaged demo data or ``--data``) or a hub
+    dataset (``hub``, ``config``, ``split``); ``origin`` says which, for the manifest."""
 
     files: tuple[str, ...] = ()
     hub: str | None = None
     config: str | None = None
     split: str | None = None
+    origin: DataOrigin = "hub"
 
     def describe(self) -> dict[str, Any]:
+        """Manifest facts; ``data_sha256`` hashes the files' content as originally published (a ``.gz`` copy is
+        hashed decompressed, so the packaged sample records the hash its SOURCES.md gives)."""
         if self.files:
             h = hashlib.sha256()
             for f in self.files:
-                h.update(Path(f).read_bytes())
-            return {"data_files": list(self.files), "data_sha256": h.hexdigest()}
-        return {"data_hub": self.hub, "data_config": self.config, "data_split": self.split}
+                h.update(read_data_bytes(Path(f)))
+            return {"data_source": self.origin, "data_files": list(self.files), "data_sha256": h.hexdigest()}
+        return {"data_source": "hub", "data_hub": self.hub, "data_config": self.config, "data_split": self.split}
+
+
+def _known_file(folders: tuple[Path, ...], preferred: tuple[str, ...]) -> Path | None:
+    """The first of ``preferred`` (plain or ``.gz``) found in ``folders``, folder by folder."""
+    for base in folders:
+        for name in preferred:
+            found = find_data_file(base, name)
+            if found is not None:
+                return found
+    return None
 
 
 def resolve_data_source(
-    option: str | None, *, subdir: str, preferred: tuple[str, ...], hub: str, config: str | None, split: str
+    option: str | None, *, subdir: str, preferred: tuple[str, ...], hub: str, config: str | None, split: str,
+    use_hub: bool = False,
 ) -> DataSource:
-    """Turn ``--data`` (file or dir), the shared data folder, or the hub name into a :class:`DataSource`."""
+    """Turn ``--data`` (file or dir), ``use_hub`` (the hub dataset by name) or, by default, the packaged demo data
+    into a :class:`DataSource`."""
     if option:
+        if use_hub:
+            raise UserError("--data and -D source=hub name two data sources; give one")
         path = Path(option).expanduser()
         if path.is_file():
-            return DataSource(files=(str(path.resolve()),))
+            return DataSource(files=(str(path.resolve()),), origin="file")
         if path.is_dir():
-            for base in (path, path / subdir):
-                for name in preferred:
-                    if (base / name).is_file():
-                        return DataSource(files=(str((base / name).resolve()),))
-            files = sorted(str(p.resolve()) for p in path.iterdir() if p.suffix in (".json", ".jsonl") and p.is_file())
+            found = _known_file((path, path / subdir), preferred)
+            if found is not None:
+                return DataSource(files=(str(found.resolve()),), origin="file")
+            files = sorted(str(p.resolve()) for p in path.iterdir()
+                           if p.is_file() and original_suffix(p) in (".json", ".jsonl"))
             if files:
-                return DataSource(files=tuple(files))
+                return DataSource(files=tuple(files), origin="file")
             raise UserError(f"--data {option}: no .json/.jsonl file in that directory; pass the data file itself")
         raise UserError(f"--data {option} does not exist; pass a JSON/JSONL file or a directory holding one")
-    root = shared_data_root()
-    if root is not None:
-        for name in preferred:
-            if (root / subdir / name).is_file():
-                return DataSource(files=(str((root / subdir / name).resolve()),))
-    return DataSource(hub=hub, config=config, split=split)
+    if use_hub:
+        return DataSource(hub=hub, config=config, split=split, origin="hub")
+    found = _known_file((PACKAGED_DATA / subdir,), preferred)
+    if found is None:  # only a broken install lacks it
+        raise UserError(f"the packaged {subdir} data is missing from {PACKAGED_DATA}; reinstall uqh, or pass --data "
+                        "PATH or -D source=hub")
+    return DataSource(files=(str(found),), origin="packaged")
 
 
 def _hub_unreachable() -> str | None:
@@ -138,7 +150,8 @@ def load_rows(source: DataSource) -> list[dict[str, Any]]:
         if why:
             raise UserError(
                 f"cannot load the hub dataset {source.hub}: {why}; pass --data PATH to a local JSON/JSONL file, "
-                "set UQH_SHARED_DATA to the shared data folder, or HF_HUB_OFFLINE=1 to use a cached download"
+                "leave out -D source=hub to use the packaged demo data, or set HF_HUB_OFFLINE=1 to use a cached "
+                "download"
             )
     library_log = logging.getLogger("datasets")
     level = library_log.level
@@ -151,7 +164,7 @@ def load_rows(source: DataSource) -> list[dict[str, Any]]:
     except Exception as exc:  # datasets raises many types (connection, not found, arrow); all are user-fixable
         what = ", ".join(source.files) if source.files else f"the hub dataset {source.hub} ({source.config or 'default'}, {source.split})"
         hint = ("--data must be a JSON or JSONL file of the dataset's rows" if source.files else
-                "pass --data PATH to a local JSON/JSONL file or set UQH_SHARED_DATA to the shared data folder")
+                "pass --data PATH to a local JSON/JSONL file, or leave out -D source=hub to use the packaged demo data")
         raise UserError(
             f"cannot load {what}: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}; {hint}"
         ) from None
@@ -167,8 +180,11 @@ class QAOptions(DomainOptions):
     """Options of the retrieval QA domains (``uqh run`` has a flag for each; ``-D key=value`` works too)."""
 
     data: str | None = option_field(
-        description="local data: a JSON/JSONL file or a directory holding one; default: $UQH_SHARED_DATA, then "
-        "../shared/data, then the Hugging Face hub", flag="--data", path="input")
+        description="local data: a JSON/JSONL file (plain or .gz) or a directory holding one; default: the demo "
+        "sample packaged with uqh", flag="--data", path="input")
+    source: Literal["packaged", "hub"] = option_field(
+        "packaged", description="where the questions come from without --data: packaged (the demo sample shipped "
+        "with uqh, offline) or hub (the full dataset from the Hugging Face hub, by name; --split picks the split)")
     retrieval: Literal["bm25", "es"] = option_field(
         "bm25", description="retriever: bm25 (bm25s, in process) or es (Elasticsearch)", flag="--retrieval")
     es_url: str | None = option_field(description="Elasticsearch URL (with retrieval es)", flag="--es-url")
@@ -257,6 +273,7 @@ class QADomain(Domain):
                 hub=self.hub_name,
                 config=self.hub_config,
                 split=str(self.settings.split or self.default_split or "train"),
+                use_hub=self.settings.source == "hub",
             )
         return self._source
 

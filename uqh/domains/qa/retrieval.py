@@ -20,14 +20,12 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 from urllib.parse import urlsplit
 
-from uqh.domains.locations import SOURCE_ROOT, cache_root
+from uqh.domains.locations import cache_root
 from uqh.rundir.errors import OutputWriteError, UserError, read_user_text
 from uqh.rundir.secrets import mask_url, url_credentials
 
 log = logging.getLogger(__name__)
 
-#: The source checkout (its ``../shared/data`` is the offline data); in an installed package a folder without it.
-REPO_ROOT = SOURCE_ROOT
 DEFAULT_INDEX_ROOT = cache_root() / "indexes"
 
 INDEX_META_FILE = "uqh_index.json"

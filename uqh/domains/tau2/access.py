@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from uqh.domains.base import ReplayMismatch
+from uqh.rundir.errors import require_extra
 
 GREETING = "Hi! How can I help you today?"  # tau2.orchestrator.orchestrator.DEFAULT_FIRST_AGENT_MESSAGE
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"  # tau2.user.base
@@ -18,6 +19,7 @@ class Tau2:
     def load(cls) -> type[Tau2]:
         if cls._loaded:
             return cls
+        require_extra("tau2", "tau2", "tau2-bench (the tau2-* domains, uqh import tau2)")
         import os
 
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -160,6 +160,7 @@ class Tau2Domain(Domain):
     default_observation_chars: ClassVar[int | None] = None  # observations are never cut (see __init__)
     #: Modules a worker fork server imports once (``uqh.harness.runner``): tau2 and its DBs, ~1 s of CPU per worker.
     worker_preload: ClassVar[tuple[str, ...]] = ("uqh.domains.tau2.preload",)
+    required_extra = ("tau2", "tau2")
 
     def __init__(self, options: dict[str, Any] | None = None, *, observation_chars: int | None = None):
         # Tau2 observations (tool JSON, user replies) are never truncated: the policy depends on every field.

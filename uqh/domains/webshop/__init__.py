@@ -8,7 +8,8 @@ Domain options (:class:`WebShopOptions`, RunConfig ``domain_options``; ``uqh run
 ``--data DIR`` sets ``data``, ``--split`` sets ``split``):
 
 - ``data``: directory with ``items_shuffle_1000.json`` (or ``items_shuffle_1000_prefix.json``) and
-  ``items_ins_v2_1000.json``; default ``$UQH_SHARED_DATA/webshop`` or ``../shared/data/webshop``.
+  ``items_ins_v2_1000.json`` (each plain or ``.gz``); default the demo data packaged in ``webshop/data/`` (the
+  catalog's first 214 records; the manifest's ``info.webshop.data_source`` says which was used).
 - ``n_products``: use only the first N catalog records (the original's ``num_products``); default all.
 - ``goal_seed``: seed of the frozen price draws (default 42, the paper's seed).
 - ``goals_file``: a frozen goals JSON to use instead of building one from ``goal_seed``.
@@ -48,7 +49,7 @@ class WebShopOptions(DomainOptions):
 
     data: str | None = option_field(
         description="directory with items_shuffle_1000.json (or items_shuffle_1000_prefix.json) and "
-        "items_ins_v2_1000.json; default $UQH_SHARED_DATA/webshop, then ../shared/data/webshop",
+        "items_ins_v2_1000.json (plain or .gz); default: the demo catalog prefix packaged with uqh",
         flag="--data", path="input")
     n_products: NonNegativeInt | None = option_field(
         description="use only the first N catalog records (the original's num_products); default all")

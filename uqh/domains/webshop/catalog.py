@@ -1,9 +1,10 @@
 """Loading and cleaning the official WebShop product files (re-implementation of the original's load_products).
 
-Inputs, from one data directory:
+Inputs, from one data directory (``--data DIR``, else the demo data packaged in ``webshop/data/``); each file may
+also be stored gzip-compressed as ``NAME.gz``:
 
 - ``items_shuffle_1000.json`` (the official 1,000-product catalog) or, when that is absent,
-  ``items_shuffle_1000_prefix.json`` (its opening records, unchanged; shipped with the shared data);
+  ``items_shuffle_1000_prefix.json`` (its opening records, unchanged; the packaged demo catalog);
 - ``items_ins_v2_1000.json`` (per-ASIN ``attributes`` and, for some products, a synthetic ``instruction`` with
   its ``instruction_attributes``);
 - optionally ``items_human_ins.json`` (crowd-written instructions, the source of the original's human goals;
@@ -19,16 +20,15 @@ file (products absent from it get ``["DUMMY_ATTR"]``); ``query`` is lower-cased 
 """
 from __future__ import annotations
 
-import hashlib
+import gzip
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from uqh.domains.locations import SOURCE_ROOT
+from uqh.domains.data_files import data_sha256, find_data_file, read_data_bytes
 from uqh.rundir.errors import UserError
 
 CATALOG_FILE = "items_shuffle_1000.json"
@@ -49,20 +49,19 @@ HOW_TO_GET_HUMAN_GOALS = (
 )
 
 
+#: The demo data shipped inside the package: the catalog prefix and the attributes file, gzip-compressed
+#: (SOURCES.md there gives origin, licence and the originals' sha256).
+PACKAGED_DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
 def default_data_dir() -> Path:
-    """``$UQH_SHARED_DATA/webshop`` if set, else the shared data next to the repository (``../shared/data``)."""
-    env = os.environ.get("UQH_SHARED_DATA")
-    if env:
-        return Path(env) / "webshop"
-    return SOURCE_ROOT.parent / "shared" / "data" / "webshop"
+    """The data directory without ``--data``: the packaged demo data."""
+    return PACKAGED_DATA_DIR
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """sha256 of a data file's content as published (a ``.gz`` copy is hashed decompressed)."""
+    return data_sha256(path)
 
 
 def parse_pricing(text: Any) -> tuple[list[float], str]:
@@ -106,6 +105,7 @@ class Catalog:
     attributes_sha256: str
     is_prefix: bool
     n_records: int
+    packaged: bool
     n_instructed_in_attributes_file: int
     human_instructions_path: Path | None = None
     by_asin: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -120,6 +120,7 @@ class Catalog:
 
     def describe(self) -> dict[str, Any]:
         return {
+            "data_source": "packaged" if self.packaged else "file",
             "catalog_file": str(self.catalog_path),
             "catalog_sha256": self.catalog_sha256,
             "catalog_is_prefix": self.is_prefix,
@@ -133,24 +134,31 @@ class Catalog:
 
 
 def resolve_files(data_dir: str | Path | None) -> tuple[Path, Path, bool]:
+    """The catalog file, the attributes file and whether the catalog is the prefix, from ``data_dir`` (None: the
+    packaged demo data); each found plain or as ``NAME.gz``."""
     d = Path(data_dir) if data_dir else default_data_dir()
     if not d.is_dir():
         raise UserError(f"WebShop data directory {str(d)!r} does not exist; {HOW_TO_GET_DATA}")
-    full, prefix, attrs = d / CATALOG_FILE, d / CATALOG_PREFIX_FILE, d / ATTRIBUTES_FILE
-    if full.is_file():
+    full, prefix = find_data_file(d, CATALOG_FILE), find_data_file(d, CATALOG_PREFIX_FILE)
+    attrs = find_data_file(d, ATTRIBUTES_FILE)
+    if full is not None:
         catalog, is_prefix = full, False
-    elif prefix.is_file():
+    elif prefix is not None:
         catalog, is_prefix = prefix, True
     else:
         raise UserError(f"no {CATALOG_FILE} (or {CATALOG_PREFIX_FILE}) in {str(d)!r}; {HOW_TO_GET_DATA}")
-    if not attrs.is_file():
+    if attrs is None:
         raise UserError(f"no {ATTRIBUTES_FILE} in {str(d)!r}; {HOW_TO_GET_DATA}")
     return catalog, attrs, is_prefix
 
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_data_bytes(path))
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise UserError(f"{str(path)!r} is not a whole gzip file ({exc}); re-download it: {HOW_TO_GET_DATA}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{str(path)!r} is not UTF-8 text; re-download it: {HOW_TO_GET_DATA}") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{str(path)!r} is not valid JSON ({exc}); re-download it: {HOW_TO_GET_DATA}") from None
 
@@ -220,6 +228,7 @@ def load_catalog(data_dir: str | Path | None = None, *, n_products: int | None =
         attributes_sha256=file_sha256(attrs_path),
         is_prefix=is_prefix,
         n_records=n_records,
+        packaged=not data_dir,
         n_instructed_in_attributes_file=sum(1 for v in attributes.values() if v.get("instruction")),
         human_instructions_path=human_path if human_path.is_file() else None,
     )

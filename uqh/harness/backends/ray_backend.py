@@ -48,7 +48,7 @@ from uqh.harness.backends.backend import BackendResult, BatchHooks
 from uqh.harness.model.endpoints import merge_counts
 from uqh.harness.episode.loop import EpisodeSpec, Resume
 from uqh.harness.backends.context import RunContext, StopCause
-from uqh.rundir.errors import RunDirWriteError, UserError
+from uqh.rundir.errors import RunDirWriteError, UserError, require_extra
 from uqh.rundir.schema import PartialEpisode, RunConfig
 from uqh.rundir.secrets import redact
 
@@ -82,10 +82,9 @@ def forwarded_environment(environ: dict[str, str] | None = None) -> dict[str, st
 
 
 def _import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise UserError("--backend ray needs Ray: pip install 'uqh[ray]' (or pip install 'ray[default]')") from None
+    require_extra("ray", "ray", "--backend ray")
+    import ray
+
     return ray
 
 
@@ -131,6 +130,7 @@ class RayBackend:
     name = "ray"
 
     def __init__(self, address: str | None = None, actors: int | None = None) -> None:
+        require_extra("ray", "ray", "--backend ray")  # when the command is checked, before any run directory
         self.address = address
         self.actors = actors
         self._connected = False

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 from uqh.domains.tau2.access import OUT_OF_SCOPE, STOP, TRANSFER, message_to_dict
 from uqh.harness.store.writer import check_new_dir, write_imported_run
 from uqh.rundir import secrets
-from uqh.rundir.errors import UserError, first_line
+from uqh.rundir.errors import UserError, first_line, require_extra
 from uqh.rundir.schema import (
     IMPORTED_FROM_KEY,
     Attempt,
@@ -187,8 +187,10 @@ def read_results(path: Path) -> tuple[bytes, dict[str, Any], Any]:
     if not isinstance(payload, dict) or "info" not in payload or not isinstance(payload.get("simulations"), list):
         raise UserError(f"{path} is not a tau2 results file (a JSON object with 'info' and a 'simulations' list); "
                         f"{hint}")
-    from loguru import logger
     from pydantic import ValidationError
+
+    require_extra("tau2", "tau2", "uqh import tau2")
+    from loguru import logger  # tau2's logger (installed with it)
 
     # tau2 warns "No .env file found" on stderr when its utils are first imported: noise before our one line
     logger.disable("tau2")

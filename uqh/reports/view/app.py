@@ -22,7 +22,7 @@ from typing import Any, Callable
 from aiohttp import web
 
 from uqh.reports.report.html import ASSETS as REPORT_ASSETS
-from uqh.reports.view.run_discovery import find_directories
+from uqh.reports.view.run_discovery import check_given, find_directories
 from uqh.reports.view.runs import ViewedRun, attach_judgments, attach_probes, attach_qz
 from uqh.rundir.errors import UserError
 
@@ -39,20 +39,46 @@ POLL_MS = 2000
 
 
 class Viewer:
-    """The runs being viewed, by URL key, and the notes about directories that could not be read."""
+    """The runs being viewed, by URL key, and the notes about directories that could not be read.
+
+    :meth:`update` brings the runs in line with what is on disk (called at start-up and by
+    :mod:`uqh.reports.view.follow` whenever the folders change): a new run gets the next key (keys are never reused,
+    so an open page never shows another run), a deleted one leaves. ``runs`` is replaced, never changed in place,
+    so a request that iterates it while an update runs in another thread sees one state or the other."""
 
     def __init__(self, paths: list[Path]):
-        found = find_directories(paths)
-        self.runs = {str(i): ViewedRun.open(str(i), p) for i, p in enumerate(found.runs)}
-        attach_qz(list(self.runs.values()))
-        self.notes = attach_judgments(list(self.runs.values()), found.judges)
-        self.notes += attach_probes(list(self.runs.values()), found.probes)
-        self.judges = found.judges
+        self.paths = [Path(p) for p in paths]
+        check_given(self.paths)  # UserError for a path that is not there, before anything starts
+        self.runs: dict[str, ViewedRun] = {}
+        self.notes: list[str] = []
+        self.judges: list[Path] = []
+        self.probes: list[Path] = []
+        self.next_key = 0
+        #: How new and deleted runs are being found ("watch" or "poll"; None until the server follows the folders).
+        self.follow_method: str | None = None
+        self.update()
+
+    def update(self) -> bool:
+        """Scan the paths again and apply what changed; returns whether anything did."""
+        found = find_directories(self.paths)
+        known = {r.path: r for r in self.runs.values()}
+        if set(known) == set(found.runs) and found.judges == self.judges and found.probes == self.probes:
+            return False
+        runs = {k: r for k, r in self.runs.items() if r.path in set(found.runs)}
+        for path in found.runs:
+            if path not in known:
+                runs[str(self.next_key)] = ViewedRun.open(str(self.next_key), path)
+                self.next_key += 1
+        attach_qz(list(runs.values()))
+        notes = attach_judgments(list(runs.values()), found.judges)
+        notes += attach_probes(list(runs.values()), found.probes)
+        self.runs, self.notes, self.judges, self.probes = runs, notes, found.judges, found.probes
+        return True
 
     def run(self, key: str) -> ViewedRun:
         run = self.runs.get(key)
         if run is None:
-            raise web.HTTPNotFound(text=f"no run {key!r} here")
+            raise web.HTTPNotFound(text=f"no run {key!r} here (its directory may have been deleted)")
         return run
 
 
@@ -70,24 +96,27 @@ async def in_thread(run: ViewedRun, fn: Callable[[], Any], lock=None) -> Any:
         raise web.HTTPUnprocessableEntity(text=f"cannot read {exc.filename or run.path}: {exc.strerror or exc}") from None
 
 
-_platt_tasks: dict[str, asyncio.Task] = {}
+_platt_tasks: dict[int, asyncio.Task] = {}  # by id() of the ViewedRun: keys repeat between viewers
 
 
 def start_platt(run: ViewedRun) -> None:
     """Summarise every finished episode and fit the Platt map, in the background, a chunk at a time (the run's
     lock is released between chunks, so its pages keep answering); one such task per run at a time."""
-    task = _platt_tasks.get(run.key)
+    task = _platt_tasks.get(id(run))
     if run.reader is None or (task is not None and not task.done()):
         return
 
     async def work() -> None:
-        while True:
-            out = await in_thread(run, functools.partial(run.trajectories, len(run.summaries)))
-            if len(run.summaries) >= out["done"]:
-                break
-        await in_thread(run, run.fit_platt)
+        try:
+            while True:
+                out = await in_thread(run, functools.partial(run.trajectories, len(run.summaries)))
+                if out["read"] >= out["done"]:
+                    break
+            await in_thread(run, run.fit_platt)
+        except web.HTTPException:  # the run became unreadable (deleted): its page says so when asked
+            pass
 
-    _platt_tasks[run.key] = asyncio.get_running_loop().create_task(work())
+    _platt_tasks[id(run)] = asyncio.get_running_loop().create_task(work())
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,7 +155,7 @@ def make_app(viewer: Viewer) -> web.Application:
 
     @routes.get("/api/runs")
     async def api_runs(request: web.Request) -> web.Response:
-        rows = [await in_thread(r, r.overview, r.list_lock) for r in viewer.runs.values()]
+        rows = [await in_thread(r, r.overview, r.list_lock) for r in list(viewer.runs.values())]
         return web.json_response({"runs": rows, "notes": viewer.notes})
 
     @routes.get("/api/run/{key}/trajectories")
@@ -137,7 +166,7 @@ def make_app(viewer: Viewer) -> web.Application:
         except ValueError:
             raise web.HTTPBadRequest(text="since must be a whole number") from None
         out = await in_thread(run, functools.partial(run.trajectories, since))
-        if len(run.summaries) == out["done"]:
+        if out["read"] == out["done"]:
             start_platt(run)
         return web.json_response(out)
 
@@ -149,7 +178,7 @@ def make_app(viewer: Viewer) -> web.Application:
         if out is not None and out["platt_pending"]:
             start_platt(run)
         if out is None:
-            raise web.HTTPNotFound(text=f"no finished episode {eid!r} in {run.path}")
+            raise web.HTTPNotFound(text=f"no episode {eid!r} in {run.path} (neither finished nor in progress)")
         return web.json_response(out)
 
     @routes.get("/static/{name}")

@@ -5,13 +5,14 @@ and brought up to date by reading what was appended since the last request.
   reason, outcome and cost of each finished episode, read from its line without parsing the record);
 - the trajectory list (:meth:`ViewedRun.trajectories`) parses finished episodes in chunks, in file order, and keeps
   one small summary per episode (its task text clipped, its last value of every per-step predictor);
-- one trajectory (:meth:`ViewedRun.trajectory`) reads one episode and its sidecar rows at their indexed offsets.
+- one trajectory (:meth:`ViewedRun.trajectory`) reads one episode and its sidecar rows at their indexed offsets
+  (one seek each), or an episode in progress from its checkpoint.
 
 A run that cannot be read (a bad manifest, a line that is not a record) is kept in the list with its one-line
-error: one bad run never hides the good ones. Every method is called with the run's lock held (one thread at a
-time per reader: the server runs them off its event loop). Each run has three readers, each with its own line
-indexes and lock -- the run list's, the trajectory list's and the trajectory page's -- so that none waits for
-another (the trajectory list parses episodes a chunk at a time, in the background too, for the Platt fit).
+error: one bad run never hides the good ones; a line of a run that is not a record is skipped by the trajectory list
+and named on the run's page. Each run has one reader (:class:`RunDir`): its line indexes are built once, and each
+has its own lock, so the run list, the trajectory list and a trajectory page share them. Episodes in progress are
+read from their checkpoints (:meth:`uqh.rundir.reader.RunDir.live_checkpoints`) and shown as ``running``.
 """
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from typing import Any
 
 from uqh.rundir.errors import UserError
 from uqh.rundir.judgments import JudgeDir
+from uqh.rundir.line_index import LineIndex
 from uqh.rundir.probes import ProbeDir
 from uqh.rundir.qz_file import qz_for_runs
 from uqh.rundir.reader import RunDir
-from uqh.rundir.schema import QZ_FILE, Episode, LogprobRow, StopReason
+from uqh.rundir.schema import QZ_FILE, Episode, LogprobRow, PartialEpisode, Step, StopReason
 from uqh.scoring.registry import BASE_RATE, PREDICTORS, predictor_label
 from uqh.scoring.streams import episode_step_values
 from uqh.reports.report.traces import BASE_RATE_STYLE, PLATT_DASH, style_of
@@ -59,14 +61,15 @@ class ViewedRun:
 
     key: str
     path: Path
+    #: The one reader of the run: its line indexes are built once and shared by every page (each index has its own
+    #: lock, so the run list, the trajectory list and a trajectory page read in parallel once it is built).
     reader: RunDir | None = None
-    #: A second reader for the run list (its own index of the episodes file, its own lock): the list never waits
-    #: for a trajectory-list chunk being parsed.
-    list_reader: RunDir | None = None
-    #: A third for the trajectory page (its own indexes and lock): a trajectory never waits for the list's chunks.
-    page_reader: RunDir | None = None
     error: str | None = None
     summaries: list[dict[str, Any]] = field(default_factory=list)
+    #: How many episode ids (in the index's order) the trajectory list has read: summaries, and the lines that
+    #: could not be parsed (named in ``bad_records``).
+    read: int = 0
+    bad_records: list[str] = field(default_factory=list)
     verbal: dict[str, list[float]] = field(default_factory=dict)  # episode id -> verbal stream (the Platt fit)
     platt: dict[str, list[float | None]] = field(default_factory=dict)
     platt_for: int = -1  # how many summaries the Platt fit was made on
@@ -77,15 +80,13 @@ class ViewedRun:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     list_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     page_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    checkpoint_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, key: str, path: Path) -> "ViewedRun":
         run = cls(key=key, path=path)
         try:
-            opened = RunDir.open(path)
-            run.list_reader = opened
-            run.reader = RunDir(path=opened.path, manifest=opened.manifest, index_heads=False)
-            run.page_reader = RunDir(path=opened.path, manifest=opened.manifest, index_heads=False)
+            run.reader = RunDir.open(path)
         except UserError as exc:
             run.error = str(exc)
         return run
@@ -93,14 +94,16 @@ class ViewedRun:
     # ------------------------------------------------------------------ the run list
 
     def overview(self) -> dict[str, Any]:
-        """The run list row: domain, model, done/planned, stop-reason counts, base rate, cost, state (call with
-        ``list_lock`` held)."""
-        if self.list_reader is None:
+        """The run list row: domain, model, done/planned, stop-reason counts, base rate, cost, state, episodes in
+        progress (call with ``list_lock`` held)."""
+        if self.reader is None:
             return {"key": self.key, "path": str(self.path), "error": self.error}
         try:
-            index = self.list_reader.episode_index()
-            heads = [index.heads[e] for e in index.order]
-            planned = self.list_reader.planned
+            index = self.reader.episode_index()
+            with index.lock:
+                heads = [index.heads[e] for e in index.order]
+            planned = self.reader.planned
+            in_flight = len(self.in_progress(index)[0])
         except (UserError, OSError) as exc:
             return {"key": self.key, "path": str(self.path), "error": str(exc)}
         stops: dict[str, int] = {}
@@ -108,33 +111,75 @@ class ViewedRun:
             stops[h.stop_reason] = stops.get(h.stop_reason, 0) + 1
         labels = [h.outcome for h in heads if h.stop_reason == "clean" and h.outcome is not None]
         costs = [h.cost_usd for h in heads if h.cost_usd is not None]
-        config = self.list_reader.config
-        running = self.list_reader.is_being_written()
+        config = self.reader.config
+        running = self.reader.is_being_written()
         return {
             "key": self.key, "path": str(self.path), "error": None, "domain": config.domain, "model": config.model,
-            "kind": "continuation" if self.list_reader.is_continuation else "run",
-            "done": len(heads), "planned": planned, "stops": stops,
+            "kind": "continuation" if self.reader.is_continuation else "run",
+            "done": len(heads), "planned": planned, "stops": stops, "in_progress": in_flight,
             "base_rate": base_rate(labels), "cost_usd": sum(costs) if costs else None,
             "state": "running" if running else ("finished" if len(heads) >= planned else "stopped"),
-            "notes": index.notes + [f"episodes.jsonl line {n}: {why}" for n, why in index.bad_lines],
+            "notes": self.index_notes(index),
         }
+
+    @staticmethod
+    def index_notes(index: LineIndex) -> list[str]:
+        """What the episodes file's index met: a truncation, lines without an episode id (by line number)."""
+        return index.notes + [f"{index.path.name} line {n}: {why}" for n, why in index.bad_lines]
+
+    # ------------------------------------------------------------------ episodes in progress
+
+    def in_progress(self, index: LineIndex | None = None) -> tuple[dict[str, PartialEpisode], list[str]]:
+        """The episodes in flight (their checkpoints, read through the reader, a file parsed again only when it
+        changed) that have no episode line yet, and the notes about unreadable checkpoints."""
+        index = index or self.reader.episode_index()
+        with self.checkpoint_lock:
+            partials, notes = self.reader.live_checkpoints()
+        with index.lock:
+            return {eid: p for eid, p in partials.items() if eid not in index.blocks}, notes
+
+    def running_summaries(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """One summary per episode in progress (stop ``running``, or ``interrupted`` when no writer holds the run),
+        with its steps so far, and the checkpoint notes."""
+        partials, notes = self.in_progress()
+        state = "running" if self.reader.is_being_written() else "interrupted"
+        out = []
+        for eid in sorted(partials):
+            p = partials[eid]
+            values = episode_step_values(p, p.sidecar) if p.steps else {}
+            out.append({"id": eid, "task": p.task_id, "text": p.task_prompt[:TASK_TEXT_CHARS], "stop": state,
+                        "y": None, "steps": len(p.steps), "budget": p.step_budget,
+                        "last": {k: clean(v[-1]) if v else None for k, v in values.items()},
+                        "judged": None, "q_hat_z": None})
+        return out, notes
 
     # ------------------------------------------------------------------ the trajectory list
 
     def trajectories(self, since: int) -> dict[str, Any]:
         """Summaries of the finished episodes from position ``since`` on (file order), at most
-        :data:`SUMMARY_CHUNK` newly parsed; ``done`` is how many episodes have finished by now."""
+        :data:`SUMMARY_CHUNK` newly parsed; ``done`` is how many episodes have finished by now, ``read`` how many of
+        them were read (a line that is not a record is skipped, and named in ``notes``); ``running`` the episodes
+        in progress. Call with ``lock`` held."""
         if self.reader is None:
             raise UserError(self.error or "unreadable run")
         index = self.reader.episode_index()
-        ids = index.order
-        while len(self.summaries) < len(ids) and len(self.summaries) < since + SUMMARY_CHUNK:
-            eid = ids[len(self.summaries)]
-            ep = self.reader.episode(eid, refresh=False)
+        with index.lock:
+            ids = list(index.order[self.read:self.read + SUMMARY_CHUNK]) if len(self.summaries) < since + SUMMARY_CHUNK else []
+            done = len(index.order)
+        for eid in ids:
+            try:
+                ep = self.reader.episode(eid, refresh=False)
+            except UserError as exc:
+                self.bad_records.append(str(exc))
+                self.read += 1
+                continue
             if ep is None:  # the file was rewritten under the index (re-indexed): the next request continues
                 break
             self.summaries.append(self._summary(ep))
-        return {"since": since, "items": self.summaries[since:], "done": len(ids),
+            self.read += 1
+        running, notes = self.running_summaries()
+        return {"since": since, "items": self.summaries[since:], "read": self.read, "done": done,
+                "running": running, "notes": self.index_notes(index) + self.bad_records + notes,
                 "predictors": self.predictor_styles(with_derived=False)}
 
     def _summary(self, ep: Episode) -> dict[str, Any]:
@@ -149,44 +194,68 @@ class ViewedRun:
     # ------------------------------------------------------------------ one trajectory
 
     def trajectory(self, episode_id: str) -> dict[str, Any] | None:
-        """One finished episode with every per-step predictor, the Platt stream (when fitted), the base rate, its
-        transcript, judge scores and q_hat_Z, and the tokens of each step's accepted completion; None when it has
-        not finished (call with ``page_lock`` held)."""
-        if self.page_reader is None:
+        """One episode, finished or in progress, with every per-step predictor, the Platt stream (when fitted), the
+        base rate, its transcript, judge scores and q_hat_Z, and the tokens of each step's accepted completion;
+        None when it has neither an episode line nor a checkpoint (call with ``page_lock`` held)."""
+        if self.reader is None:
             raise UserError(self.error or "unreadable run")
-        ep = self.page_reader.episode(episode_id)
+        ep = self.reader.episode(episode_id)
         if ep is None:
-            return None
-        rows = self.page_reader.episode_sidecar_rows(episode_id)
+            return self.trajectory_in_progress(episode_id)
+        rows = self.reader.episode_sidecar_rows(episode_id)
         values = {p: [clean(v) for v in vals] for p, vals in episode_step_values(ep, rows).items()}
-        notes = list(self.page_reader.sidecar_index().notes)
+        notes = list(self.reader.sidecar_index().notes)
         for name, per_t in self.probed.get(episode_id, {}).items():  # probe values, drawn like any stream
             values[name] = [clean(v) if v is not None else None for v in per_t]
         if episode_id in self.platt and self.platt_for >= 0:
             values[f"{PRIMARY}_platt"] = self.platt[episode_id]
         with self.list_lock:
             listed = self.overview()
-        ybar = listed.get("base_rate")
-        if ybar is not None:
-            values[BASE_RATE] = [ybar] * len(ep.steps)
-        predictors = [p for p in self.predictor_styles() if p["key"] in values]
-        if ybar is not None:
-            predictors[-1] = {**predictors[-1], "label": f"Base rate ȳ = {ybar:.3f}"}
         accepted = {r.t: r for r in rows if r.accepted}
         missing_rows = [s.t for s in ep.steps if s.t not in accepted]
         if missing_rows:
             notes.append(f"no accepted sidecar row for step(s) {', '.join(map(str, missing_rows))}: their token "
                          "predictors are missing (a sidecar cut short, or a provider without logprobs)")
-        # the user's turns (Tau2 with --user-logprobs) after the agent's step of the same t: the opening is t = 0,
-        # the reply to step t's message is the observation of step t
-        tokens = [tokens_json(accepted[t]) for t in sorted(accepted)]
-        tokens += [tokens_json(r, role="user") for r in self.page_reader.episode_user_sidecar_rows(episode_id)
-                   if r.accepted]
-        tokens.sort(key=lambda row: (row["t"], row["role"] == "user"))
-        return {"run": {"predictors": predictors, "missing": [], "label": self.path.name},
-                "ep": episode_json(ep, values), "tokens": tokens,
+        user_rows = self.reader.episode_user_sidecar_rows(episode_id)
+        return {**self.trajectory_json(ep, episode_json(ep, values), rows, user_rows, listed.get("base_rate")),
                 "judged": self.judged.get(episode_id), "q_hat_z": self.qz.get(episode_id), "notes": notes,
-                "platt_pending": self.platt_for != listed.get("done")}
+                "running": False, "platt_pending": self.platt_for != listed.get("done")}
+
+    def trajectory_in_progress(self, episode_id: str) -> dict[str, Any] | None:
+        """An episode in progress from its checkpoint: its steps so far and their tokens, stop ``running`` (or
+        ``interrupted``); None when there is no such checkpoint."""
+        partials, notes = self.in_progress()
+        p = partials.get(episode_id)
+        if p is None:
+            return None
+        values = {k: [clean(v) for v in vals] for k, vals in episode_step_values(p, p.sidecar).items()}
+        state = "running" if self.reader.is_being_written() else "interrupted"
+        with self.list_lock:
+            ybar = self.overview().get("base_rate")
+        ep = {"id": p.episode_id, "task": p.task_id, "text": p.task_prompt, "stop": state, "y": None, "reward": None,
+              "steps": steps_json(p.steps), "values": values, "failed": [], "censored": False}
+        if state == "interrupted":
+            notes.append("no writer holds this run: the episode stopped at its last checkpoint (`uqh run` with the "
+                         "same --out resumes it)")
+        return {**self.trajectory_json(p, ep, p.sidecar, p.user_sidecar, ybar), "judged": None, "q_hat_z": None,
+                "notes": notes, "running": True, "platt_pending": False}
+
+    def trajectory_json(self, ep: Episode | PartialEpisode, shown: dict[str, Any], rows: list[LogprobRow],
+                        user_rows: list[LogprobRow], ybar: float | None) -> dict[str, Any]:
+        """The chart's series (with the base rate ȳ), the episode as drawn, and its tokens: the agent's accepted
+        completions and the simulated user's turns (Tau2 with --user-logprobs) after the agent's step of the same
+        t (the opening is t = 0; the reply to step t's message is the observation of step t)."""
+        if ybar is not None:
+            shown["values"][BASE_RATE] = [ybar] * len(ep.steps)
+        predictors = [p for p in self.predictor_styles() if p["key"] in shown["values"]]
+        if ybar is not None:
+            predictors[-1] = {**predictors[-1], "label": f"Base rate ȳ = {ybar:.3f}"}
+        accepted = {r.t: r for r in rows if r.accepted}
+        tokens = [tokens_json(accepted[t]) for t in sorted(accepted)]
+        tokens += [tokens_json(r, role="user") for r in user_rows if r.accepted]
+        tokens.sort(key=lambda row: (row["t"], row["role"] == "user"))
+        return {"run": {"predictors": predictors, "missing": [], "label": self.path.name}, "ep": shown,
+                "tokens": tokens}
 
     def fit_platt(self) -> None:
         """Fit the cross-fitted Platt map of the verbal stream on the episodes summarised so far (Appendix D, via
@@ -284,17 +353,19 @@ def attach_probes(runs: list[ViewedRun], probe_dirs: list[Path]) -> list[str]:
     return notes
 
 
+def steps_json(steps: list[Step]) -> list[dict[str, Any]]:
+    """Steps as the shared transcript (trace_chart.js) draws them; repaired attempts kept."""
+    return [{"t": st.t, "action": st.action, "obs": st.observation, "think": st.think,
+             "explanation": st.explanation, "confidence": st.confidence_raw, "conf_raw": st.confidence_raw,
+             "repairs": str(st.repair_attempts),
+             "rejected": [{"attempt": a.attempt, "error": a.error, "raw": a.raw_text} for a in st.attempts if a.error]}
+            for st in steps]
+
+
 def episode_json(ep: Episode, values: dict[str, list[float | None]]) -> dict[str, Any]:
     """The trajectory as the shared chart and transcript (trace_chart.js) draw it; failed attempts kept."""
-    steps = []
-    for st in ep.steps:
-        steps.append({"t": st.t, "action": st.action, "obs": st.observation, "think": st.think,
-                      "explanation": st.explanation, "confidence": st.confidence_raw, "conf_raw": st.confidence_raw,
-                      "repairs": str(st.repair_attempts),
-                      "rejected": [{"attempt": a.attempt, "error": a.error, "raw": a.raw_text}
-                                   for a in st.attempts if a.error]})
     return {"id": ep.episode_id, "task": ep.task_id, "text": ep.task_prompt, "stop": ep.stop_reason.value,
-            "y": ep.outcome, "reward": ep.reward, "steps": steps, "values": values,
+            "y": ep.outcome, "reward": ep.reward, "steps": steps_json(ep.steps), "values": values,
             "failed": [{"attempt": a.attempt, "error": a.error, "raw": a.raw_text} for a in (ep.failed_step or [])],
             "censored": ep.stop_reason == StopReason.max_steps}
 

@@ -1,5 +1,6 @@
 """Serving the viewer: bind the socket first (a port in use is a one-line UserError before anything starts), then
-run the aiohttp application until :meth:`ViewServer.stop` is called (from a signal handler or another thread)."""
+run the aiohttp application, and follow the folders for new and deleted runs (:mod:`uqh.reports.view.follow`),
+until :meth:`ViewServer.stop` is called (from a signal handler or another thread)."""
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from uqh.reports.view.app import Viewer, make_app
+from uqh.reports.view.follow import follow
 from uqh.rundir.errors import UserError
 
 
@@ -38,10 +40,12 @@ def bind(host: str, port: int) -> socket.socket:
 class ViewServer:
     """The viewer over ``paths`` on a bound socket; :meth:`serve` blocks until :meth:`stop`."""
 
-    def __init__(self, paths: list[Path], host: str = "127.0.0.1", port: int = 0):
-        self.viewer = Viewer(paths)  # UserError for a path that is not there or holds no run, before binding
+    def __init__(self, paths: list[Path], host: str = "127.0.0.1", port: int = 0, follow: str = "auto"):
+        self.viewer = Viewer(paths)  # UserError for a path that is not there, before binding
         self.sock = bind(host, port)
         self.host = host
+        #: How new and deleted runs are found while serving (:func:`uqh.reports.view.follow.follow`).
+        self.follow = follow
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self.ready = threading.Event()
@@ -60,11 +64,17 @@ class ViewServer:
         self._stopping = asyncio.Event()
         runner = web.AppRunner(make_app(self.viewer), access_log=None)
         await runner.setup()
+        following = asyncio.create_task(follow(self.viewer, self._stopping, self.follow))
         try:
             await web.SockSite(runner, self.sock).start()
             self.ready.set()
             await self._stopping.wait()
         finally:
+            self._stopping.set()
+            try:
+                await asyncio.wait_for(following, timeout=10)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
             await runner.cleanup()
 
     def stop(self) -> None:

@@ -35,11 +35,17 @@
     link.title = r.path;
     if (r.error) { return [link, html("span", r.error, "error")]; }
     var stops = Object.keys(r.stops).sort().map(function (k) { return k + " " + r.stops[k]; }).join(" · ");
-    return [link, r.kind, r.domain, r.model, r.done + " / " + r.planned, stops || "—", num(r.base_rate, 3),
+    var done = r.done + " / " + r.planned + (r.in_progress ? " (+" + r.in_progress + " in progress)" : "");
+    return [link, r.kind, r.domain, r.model, done, stops || "—", num(r.base_rate, 3),
             r.cost_usd === null ? "—" : "$" + r.cost_usd.toFixed(4), r.state];
   }
   function drawRuns(data) {
     var tbody = document.querySelector("#run-list tbody");
+    var listed = {};
+    data.runs.forEach(function (r) { listed[r.key] = true; });
+    Array.prototype.slice.call(tbody.querySelectorAll("tr[data-key]")).forEach(function (tr) {
+      if (!listed[tr.getAttribute("data-key")]) { tbody.removeChild(tr); }  // its directory was deleted
+    });
     data.runs.forEach(function (r) {
       var sig = JSON.stringify(r);
       var tr = tbody.querySelector("tr[data-key='" + r.key + "']");
@@ -69,7 +75,14 @@
 
   // ------------------------------------------------------------------ one run: the trajectory list
   var SHOWN = 500;  // rows drawn at most; filters narrow the rest
-  var run = { items: [], predictors: [], stops: {}, sort: null, desc: true };
+  // items: the finished trajectories (appended as they are read); running: the episodes in progress, replaced on
+  // every poll (an episode leaves it when its line lands and it is read among the finished ones)
+  var run = { items: [], running: [], predictors: [], stops: {}, sort: null, desc: true };
+  function shownItems() {
+    var finished = {};
+    run.items.forEach(function (it) { finished[it.id] = true; });
+    return run.items.concat(run.running.filter(function (it) { return !finished[it.id]; }));
+  }
   function failed(it) { return it.y !== 1; }  // no observed success, as the report's filter
   function matches(it) {
     var stop = $("filter-stop").value, o = $("filter-outcome").value, text = $("filter-text").value.toLowerCase();
@@ -107,7 +120,8 @@
     });
   }
   function drawList() {
-    var items = run.items.filter(matches);
+    var all = shownItems();
+    var items = all.filter(matches);
     if (run.sort) {
       var sign = run.desc ? -1 : 1;
       items = items.slice().sort(function (a, b) {
@@ -122,6 +136,7 @@
     items.slice(0, SHOWN).forEach(function (it) {
       var tr = html("tr");
       tr.setAttribute("data-episode", it.id);
+      tr.setAttribute("data-stop", it.stop);
       var link = html("a", it.id);
       link.href = "/run/" + body.getAttribute("data-key") + "/trajectory?id=" + encodeURIComponent(it.id);
       var td = html("td", null, "text");
@@ -134,7 +149,7 @@
       run.predictors.forEach(function (p) { tr.appendChild(html("td", num(it.last[p.key], 3))); });
       tbody.appendChild(tr);
     });
-    $("trace-count").textContent = items.length + " of " + run.items.length + " trajectories";
+    $("trace-count").textContent = items.length + " of " + all.length + " trajectories";
     $("list-more").textContent = items.length > SHOWN ? "Showing the first " + SHOWN + " of " + items.length +
       " matching; narrow the filters to see the others." : "";
   }
@@ -153,14 +168,18 @@
     var key = body.getAttribute("data-key");
     getJSON("/api/run/" + key + "/trajectories?since=" + run.items.length).then(function (data) {
       if (!run.predictors.length) { run.predictors = data.predictors; header(); }
-      if (data.items.length) {
+      var runningSig = JSON.stringify(data.running);
+      if (data.items.length || runningSig !== JSON.stringify(run.running)) {
         run.items = run.items.concat(data.items);
-        addStops(data.items);
+        run.running = data.running;
+        addStops(data.items.concat(data.running));
         drawList();
       }
-      stamp(run.items.length + " of " + data.done + " finished trajectories read");
-      if (run.items.length === data.done) { body.setAttribute("data-ready", "1"); }
-      setTimeout(pollRun, run.items.length < data.done ? 0 : POLL);  // the rest at once, then poll
+      notes(data.notes);
+      stamp(run.items.length + " of " + data.done + " finished trajectories read" +
+            (data.running.length ? ", " + data.running.length + " in progress" : ""));
+      if (data.read === data.done) { body.setAttribute("data-ready", "1"); }
+      setTimeout(pollRun, data.read < data.done ? 0 : POLL);  // the rest at once, then poll
     }, function (err) { fail(err); setTimeout(pollRun, POLL); });
   }
   function startRun() {
@@ -256,11 +275,17 @@
       box.appendChild(block);
     });
   }
-  function drawTrajectory(data, first) {
+  var drawnSig = null;
+  function drawTrajectory(data) {
+    // the transcript, facts and tokens are redrawn only when the episode changed (a step more, or it finished)
+    var sig = data.ep.stop + ":" + data.ep.steps.length + ":" + data.tokens.length;
+    var first = sig !== drawnSig;
+    drawnSig = sig;
     U.drawChart($("trace-plot"), $("trace-legend"), $("trace-missing"), data.run, data.ep, hidden,
                 function (ev, i) { showStepTip(ev, data, i); });
     $("trace-summary").textContent = data.ep.id + " · task " + data.ep.task + " · stop " + data.ep.stop +
-      (data.platt_pending ? " · Platt stream: being fitted on the run's trajectories" :
+      (data.running ? " · " + data.ep.steps.length + " steps so far (from its checkpoint; updated live)" :
+       data.platt_pending ? " · Platt stream: being fitted on the run's trajectories" :
        (data.ep.values.verbal_platt ? "" : " · no Platt value: the map is fitted and applied on complete trajectories"));
     if (!first) { return; }
     $("task-text").textContent = data.ep.text;
@@ -272,17 +297,18 @@
     rejected(data.ep);
     heatmap(data);
   }
-  function pollTrajectory(first) {
+  function pollTrajectory() {
     var url = "/api/run/" + body.getAttribute("data-key") + "/trajectory?id=" +
       encodeURIComponent(body.getAttribute("data-episode"));
     getJSON(url).then(function (data) {
-      drawTrajectory(data, first);
-      stamp(data.ep.steps.length + " steps");
+      drawTrajectory(data);
+      body.setAttribute("data-stop", data.ep.stop);
+      stamp(data.ep.steps.length + " steps" + (data.running ? " so far (" + data.ep.stop + ")" : ""));
       body.setAttribute("data-ready", "1");
-      if (data.platt_pending) { setTimeout(function () { pollTrajectory(false); }, POLL); }
+      if (data.platt_pending || (data.running && data.ep.stop === "running")) { setTimeout(pollTrajectory, POLL); }
     }, fail);
   }
 
-  var PAGES = { runs: pollRuns, run: startRun, trajectory: function () { pollTrajectory(true); } };
+  var PAGES = { runs: pollRuns, run: startRun, trajectory: pollTrajectory };
   (PAGES[body.getAttribute("data-page")] || function () {})();
 })();
