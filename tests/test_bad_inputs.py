@@ -168,6 +168,8 @@ def _cases() -> list[tuple[list[str], str]]:
     add("", "report", "{run}", "--out", "{empty}")
     add("", "report", "{run}", "--out", "r", "--bootstrap", "-1")
     add("is inside the run directory", "report", "{run}", "--out", "{run}/rep")
+    add("is inside the run directory", *RUN[:-1], "{run}/sub")  # a run inside another run
+    add("is inside the run directory", "import", "tau2", "{afile}", "--out", "{run}/imp")
     add("is a non-empty directory that holds no earlier output", "report", "{run}", "--out", "{nonempty}")
     add("is not a UTF-8 text file", "report", "{run}", "--out", "r", "--certify", "{bin}")
     add("is inside the run directory", "audit", "{run}", "--out", "{run}/aud")
