@@ -173,6 +173,9 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrator_from:  # validated with the runs, before anything is printed
         opts = dataclasses.replace(opts, calibrator_from=load_run(args.calibrator_from,
                                                                   agentuq_conventions=opts.agentuq_conventions))
+    sidecar_notes = [f"{r.run_dir}: {len(r.out_of_range_sidecar_values)} token logprob(s) out of range (NaN or "
+                     f"above 0, e.g. {r.out_of_range_sidecar_values[0][1]!r}): those calls' tokens read as missing"
+                     for r in runs if r.out_of_range_sidecar_values]
     for d, r in zip(args.run_dirs, runs):  # as `uqh report` and `uqh certify`: nothing to score is a user error
         if len(r.episode_ids) == 0:
             raise UserError(f"{d} has no finished episodes yet; run `uqh run` first (or drop it from the list)")
@@ -189,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             refusal = greedy_refusal(r, name)
             if refusal:
                 raise UserError(refusal)
-    notes = [probe_cost_note(p) for p in probes]
+    notes = [probe_cost_note(p) for p in probes] + sidecar_notes
     if opts.every_predictor:  # `--predictor all` leaves greedy-only predictors out of sampled runs: say so
         from uqh.scoring.registry import PREDICTORS
 
