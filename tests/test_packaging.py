@@ -97,6 +97,7 @@ def test_wheel_has_one_top_level_package_every_prompt_and_the_demo_data(wheel):
             "uqh/domains/webshop/data/SOURCES.md", "uqh/domains/webshop/data/items_shuffle_1000_prefix.json.gz",
             "uqh/domains/webshop/data/items_ins_v2_1000.json.gz"} == data
     assert data <= set(names), f"missing from the wheel: {sorted(data - set(names))}"
+    assert "uqh/harness/model/llama_cold_sources.cmake" in names  # `uqh setup local` builds llama-server with it
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "uqh = uqh.cli:main" in entry
     assert wheel.stat().st_size < 2_000_000  # the demo data keeps the package small (README: its size)

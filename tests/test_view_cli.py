@@ -197,3 +197,22 @@ def test_an_unreadable_directory_is_one_line_and_exit_2(tmp_path):
     finally:
         locked.chmod(0o755)
     assert run.is_dir()
+
+
+@pytest.mark.parametrize("follow", ["watch", "poll"])
+def test_a_given_folder_deleted_and_made_again_is_followed_again(tmp_path, follow):
+    """A watch on a deleted folder sees nothing more: the viewer polls until the folder is back, then watches it
+    again (the runs made in it listed either way)."""
+    if follow == "watch" and not watchfiles_installed():
+        pytest.skip("watchfiles (the `view` extra) is not installed")
+    first = webshop_like(tmp_path / "runs" / "ws").resolve()
+    with serving(tmp_path / "runs", follow=follow) as srv:
+        wait_until(lambda: srv.viewer.follow_method == follow, "the viewer to follow its folder")
+        shutil.rmtree(tmp_path / "runs")
+        wait_until(lambda: listed_paths(srv.url) == set(), "the deleted folder's run to leave")
+        again = webshop_like(tmp_path / "runs" / "ws2").resolve()
+        wait_until(lambda: listed_paths(srv.url) == {str(again)}, "the run in the folder made again")
+        wait_until(lambda: srv.viewer.follow_method == follow, "the folder to be watched again")
+        later = webshop_like(tmp_path / "runs" / "ws3").resolve()
+        wait_until(lambda: str(later) in listed_paths(srv.url), "a run made after that")
+        assert str(first) not in listed_paths(srv.url)
