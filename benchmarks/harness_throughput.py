@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import uqh  # noqa: E402,F401 - sets the litellm env before litellm is imported
+from uqh.harness.config.settings import BatchSettings
 
 STEP_TEXT = (
     "<think>Compute it.</think>\n<action>Calc[2+3]</action>\n<confidence>0.7</confidence>\n"
@@ -201,7 +202,7 @@ def bench_harness(
         c0, k0 = time.process_time(), _children_cpu()
         t0 = time.perf_counter()
         summary = run_batch(
-            config, Path(tmp) / "run", concurrency=concurrency, workers=workers, progress=False, checkpoints=checkpoints
+            config, Path(tmp) / "run", settings=BatchSettings(concurrency=concurrency, workers=workers, progress=False, checkpoints=checkpoints)
         )
         wall = time.perf_counter() - t0
         # Worker processes are forked by a fork server (not our children): they report their own CPU.

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import uqh  # noqa: E402,F401 - sets the litellm env before litellm is imported
 from uqh.harness.sampling.branch_rules import StopRule, confidence_sequence, decide  # noqa: E402
+from uqh.harness.config.settings import BatchSettings
 
 CALC = "<think>keep going</think>\n<action>Calc[1+1]</action>\n<confidence>0.3</confidence>\n<explanation>e</explanation>"
 FINISH = "<think>done</think>\n<action>Finish[{a}]</action>\n<confidence>0.9</confidence>\n<explanation>e</explanation>"
@@ -94,7 +95,7 @@ def end_to_end(n_prefixes: int, max_branches: int, half_widths: list[float], con
     from uqh.harness.continuation import run_continuations
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.runner import run_batch
-    from uqh.cli.continue_command import audit_continuation
+    from uqh.reports.continuation_audit import audit_continuation
     from run_files import read_episodes
     from uqh.rundir.reader import RunDir
     from uqh.rundir.schema import DecodingConfig, RunConfig
@@ -110,15 +111,14 @@ def end_to_end(n_prefixes: int, max_branches: int, half_widths: list[float], con
             cfg = RunConfig(domain="arithmetic", task_ids=tasks, model="openai/fake", api_base=srv.base_url,
                             decoding=DecodingConfig(max_tokens=64, seed=42), step_budget=1,
                             prompt_sha256=prompt_sha256(domain.system_prompt()), package_version=uqh.__version__)
-            assert run_batch(cfg, work / "src", progress=False, concurrency=concurrency).ok
+            assert run_batch(cfg, work / "src", settings=BatchSettings(progress=False, concurrency=concurrency)).ok
             responder.mode = "branch"
             fixed_q = None
             for rule in ["fixed"] + [f"ci:{h:g}" for h in half_widths]:
                 before = srv.n_requests
                 t0 = time.perf_counter()
                 dest = work / rule.replace(":", "_")
-                run_continuations(work / "src", dest, branches=max_branches, extra_steps=1, concurrency=concurrency,
-                                  progress=False, stop_rule=rule)
+                run_continuations(work / "src", dest, branches=max_branches, extra_steps=1, settings=BatchSettings(concurrency=concurrency, progress=False), stop_rule=rule)
                 seconds = time.perf_counter() - t0
                 calls = srv.n_requests - before
                 est, _ = audit_continuation(dest, min_valid=1, method="mc", n_boot=200)

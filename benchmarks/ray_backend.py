@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fake_server_process import FakeServerProcess, serve_forever  # noqa: E402
+from uqh.harness.config.settings import BatchSettings
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-fake-endpoint-ignores-it")
 
@@ -111,7 +112,7 @@ def run_cell(domain: str, backend, n: int, url: str, concurrency: int, exclude: 
         load0 = os.getloadavg()[0]
         before = _daemon_cpu(exclude) if backend is not None else {}
         c0, t0 = time.process_time(), time.perf_counter()
-        summary = run_batch(config, Path(tmp) / "run", concurrency=concurrency, progress=False, backend=backend)
+        summary = run_batch(config, Path(tmp) / "run", settings=BatchSettings(concurrency=concurrency, progress=False), backend=backend)
         wall, driver = time.perf_counter() - t0, time.process_time() - c0
         after = _daemon_cpu(exclude) if backend is not None else {}
     daemons = sum(after[p] - before[p] for p in after.keys() & before.keys())

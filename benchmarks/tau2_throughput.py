@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fake_server_process import FakeServerProcess, serve_forever
+from uqh.harness.config.settings import BatchSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -136,7 +137,7 @@ def run_uqh(srv: Server, task_ids: list[str], samples: int, concurrency: int, wo
         started = time.time()
         c0 = time.process_time()
         t0 = time.perf_counter()
-        summary = run_batch(config, Path(tmp) / "run", concurrency=concurrency, workers=workers, progress=False)
+        summary = run_batch(config, Path(tmp) / "run", settings=BatchSettings(concurrency=concurrency, workers=workers, progress=False))
         wall = time.perf_counter() - t0
         cpu = time.process_time() - c0 + summary.worker_cpu_s
         answered = srv.take_answered()

@@ -18,6 +18,8 @@ from test_tau2 import RETAIL_TASK, SOLVED_AGENT, USER_LINES, Script
 from uqh.domains.registry import domain_names, get_domain_class
 from uqh.domains.base import Runtime
 from uqh.harness.config.build import RunOverrides, build_client, build_domain, draft, resolve_config
+from uqh.harness.config.settings import ClientSettings
+from uqh.harness.model.llama_server import ServedModel
 from uqh.cli import main
 from uqh.harness.config.presets import get_preset
 from uqh.harness.config.plan import plan
@@ -33,7 +35,11 @@ REFERENCE_DOMAINS = ["arithmetic", "hotpotqa", "strategyqa", "tau2-airline", "ta
 
 
 def uqh(*argv: str) -> int:
-    return main(["run", *argv])
+    """``uqh run ARGV``'s exit code (a flag refused by its type exits from argparse, with code 2)."""
+    try:
+        return main(["run", *argv])
+    except SystemExit as exc:
+        return exc.code
 
 
 @pytest.fixture
@@ -86,13 +92,24 @@ def test_resolve_config_equals_the_pre_build_layer_config_and_hash(case, ref_tmp
     assert RunConfig.model_validate(recorded).legacy_config_hash() == expected_hash  # the hash of the time
 
 
+#: Since issue 40 these flags are checked by their argparse type, the same for every command that takes them
+#: (uqh/cli/arg_types.py): the line names the argument as argparse does, and --top-logprobs states its whole range.
+CHECKED_BY_TYPE = {
+    "observation-chars-zero": "argument --observation-chars: must be >= 1, got 0; see uqh run --help",
+    "samples-zero": "argument --samples: must be >= 1, got 0; see uqh run --help",
+    "tasks-zero": "argument --tasks: must be >= 1, got 0; see uqh run --help",
+    "top-logprobs-negative": "argument --top-logprobs: must be between 0 and 20 (the most providers return), got -1; "
+                             "see uqh run --help",
+}
+
+
 @pytest.mark.parametrize("case", sorted(REFERENCE["bad"]))
 def test_bad_flags_give_the_pre_build_layer_error_line_and_write_nothing(case, ref_tmp, capsys):
     ref = REFERENCE["bad"][case]
     out = ref_tmp / "run"
     assert uqh(*_fill([*ref["argv"], "--out", str(out), "--dry-run"], ref_tmp)) == 2
     captured = capsys.readouterr()
-    expected = ref["error"].replace("{tmp}", str(ref_tmp))
+    expected = CHECKED_BY_TYPE.get(case, ref["error"]).replace("{tmp}", str(ref_tmp))
     # other test modules may register test domains; the message lists what is registered
     expected = expected.replace(", ".join(REFERENCE_DOMAINS), ", ".join(domain_names()))
     assert captured.err == f"uqh run: error: {expected}\n" and captured.out == ""
@@ -241,11 +258,13 @@ def test_build_client_uses_the_factory_and_the_domain_grammar_only_with_grammar(
     calls = []
     cfg = RunConfig(domain="arithmetic", task_ids=["a"], model="openai/x", step_budget=3, prompt_sha256="p",
                     package_version="0")
-    assert build_client(cfg, "m", "http://b", lambda m, b: calls.append((m, b)) or "client") == "client"
+    settings = ClientSettings()
+    assert build_client(cfg, ServedModel("m", "http://b"), settings,
+                        lambda m, b: calls.append((m, b)) or "client") == "client"
     assert calls == [("m", "http://b")]
-    plain = build_client(cfg, "openai/x", "http://127.0.0.1:9/v1")
+    plain = build_client(cfg, ServedModel("openai/x", "http://127.0.0.1:9/v1"), settings)
     grammar_cfg = cfg.model_copy(update={"decoding": cfg.decoding.model_copy(update={"grammar": True})})
-    constrained = build_client(grammar_cfg, "openai/x", "http://127.0.0.1:9/v1")
+    constrained = build_client(grammar_cfg, ServedModel("openai/x", "http://127.0.0.1:9/v1"), settings)
     assert plain.transport.endpoint.action_grammar is None
     assert constrained.transport.endpoint.action_grammar == get_domain_class("arithmetic").action_gbnf
 

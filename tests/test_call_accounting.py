@@ -17,6 +17,7 @@ from test_runner import make_config, solver
 from uqh.domains.arithmetic import make_question
 from uqh.cli.run_command import summary_rows
 from uqh.harness.runner import run_batch
+from uqh.harness.config.settings import BatchSettings
 
 #: USD the fake server reports in ``usage.cost`` for every answer (as OpenRouter does): a priced run.
 COST_PER_CALL = 0.001
@@ -71,7 +72,7 @@ def test_calls_of_an_episode_that_failed_on_infrastructure_are_counted(fake_serv
     responder = CountingSolver(fail_task=config.task_ids[0])
     with fake_server(responder, usage_cost=COST_PER_CALL) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=2, workers=workers, progress=False)
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=2, workers=workers, progress=False))
         assert len(srv.requests) == 6 and len(srv.responder_errors) == 1
     s = summary.stats
     assert s.done == 2 and s.infra_errors == 1 and summary.remaining == 1
@@ -90,7 +91,7 @@ def test_calls_of_episodes_cut_short_by_a_stop_signal_are_counted(fake_server, t
     responder = CountingSolver(stop_after=3)
     with fake_server(responder, usage_cost=COST_PER_CALL) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        first = run_batch(config, run, concurrency=2, workers=workers, progress=False, checkpoint_interval_s=0.0)
+        first = run_batch(config, run, settings=BatchSettings(concurrency=2, workers=workers, progress=False, checkpoint_interval_s=0.0))
         assert first.stopped is not None and first.stopped.signum == signal.SIGINT
         assert len(responder.answered) == 3
         assert_counts_every_answer(first.stats, responder.answered)
@@ -101,7 +102,7 @@ def test_calls_of_episodes_cut_short_by_a_stop_signal_are_counted(fake_server, t
         responder.unblocked.wait(10)
         time.sleep(0.3)  # requests sent before the stop, queued behind the stopping one, are refused too
         responder.stopped, responder.stop_after = False, None
-        second = run_batch(config, run, concurrency=2, workers=workers, progress=False)
+        second = run_batch(config, run, settings=BatchSettings(concurrency=2, workers=workers, progress=False))
     assert second.ok and second.stats.unfinished_calls == 0
     assert first.stats.calls + second.stats.calls == len(list(read_sidecar(run))) == len(responder.answered) == 8
 
@@ -125,7 +126,7 @@ def test_calls_of_an_episode_whose_write_failed_are_counted(fake_server, tmp_pat
     responder = CountingSolver()
     with fake_server(responder, usage_cost=COST_PER_CALL) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=workers, workers=workers, progress=False)
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=workers, workers=workers, progress=False))
         assert len(srv.requests) == 4
     assert summary.stopped is not None and "No space left" in summary.stopped.message
     assert summary.stats.done == 1 and len(read_episodes(tmp_path / "run")) == 1

@@ -41,7 +41,10 @@ def arith_run(tmp_path_factory):
 
 
 def certify(capsys, *argv):
-    rc = main(["certify", *map(str, argv)])
+    try:
+        rc = main(["certify", *map(str, argv)])
+    except SystemExit as exc:  # a value its argparse type refuses
+        rc = exc.code
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -228,7 +231,7 @@ def test_bad_verification_file_one_line_exit_2(arith_run, tmp_path, capsys, case
     (["--cal-frac", "0"], "--cal-frac must be in (0, 1]"),
     (["--cal-frac", "0.05"], "leaves an empty calibration or test split"),
     (["--stop-delta", "2"], "--stop-delta must be in (0, 1)"),
-    (["--resplits", "-1"], "must be >= 0"),
+    (["--resplits", "-1"], "argument --resplits: must be >= 0, got -1"),
     (["--verified", "x.csv", "--cal-frac", "0.5"], "drop --cal-frac / --cal-ids"),
     (["--cal-ids", "{tmp}/ids.txt"], "1 id(s) not among the run's tasks, e.g. 'arith-9999'"),
     (["--cal-ids", "{tmp}/missing.txt"], "cannot read --cal-ids"),

@@ -25,7 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def uqh(*argv: str) -> int:
-    return main(["run", *argv])
+    """``uqh run ARGV``'s exit code (a flag refused by its type exits from argparse, with code 2)."""
+    try:
+        return main(["run", *argv])
+    except SystemExit as exc:
+        return exc.code
 
 
 def test_run_against_fake_server_prints_summary(fake_server, tmp_path, capsys):
@@ -69,7 +73,7 @@ def test_config_change_refused_one_line(fake_server, tmp_path, capsys):
         (["--domain", "arithmetic", "--task-ids", "arith-0001,zzz", "--model", "openai/x", "--api-base",
           "http://127.0.0.1:9/v1"], "unknown task ids for arithmetic: zzz"),
         (["--domain", "arithmetic", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1"], "--tasks N"),
-        (["--domain", "arithmetic", "--tasks", "0", "--model", "openai/x", "--api-base", "http://x/v1"], "--tasks must be"),
+        (["--domain", "arithmetic", "--tasks", "0", "--model", "openai/x", "--api-base", "http://x/v1"], "argument --tasks: must be >= 1, got 0"),
         (["--preset", "no-such-preset"], "unknown preset"),
     ],
 )
@@ -327,8 +331,8 @@ def test_timeout_flag_honoured_and_recorded_outside_the_config_hash(fake_server,
     assert m2.config_hash == m.config_hash and (m2.execution.timeout_s, m2.execution.max_retries) == (20.0, 2)
 
 
-@pytest.mark.parametrize("flags,fragment", [(["--timeout", "0"], "--timeout must be > 0"),
-                                            (["--max-retries", "-1"], "--max-retries must be >= 0")])
+@pytest.mark.parametrize("flags,fragment", [(["--timeout", "0"], "argument --timeout: must be > 0 seconds, got 0"),
+                                            (["--max-retries", "-1"], "argument --max-retries: must be >= 0, got -1")])
 def test_timeout_and_retry_flags_validated(tmp_path, capsys, flags, fragment):
     assert uqh(*_fake_args("http://127.0.0.1:9/v1", tmp_path / "run", 1, *flags)) == 2
     assert fragment in capsys.readouterr().err and not (tmp_path / "run").exists()

@@ -20,13 +20,14 @@ from uqh import __version__ as uqh_version
 from uqh.domains.registry import get_domain_class
 from uqh.domains.arithmetic import make_question
 from uqh.harness import continuation as cont
-from uqh.cli.continue_command import audit_continuation
+from uqh.reports.continuation_audit import audit_continuation
 from uqh.cli import main as uqh
 from uqh.harness.episode.loop import build_messages, derive_seed
 from uqh.harness.config.build import prompt_sha256
 from uqh.harness.runner import run_batch
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import DecodingConfig, Episode, RunConfig, StopReason
+from uqh.harness.config.settings import BatchSettings
 from run_files import read_episodes, read_manifest
 
 CALC = "<think>keep going</think>\n<action>Calc[1+1]</action>\n<confidence>{c}</confidence>\n<explanation>unsure</explanation>"
@@ -99,7 +100,7 @@ def source_run(tmp_path, fake_server):
     srv = fake_server(responder).__enter__()
     cfg = make_config("arithmetic", TASKS, srv.base_url, step_budget=2)
     src = tmp_path / "source"
-    summary = run_batch(cfg, src, progress=False)
+    summary = run_batch(cfg, src, settings=BatchSettings(progress=False))
     assert summary.ok
     responder.mode = "branch"
     srv.requests.clear()
@@ -112,7 +113,7 @@ def test_branches_continue_recorded_prefix_without_prefix_calls(source_run, tmp_
     source = {ep.episode_id: ep for ep in read_episodes(src)}
     assert all(ep.stop_reason == StopReason.max_steps and ep.n_steps == 2 for ep in source.values())
     out = tmp_path / "cont"
-    report = cont.run_continuations(src, out, branches=4, extra_steps=1, concurrency=3, progress=False)
+    report = cont.run_continuations(src, out, branches=4, extra_steps=1, settings=BatchSettings(concurrency=3, progress=False))
     assert report.skipped == [] and report.n_branches_planned == 12 and report.n_branches_written == 12
     assert tree_digest(src) == before  # the source run is never modified
 
@@ -169,10 +170,10 @@ def test_branches_continue_recorded_prefix_without_prefix_calls(source_run, tmp_
 def test_seeds_reproducible_and_resume(source_run, tmp_path):
     src, srv, _ = source_run
     a, b = tmp_path / "a", tmp_path / "b"
-    cont.run_continuations(src, a, branches=2, extra_steps=1, progress=False)
+    cont.run_continuations(src, a, branches=2, extra_steps=1, settings=BatchSettings(progress=False))
     seeds_a = sorted(r["seed"] for r in srv.requests)
     srv.requests.clear()
-    cont.run_continuations(src, b, branches=2, extra_steps=1, progress=False)
+    cont.run_continuations(src, b, branches=2, extra_steps=1, settings=BatchSettings(progress=False))
     assert sorted(r["seed"] for r in srv.requests) == seeds_a
 
     def strip(ep: Episode):
@@ -191,14 +192,14 @@ def test_seeds_reproducible_and_resume(source_run, tmp_path):
     assert ea == eb
     # re-running the same command resumes: nothing left to do, no model call
     srv.requests.clear()
-    rep = cont.run_continuations(src, a, branches=2, extra_steps=1, progress=False)
+    rep = cont.run_continuations(src, a, branches=2, extra_steps=1, settings=BatchSettings(progress=False))
     assert srv.requests == [] and rep.n_branches_written == 6
     # a different continuation config in the same directory is refused, as is a smaller M (a larger one resumes:
     # tests/test_continue_resume.py)
     with pytest.raises(UserError, match="different config"):
-        cont.run_continuations(src, a, branches=2, extra_steps=2, progress=False)
+        cont.run_continuations(src, a, branches=2, extra_steps=2, settings=BatchSettings(progress=False))
     with pytest.raises(UserError, match="cannot be resumed with fewer"):
-        cont.run_continuations(src, a, branches=1, extra_steps=1, progress=False)
+        cont.run_continuations(src, a, branches=1, extra_steps=1, settings=BatchSettings(progress=False))
 
 
 def test_tampered_prefix_is_reported_and_not_continued(source_run, tmp_path, capsys):
@@ -408,14 +409,14 @@ def test_hotpotqa_branch_resumes_lookup_cursor(tmp_path, fake_server):
     with fake_server(responder) as srv:
         cfg = make_config("hotpotqa", ["h1"], srv.base_url, step_budget=2, options=options)
         src = tmp_path / "src"
-        assert run_batch(cfg, src, progress=False).ok
+        assert run_batch(cfg, src, settings=BatchSettings(progress=False)).ok
         (ep,) = read_episodes(src)
         assert ep.stop_reason == StopReason.max_steps
         assert ep.steps[1].observation.startswith("(Result 1 / 3) Gustave Eiffel was a French civil engineer.")
         state["mode"] = "branch"
         srv.requests.clear()
         out = tmp_path / "cont"
-        rep = cont.run_continuations(src, out, branches=4, extra_steps=1, progress=False)
+        rep = cont.run_continuations(src, out, branches=4, extra_steps=1, settings=BatchSettings(progress=False))
         assert rep.skipped == [] and rep.n_branches_written == 4
         assert len(srv.requests) == 4  # one call per branch: nothing for the two prefix steps
     seen = set()
@@ -459,15 +460,13 @@ def test_interrupted_branch_resumes_from_its_checkpoint(source_run, tmp_path):
             await self.inner.aclose()
 
     out = tmp_path / "cont"
-    first = cont.run_continuations(src, out, branches=1, extra_steps=3, ids=["arith-0000#0"], concurrency=1,
-                                   progress=False, client_factory=FailingSecondCall)
+    first = cont.run_continuations(src, out, branches=1, extra_steps=3, ids=["arith-0000#0"], settings=BatchSettings(concurrency=1, progress=False), client_factory=FailingSecondCall)
     assert first.n_branches_written == 0 and first.n_branches_missing == 1
     ckpts = list((out / "checkpoints").glob("*.json"))
     assert len(ckpts) == 1
     assert len(srv.requests) == 1
     srv.requests.clear()
-    second = cont.run_continuations(src, out, branches=1, extra_steps=3, ids=["arith-0000#0"], concurrency=1,
-                                    progress=False)
+    second = cont.run_continuations(src, out, branches=1, extra_steps=3, ids=["arith-0000#0"], settings=BatchSettings(concurrency=1, progress=False))
     assert second.n_branches_written == 1
     (br,) = read_episodes(out)
     assert br.n_steps == 5 and br.prefix_steps == 2 and br.stop_reason == StopReason.max_steps
@@ -479,7 +478,7 @@ def test_interrupted_branch_resumes_from_its_checkpoint(source_run, tmp_path):
 def test_qz_only_recomputes_without_model_calls(source_run, tmp_path, capsys):
     src, srv, _ = source_run
     out = tmp_path / "cont"
-    cont.run_continuations(src, out, branches=4, extra_steps=1, progress=False)
+    cont.run_continuations(src, out, branches=4, extra_steps=1, settings=BatchSettings(progress=False))
     n = len(srv.requests)
     (out / "qz.jsonl").unlink(missing_ok=True)
     rc = uqh(["continue", str(src), "--out", str(out), "--qz-only", "--qz-method", "mc", "--min-valid", "1",
@@ -502,7 +501,7 @@ def test_continue_with_no_retained_prefix_says_so_and_suggests_a_score_that_work
                                                                                   method):
     src, srv, _ = source_run
     out = tmp_path / "cont"
-    cont.run_continuations(src, out, branches=2, extra_steps=1, progress=False)
+    cont.run_continuations(src, out, branches=2, extra_steps=1, settings=BatchSettings(progress=False))
     capsys.readouterr()
     rc = uqh(["continue", str(src), "--out", str(out), "--qz-only", "--qz-method", method, "--min-valid", "5",
               "--bootstrap", "10"])
@@ -517,7 +516,7 @@ def test_continue_with_no_retained_prefix_says_so_and_suggests_a_score_that_work
 def test_continue_next_command_uses_the_q_z_file_when_it_covers_the_prefixes(source_run, tmp_path, capsys):
     src, srv, _ = source_run
     out = tmp_path / "cont"
-    cont.run_continuations(src, out, branches=4, extra_steps=1, progress=False)
+    cont.run_continuations(src, out, branches=4, extra_steps=1, settings=BatchSettings(progress=False))
     capsys.readouterr()
     assert uqh(["continue", str(src), "--out", str(out), "--qz-only", "--qz-method", "mc", "--min-valid", "1",
                 "--bootstrap", "10", "--format", "md"]) == 0
@@ -530,7 +529,7 @@ def test_continue_next_command_uses_the_q_z_file_when_it_covers_the_prefixes(sou
 def test_the_next_hint_spells_paths_as_the_user_gave_them(source_run, tmp_path, capsys, monkeypatch):
     """Issue 33: the source came out absolute (from the manifest) and the q_Z file relative."""
     src, srv, _ = source_run
-    cont.run_continuations(src, tmp_path / "cont", branches=4, extra_steps=1, progress=False)
+    cont.run_continuations(src, tmp_path / "cont", branches=4, extra_steps=1, settings=BatchSettings(progress=False))
     monkeypatch.chdir(src.parent)
     capsys.readouterr()
     assert uqh(["continue", src.name, "--out", str(Path(os.path.relpath(tmp_path / "cont"))), "--qz-only",
@@ -579,14 +578,14 @@ def test_webshop_branch_resumes_page_and_selected_options(tmp_path, fake_server)
                         prompt_sha256=prompt_sha256(ws.system_prompt()), package_version=uqh_version,
                         decoding=DecodingConfig(max_tokens=64))
         src = tmp_path / "src"
-        assert run_batch(cfg, src, progress=False).ok
+        assert run_batch(cfg, src, settings=BatchSettings(progress=False)).ok
         (ep,) = read_episodes(src)
         assert ep.stop_reason == StopReason.max_steps
         first_option = ep.steps[2].info["state"]["options"]
         assert len(first_option) == 1
         srv.requests.clear()
         out = tmp_path / "cont"
-        rep = cont.run_continuations(src, out, branches=2, extra_steps=len(goal["goal_options"]) + 1, progress=False)
+        rep = cont.run_continuations(src, out, branches=2, extra_steps=len(goal["goal_options"]) + 1, settings=BatchSettings(progress=False))
         assert rep.n_branches_written == 2 and rep.skipped == []
     for br in read_episodes(out):
         new = br.steps[3]
@@ -607,7 +606,7 @@ def test_changed_task_prompt_is_a_replay_mismatch(source_run, tmp_path):
     ep["task_prompt"] = "Question: What is (1 + 1) + 1?"
     lines[0] = json.dumps(ep)
     (copy / "episodes.jsonl").write_text("\n".join(lines) + "\n")
-    rep = cont.run_continuations(copy, tmp_path / "cont", branches=1, extra_steps=1, progress=False)
+    rep = cont.run_continuations(copy, tmp_path / "cont", branches=1, extra_steps=1, settings=BatchSettings(progress=False))
     assert [(s.episode_id, s.reason) for s in rep.skipped] == [
         (ep["episode_id"], "replay mismatch: the reset environment's task prompt differs from the recorded one")
     ]
@@ -632,13 +631,13 @@ def test_continue_holds_the_out_lock_until_its_caller_is_done_and_refuses_a_busy
     src, _, _ = source_run
     out = tmp_path / "cont"
     with contextlib.ExitStack() as scope:
-        cont.run_continuations(src, out, branches=2, extra_steps=1, progress=False, lock_scope=scope)
+        cont.run_continuations(src, out, branches=2, extra_steps=1, settings=BatchSettings(progress=False), lock_scope=scope)
         assert _held_by_another_process(out)  # still held: `uqh continue` writes q_Z and the audit under it
     assert not _held_by_another_process(out)
     holder = hold_in_subprocess(out)
     try:
         with pytest.raises(UserError, match=f"is being written by pid {holder.pid}"):
-            cont.run_continuations(src, out, branches=2, extra_steps=1, progress=False)
+            cont.run_continuations(src, out, branches=2, extra_steps=1, settings=BatchSettings(progress=False))
         assert uqh(["continue", str(src), "--out", str(out), "--branches", "2", "--extra-steps", "1",
                     "--no-progress"]) == 2
         assert uqh(["continue", str(src), "--out", str(out), "--qz-only"]) == 2

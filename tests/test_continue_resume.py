@@ -11,6 +11,7 @@ import pytest
 
 from uqh.cli import main as uqh
 from uqh.harness.runner import run_batch
+from uqh.harness.config.settings import BatchSettings
 from run_files import read_episodes, read_manifest
 from test_continuation import Responder, make_config, tree_digest
 from test_qz_sequential import TASKS as SIX_TASKS
@@ -21,7 +22,7 @@ def _source(tmp_path, fake_server, responder, tasks):
     """A source run whose episodes all stop on max_steps; the server then answers in ``branch`` mode."""
     srv = fake_server(responder).__enter__()
     src = tmp_path / "src"
-    assert run_batch(make_config("arithmetic", tasks, srv.base_url, step_budget=2), src, progress=False).ok
+    assert run_batch(make_config("arithmetic", tasks, srv.base_url, step_budget=2), src, settings=BatchSettings(progress=False)).ok
     responder.mode = "branch"
     srv.requests.clear()
     return src, srv, responder

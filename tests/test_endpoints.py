@@ -20,6 +20,7 @@ from uqh.harness.model.call_errors import EndpointUnreachable
 from uqh.harness.runner import run_batch
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import DecodingConfig, RunConfig
+from uqh.harness.config.settings import BatchSettings
 from test_runner import make_config, solver
 
 STEP = "<think>t</think>\n<action>Finish[1]</action>\n<confidence>0.5</confidence>\n<explanation>e</explanation>"
@@ -164,7 +165,7 @@ def test_every_step_of_an_episode_goes_to_one_endpoint_and_the_episodes_spread(f
         servers = {"a": a, "b": b, "c": c}
         urls = [srv.base_url for srv in servers.values()]
         config = make_config(n_tasks=12).model_copy(update={"api_base": urls[0], "api_bases": urls})
-        summary = run_batch(config, tmp_path / "run", concurrency=4, progress=False)
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=4, progress=False))
         assert summary.ok and summary.stats.stop_reasons == {"clean": 12}
         served = {name: [r["messages"][1]["content"] for r in srv.requests] for name, srv in servers.items()}
     assert sum(map(len, served.values())) == 24
@@ -254,7 +255,7 @@ def test_a_run_over_two_endpoints_one_failing(fake_server, tmp_path, workers):
     with fake_server(solver) as good, fake_server(solver, faults=["500"] * 1000) as bad:
         urls = [good.base_url, bad.base_url]
         config = make_config(n_tasks=12).model_copy(update={"api_base": urls[0], "api_bases": urls})
-        summary = run_batch(config, tmp_path / "run", concurrency=4, workers=workers, progress=False)
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=4, workers=workers, progress=False))
     assert summary.ok and summary.stats.done == 12 and summary.stats.stop_reasons == {"clean": 12}
     counts = {c.url: c for c in summary.endpoint_calls}
     assert counts[good.base_url].calls == good.n_requests == summary.stats.calls == 24

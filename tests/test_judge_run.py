@@ -42,7 +42,10 @@ def _digest(d: Path) -> dict[str, str]:
 
 
 def uqh_judge(capsys, *argv):
-    code = main(["judge", *map(str, argv)])
+    try:
+        code = main(["judge", *map(str, argv)])
+    except SystemExit as exc:  # a value its argparse type refuses
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -198,9 +201,9 @@ def test_changed_config_refused_one_line_nothing_written(judged_run, tmp_path, c
     (["{run}", "--judge-model", "openai/j", "--api-base", "http://127.0.0.1:9/v1", "--metrics", "GF,XY",
       "--out", "{tmp}/j"], "unknown judge metric(s) XY", "j"),
     (["{run}", "--judge-model", "openai/j", "--api-base", "http://x/v1", "--repeats", "0", "--out", "{tmp}/j"],
-     "--repeats must be >= 1", "j"),
+     "argument --repeats: must be >= 1, got 0", "j"),
     (["{run}", "--judge-model", "openai/j", "--api-base", "http://x/v1", "--timeout", "0", "--out", "{tmp}/j"],
-     "--timeout must be > 0 seconds, got 0", "j"),
+     "argument --timeout: must be > 0 seconds, got 0", "j"),
     (["--judge-model", "openai/j", "--api-base", "http://x/v1", "--out", "{tmp}/j"], "give the run directories", "j"),
     (["{run}", "--out", "{tmp}/j"], "give --judge-model MODEL", "j"),
     (["{tmp}/nope", "--judge-model", "openai/j", "--api-base", "http://x/v1", "--out", "{tmp}/j"],

@@ -22,6 +22,7 @@ from uqh.harness.model.client import (
 )
 from uqh.harness.model.call_errors import ModelCallFailed
 from uqh.rundir.schema import DecodingConfig, TokenLogprob, TopLogprob
+from uqh.harness.config.settings import BatchSettings
 
 PATHS = ["litellm", "aiohttp", "openai"]  # transports: litellm, the direct path, the openai SDK
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
@@ -749,7 +750,7 @@ def test_null_content_at_a_high_rate_never_reaches_the_agent(fake_server, tmp_pa
     faults = ["null_content" if i % 5 < 3 else None for i in range(40)]
     with fake_server(solver, faults=[f for f in faults if f]) as srv:  # the first 24 requests: null content
         config = make_config(n_tasks=6).model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=6, progress=False,
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=6, progress=False),
                             client_factory=lambda m, b: make_model_client(
                                 m, api_base=b, decoding=config.decoding, backoff_initial_s=0.01, max_retries=30))
     assert summary.ok and summary.stats.stop_reasons == {"clean": 6}

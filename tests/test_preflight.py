@@ -14,6 +14,7 @@ from uqh.harness.config.build import prompt_sha256
 from uqh.harness.runner import run_batch
 from uqh.rundir.errors import UserError, require_extra
 from uqh.rundir.schema import RunConfig
+from uqh.harness.config.settings import BatchSettings
 
 FAKE_API = ["--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1"]
 
@@ -98,5 +99,5 @@ def test_run_batch_checks_before_creating_the_directory(monkeypatch, tmp_path):
                            prompt_sha256=prompt_sha256(get_domain_class("arithmetic")().system_prompt()),
                            package_version="0")
         with pytest.raises(UserError, match=fragment):
-            run_batch(config, out, progress=False)
+            run_batch(config, out, settings=BatchSettings(progress=False))
         assert not out.exists()

@@ -139,10 +139,12 @@ def test_timeout_bounds_each_probe_call(urn_run, tmp_path, capsys):
     from fake_openai_server import FakeOpenAIServer
 
     out = tmp_path / "pt"
-    assert main(["probe", str(urn_run), "--probe", "p_true", "--model", "openai/fake", "--api-base",
-                 "http://127.0.0.1:9/v1", "--out", str(out), "--timeout", "-1"]) == 2
+    with pytest.raises(SystemExit) as exited:  # refused by the flag's type, as in every command
+        main(["probe", str(urn_run), "--probe", "p_true", "--model", "openai/fake", "--api-base",
+              "http://127.0.0.1:9/v1", "--out", str(out), "--timeout", "-1"])
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--timeout must be > 0 seconds, got -1" in err and not out.exists()
+    assert exited.value.code == 2 and err.count("\n") == 1 and not out.exists()
+    assert "argument --timeout: must be > 0 seconds, got -1" in err
     with FakeOpenAIServer("Yes", scripted_logprobs=SCRIPT, faults=["timeout"], timeout_sleep_s=5.0) as srv:
         assert main(["probe", str(urn_run), "--probe", "p_true", "--model", "openai/fake", "--api-base",
                      srv.base_url, "--out", str(out), "--limit", "1", "--concurrency", "1", "--timeout", "0.5",

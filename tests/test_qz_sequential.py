@@ -15,6 +15,7 @@ from uqh.cli import main as uqh
 from uqh.harness.runner import run_batch
 from uqh.harness.sampling.branch_rules import StopRule, decide, resolved_outcome
 from uqh.rundir.errors import UserError
+from uqh.harness.config.settings import BatchSettings
 from run_files import read_episodes
 from test_continuation import CALC, FINISH, Responder, _answer, make_config
 from test_stop_rules import upper_after_zeros
@@ -44,7 +45,7 @@ def test_fixed_rule_writes_the_qz_file_it_wrote_before_stop_rules(tmp_path, fake
     responder = Responder()
     with fake_server(responder) as srv:
         cfg = make_config("arithmetic", [f"arith-{i:04d}" for i in range(8)], srv.base_url, step_budget=1)
-        assert run_batch(cfg, tmp_path / "src", progress=False).ok
+        assert run_batch(cfg, tmp_path / "src", settings=BatchSettings(progress=False)).ok
         responder.mode = "branch"
         for method in ("mc", "hybrid"):
             rc = uqh(["continue", str(tmp_path / "src"), "--out", str(tmp_path / "cont"), "--branches", "6",
@@ -95,14 +96,14 @@ def source(tmp_path, fake_server):
     srv = fake_server(responder, prompt_cache=True).__enter__()
     cfg = make_config("arithmetic", TASKS, srv.base_url, step_budget=1)
     src = tmp_path / "src"
-    assert run_batch(cfg, src, progress=False).ok
+    assert run_batch(cfg, src, settings=BatchSettings(progress=False)).ok
     responder.mode = "branch"
     srv.requests.clear()
     return src, srv
 
 
-def continue_(src, out, rule, **kw):
-    kw = {"branches": 8, "extra_steps": 1, "progress": False, **kw}
+def continue_(src, out, rule, concurrency=None, **kw):
+    kw = {"branches": 8, "extra_steps": 1, "settings": BatchSettings(progress=False, concurrency=concurrency), **kw}
     return cont.run_continuations(src, out, stop_rule=rule, **kw)
 
 
@@ -269,11 +270,10 @@ def test_anthropic_prefix_marked_cached_and_priced_through_litellm(tmp_path, fak
 
     with fake_server(responder) as srv:
         cfg = make_config("arithmetic", TASKS[:2], srv.root_url, step_budget=1).model_copy(update={"model": model})
-        assert run_batch(cfg, tmp_path / "src", progress=False, concurrency=1).ok
+        assert run_batch(cfg, tmp_path / "src", settings=BatchSettings(progress=False, concurrency=1)).ok
         state["mode"] = "branch"
         srv.requests.clear()
-        rep = cont.run_continuations(tmp_path / "src", tmp_path / "cont", branches=3, extra_steps=1, concurrency=1,
-                                     progress=False)
+        rep = cont.run_continuations(tmp_path / "src", tmp_path / "cont", branches=3, extra_steps=1, settings=BatchSettings(concurrency=1, progress=False))
         assert rep.n_branches_written == 6
     for req in srv.requests:
         assert "seed" not in req and "logprobs" not in req and "top_logprobs" not in req

@@ -33,6 +33,7 @@ from uqh.harness.runner import plan_specs, run_batch  # noqa: E402
 from uqh.rundir.errors import RunDirWriteError  # noqa: E402
 from uqh.rundir.reader import RunDir  # noqa: E402
 from uqh.rundir.schema import EPISODES_FILE  # noqa: E402
+from uqh.harness.config.settings import BatchSettings
 from run_files import read_episodes, read_sidecar  # noqa: E402
 from test_runner import make_config, solver, step_text  # noqa: E402
 from run_files import wait_for_lines  # noqa: E402
@@ -108,11 +109,11 @@ def rows(run_dir: Path) -> Counter:
 def test_200_episodes_as_the_local_backend_and_a_local_run_finished_on_ray(cluster, fake_server, tmp_path):
     with fake_server(solver) as srv:
         config = make_config(n_tasks=100, samples=2).model_copy(update={"api_base": srv.base_url})
-        local = run_batch(config, tmp_path / "local", concurrency=8, progress=False)
-        on_ray = run_batch(config, tmp_path / "ray", concurrency=8, progress=False, backend=RayBackend())
+        local = run_batch(config, tmp_path / "local", settings=BatchSettings(concurrency=8, progress=False))
+        on_ray = run_batch(config, tmp_path / "ray", settings=BatchSettings(concurrency=8, progress=False), backend=RayBackend())
         # begun locally (60 episodes), then resumed on Ray: the same run directory
-        run_batch(config, tmp_path / "mixed", specs=plan_specs(config)[:60], concurrency=8, progress=False)
-        mixed = run_batch(config, tmp_path / "mixed", concurrency=8, progress=False, backend=RayBackend(actors=2))
+        run_batch(config, tmp_path / "mixed", specs=plan_specs(config)[:60], settings=BatchSettings(concurrency=8, progress=False))
+        mixed = run_batch(config, tmp_path / "mixed", settings=BatchSettings(concurrency=8, progress=False), backend=RayBackend(actors=2))
     assert local.ok and on_ray.ok and mixed.ok
     assert on_ray.stats.done == 200 and mixed.finished_before == 60 and mixed.stats.done == 140
     assert on_ray.stats.stop_reasons == local.stats.stop_reasons == {"clean": 200}
@@ -133,7 +134,7 @@ def test_a_node_killed_mid_run_ends_with_exactly_the_planned_episodes(cluster, f
     with fake_server(respond) as ref_srv:
         config = make_config(n_tasks=60, step_budget=8)
         local = run_batch(config.model_copy(update={"api_base": ref_srv.base_url}), tmp_path / "local",
-                          concurrency=6, progress=False)
+                          settings=BatchSettings(concurrency=6, progress=False))
     with fake_server(respond, latency_s=0.05) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
         killed, frozen = threading.Event(), []
@@ -165,8 +166,7 @@ def test_a_node_killed_mid_run_ends_with_exactly_the_planned_episodes(cluster, f
 
         killer = threading.Thread(target=kill_when_busy, daemon=True)
         killer.start()
-        summary = run_batch(config, tmp_path / "ray", concurrency=6, progress=False, backend=RayBackend(actors=3),
-                            checkpoint_interval_s=0.1)
+        summary = run_batch(config, tmp_path / "ray", settings=BatchSettings(concurrency=6, progress=False, checkpoint_interval_s=0.1), backend=RayBackend(actors=3))
         killer.join(5)
     # one clause per assert: a failure names the one that broke (a rare failure here was seen without its clause)
     assert local.ok
@@ -188,17 +188,17 @@ def test_continue_on_ray_as_locally(cluster, fake_server, tmp_path, capsys):
     calc = step_text("Calc[1+1]")
     with fake_server(calc) as srv:  # never finishes: every episode is a max_steps prefix
         source = make_config(n_tasks=4, step_budget=2).model_copy(update={"api_base": srv.base_url})
-        assert run_batch(source, tmp_path / "src", concurrency=4, progress=False).ok
-        run_continuations(tmp_path / "src", tmp_path / "local", branches=3, extra_steps=2, progress=False)
+        assert run_batch(source, tmp_path / "src", settings=BatchSettings(concurrency=4, progress=False)).ok
+        run_continuations(tmp_path / "src", tmp_path / "local", branches=3, extra_steps=2, settings=BatchSettings(progress=False))
         rc = main(["continue", str(tmp_path / "src"), "--branches", "3", "--extra-steps", "2", "--out",
                    str(tmp_path / "ray"), "--backend", "ray", "--ray-address", cluster.address, "--no-progress",
                    "--bootstrap", "10"])
         out = capsys.readouterr().out
         # a sequential stop rule: rounds of branches, one batch each, over one connection
-        run_continuations(tmp_path / "src", tmp_path / "local-seq", branches=3, extra_steps=2, progress=False,
+        run_continuations(tmp_path / "src", tmp_path / "local-seq", branches=3, extra_steps=2, settings=BatchSettings(progress=False),
                           stop_rule="ci:0.45")
         report = run_continuations(tmp_path / "src", tmp_path / "ray-seq", branches=3, extra_steps=2,
-                                   progress=False, stop_rule="ci:0.45", backend=RayBackend(actors=2))
+                                   settings=BatchSettings(progress=False), stop_rule="ci:0.45", backend=RayBackend(actors=2))
     assert rc == 0 and "4 prefixes selected, 0 skipped (not replayable), 12 branches written" in out
     assert comparable(tmp_path / "ray") == comparable(tmp_path / "local")
     assert len(comparable(tmp_path / "ray")) == 12
@@ -226,12 +226,12 @@ def test_a_write_failure_stops_the_ray_batch_and_the_run_resumes(cluster, fake_s
     with fake_server(calc_then_finish(2), latency_s=0.02) as srv:
         config = make_config(n_tasks=40, step_budget=4).model_copy(update={"api_base": srv.base_url})
         monkeypatch.setattr(RunStore, "append_serialized", disk_full_after_five)
-        summary = run_batch(config, tmp_path / "r", concurrency=4, progress=False, backend=RayBackend(actors=2))
+        summary = run_batch(config, tmp_path / "r", settings=BatchSettings(concurrency=4, progress=False), backend=RayBackend(actors=2))
         monkeypatch.setattr(RunStore, "append_serialized", real)
         assert summary.stopped is not None and "No space left on device" in summary.stopped.message
         assert summary.stopped.hint.startswith("free disk space") and summary.stats.done == 5
         assert sorted(e.episode_id for e in read_episodes(tmp_path / "r")) == sorted(appended)
-        again = run_batch(config, tmp_path / "r", concurrency=4, progress=False, backend=RayBackend(actors=2))
+        again = run_batch(config, tmp_path / "r", settings=BatchSettings(concurrency=4, progress=False), backend=RayBackend(actors=2))
     assert again.ok and again.finished_before == 5 and again.stats.done == 35
     ids = [e.episode_id for e in read_episodes(tmp_path / "r")]
     assert len(ids) == len(set(ids)) == 40
@@ -243,7 +243,7 @@ def test_workers_running_other_code_are_refused(cluster, fake_server, tmp_path, 
     monkeypatch.setattr(ray_actor, "code_digest", lambda root=None: "0" * 64)  # the driver's side only
     with fake_server(solver) as srv:
         config = make_config(n_tasks=3).model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "r", concurrency=2, progress=False, backend=RayBackend(actors=1))
+        summary = run_batch(config, tmp_path / "r", settings=BatchSettings(concurrency=2, progress=False), backend=RayBackend(actors=1))
     assert summary.stopped is not None and summary.stats.done == 0 and srv.n_requests == 0
     assert "no Ray worker is left" in summary.stopped.message
     assert "code differs from the driver's; install the same uqh on every node" in summary.stopped.message

@@ -16,6 +16,7 @@ from uqh.harness.config.build import prompt_sha256
 from uqh.rundir.schema import CANONICAL_ANSWER_KEY, DecodingConfig, RunConfig, StopReason
 from run_files import read_episodes, read_manifest, read_sidecar
 from uqh.harness.store.writer import RunStore, checkpoint_path
+from uqh.harness.config.settings import BatchSettings
 
 SYSTEM = ArithmeticDomain().system_prompt()
 
@@ -80,9 +81,9 @@ def test_batch_writes_run_dir_and_resume_skips(fake_server, tmp_path):
     config = make_config(n_tasks=3, samples=2)
     with fake_server(solver) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=4, progress=False)
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=4, progress=False))
         n_first = len(srv.requests)
-        again = run_batch(config, tmp_path / "run", concurrency=4, progress=False)
+        again = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=4, progress=False))
         assert len(srv.requests) == n_first  # nothing re-run
     assert summary.ok and summary.stats.done == 6 and summary.stats.stop_reasons == {"clean": 6}
     assert again.ok and again.finished_before == 6 and again.stats.done == 0
@@ -101,12 +102,12 @@ def test_infra_errors_not_written_then_requeued(fake_server, tmp_path):
     config = make_config(n_tasks=2)
     with fake_server(solver, faults=["500"]) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        first = run_batch(config, tmp_path / "run", concurrency=1, progress=False,
+        first = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=1, progress=False),
                           client_factory=fast_client_factory(max_retries=0))
         assert not first.ok and first.remaining == 1 and first.stats.infra_errors == 1
         assert "model call failed" in next(iter(first.stats.error_messages))
         assert len(read_episodes(tmp_path / "run")) == 1
-        second = run_batch(config, tmp_path / "run", concurrency=1, progress=False,
+        second = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=1, progress=False),
                            client_factory=fast_client_factory(max_retries=0))
     assert second.ok and second.stats.done == 1
     eps = read_episodes(tmp_path / "run")
@@ -118,14 +119,14 @@ def test_checkpointed_episode_resumes_from_last_step(fake_server, tmp_path):
     run = tmp_path / "run"
     with fake_server(solver) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        first = run_batch(config, run, concurrency=1, progress=False, client_factory=fast_client_factory(fail_after=1))
+        first = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False), client_factory=fast_client_factory(fail_after=1))
         assert first.remaining == 1 and read_episodes(run) == []
         cp = checkpoint_path(run, "arith-0000#0")
         partial = PartialEpisode.model_validate_json(cp.read_text())
         assert [s.t for s in partial.steps] == [1] and [r.t for r in partial.sidecar] == [1]
         assert list(read_sidecar(run)) == []  # prefix rows live in the checkpoint until the episode is written
         n_before = len(srv.requests)
-        second = run_batch(config, run, concurrency=1, progress=False)
+        second = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False))
         resumed_requests = srv.requests[n_before:]
     assert second.ok
     assert len(resumed_requests) == 1  # only step 2 was asked for
@@ -158,7 +159,7 @@ def test_checkpoint_restarted_when_domain_cannot_replay(fake_server, tmp_path):
         from uqh.harness.store.writer import write_checkpoint
 
         write_checkpoint(run, stale)
-        summary = run_batch(config, run, concurrency=1, progress=False)
+        summary = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False))
         assert len(srv.requests) == 2
     assert summary.ok and any("restarted" in n for n in summary.notes)
     (ep,) = read_episodes(run)
@@ -181,8 +182,7 @@ def test_domain_aclose_runs_once_on_the_batch_loop(fake_server, tmp_path):
     _ClosingArithmetic.closed.clear()
     config = make_config(n_tasks=2, domain="arithmetic-aclose-test")
     with fake_server(solver) as srv:
-        summary = run_batch(config.model_copy(update={"api_base": srv.base_url}), tmp_path / "run", concurrency=2,
-                            progress=False)
+        summary = run_batch(config.model_copy(update={"api_base": srv.base_url}), tmp_path / "run", settings=BatchSettings(concurrency=2, progress=False))
     assert summary.ok and len(read_episodes(tmp_path / "run")) == 2
     assert len(_ClosingArithmetic.closed) == 1
 
@@ -192,12 +192,12 @@ def test_replay_mismatch_in_checkpoint_restarts(fake_server, tmp_path):
     run = tmp_path / "run"
     with fake_server(solver) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        run_batch(config, run, concurrency=1, progress=False, client_factory=fast_client_factory(fail_after=1))
+        run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False), client_factory=fast_client_factory(fail_after=1))
         cp = checkpoint_path(run, "arith-0000#0")
         partial = PartialEpisode.model_validate_json(cp.read_text())
         partial.steps[0].observation = "Result: -1"  # not what the environment says: replay must fail
         cp.write_text(partial.model_dump_json())
-        summary = run_batch(config, run, concurrency=1, progress=False)
+        summary = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False))
     assert summary.ok
     (ep,) = read_episodes(run)
     assert ep.n_steps == 2 and ep.steps[0].observation != "Result: -1"
@@ -209,7 +209,7 @@ def test_prompt_change_refused(tmp_path):
     from uqh.rundir.errors import UserError
 
     with pytest.raises(UserError, match="system prompt changed"):
-        run_batch(make_config(prompt_sha256=hashlib.sha256(b"other").hexdigest()), tmp_path / "run", progress=False)
+        run_batch(make_config(prompt_sha256=hashlib.sha256(b"other").hexdigest()), tmp_path / "run", settings=BatchSettings(progress=False))
     assert not (tmp_path / "run").exists()
 
 
@@ -217,7 +217,7 @@ def test_two_workers_single_writer(fake_server, tmp_path):
     config = make_config(n_tasks=5, samples=2)
     with fake_server(solver) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=4, workers=2, progress=False)
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=4, workers=2, progress=False))
         assert len(srv.requests) == 20
     assert summary.ok and summary.stats.done == 10 and summary.stats.calls == 20
     eps = read_episodes(tmp_path / "run")
@@ -232,7 +232,7 @@ def test_workers_share_the_total_concurrency(fake_server, tmp_path, concurrency,
     config = make_config(n_tasks=6)
     with fake_server(solver, latency_s=0.05) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=concurrency, workers=workers, progress=False)
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=concurrency, workers=workers, progress=False))
         assert summary.ok and summary.stats.done == 6
         assert srv.max_in_flight <= concurrency
         assert srv.max_in_flight >= min(concurrency, 2)  # and the workers did run side by side
@@ -257,7 +257,7 @@ def test_checkpoint_interval_bounds_writes(fake_server, tmp_path, interval, expe
     always_calc = step_text("Calc[1+1]")
     with fake_server(always_calc) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        run_batch(config, tmp_path / "run", concurrency=1, progress=False, checkpoint_interval_s=interval,
+        run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=1, progress=False, checkpoint_interval_s=interval),
                   client_factory=fast_client_factory(fail_after=3))
     partial = PartialEpisode.model_validate_json(checkpoint_path(tmp_path / "run", "arith-0000#0").read_text())
     assert [s.t for s in partial.steps] == expected_steps
@@ -297,7 +297,7 @@ def test_retries_counted_for_finished_and_failed_calls(fake_server, tmp_path):
     config = make_config(n_tasks=2)
     with fake_server(solver, faults=["500", "500", "429"]) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=1, progress=False,
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=1, progress=False),
                             client_factory=fast_client_factory(max_retries=1))
     # episode 1: its first call fails after 1 retry (2 x 500); episode 2: its first call succeeds after a 429
     assert summary.stats.infra_errors == 1 and summary.stats.done == 1
@@ -310,7 +310,7 @@ def test_dead_workers_episodes_counted_not_written(fake_server, tmp_path):
     config = make_config(n_tasks=3, domain="arithmetic-noreplay-test")
     with fake_server(solver) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=2, workers=2, progress=False)
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=2, workers=2, progress=False))
         assert srv.requests == []
     assert summary.remaining == 3 and summary.stats.infra_errors == 3
     assert dict(summary.stats.error_messages) == {"worker process exited unexpectedly": 3}
@@ -410,7 +410,7 @@ def test_calls_are_counted_live_for_the_progress_rate(fake_server, tmp_path):
     config = make_config(n_tasks=3)
     with fake_server(solver) as srv:
         config = config.model_copy(update={"api_base": srv.base_url})
-        summary = run_batch(config, tmp_path / "run", concurrency=2, progress=False, client_factory=fast_client_factory())
+        summary = run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=2, progress=False), client_factory=fast_client_factory())
         n_requests = len(srv.requests)
     assert summary.stats.live_calls == n_requests == summary.stats.calls == 6
 
@@ -424,6 +424,7 @@ def test_write_failing_after_the_batch_is_cancelled_leaves_no_unread_future(fake
 
     from uqh.harness.backends.context import RunContext
     from uqh.harness.backends.event_loop import run_specs
+    from uqh.harness.model.llama_server import ServedModel
     from uqh.rundir.errors import RunDirWriteError
 
     config = make_config(n_tasks=1)
@@ -436,7 +437,7 @@ def test_write_failing_after_the_batch_is_cancelled_leaves_no_unread_future(fake
 
     async def main(base_url):
         ctx = RunContext(config=config.model_copy(update={"api_base": base_url}), system_prompt=SYSTEM,
-                         model="openai/fake", api_base=base_url, run_dir=tmp_path / "run", checkpoints=False)
+                         agent_model=ServedModel("openai/fake", base_url), run_dir=tmp_path / "run", checkpoints=False)
         client = fast_client_factory()("openai/fake", base_url)
         batch = asyncio.ensure_future(run_specs(ctx, plan_specs(ctx.config), domain=ArithmeticDomain(),
                                                 client=client, persist=persist, on_error=lambda *a: None))

@@ -11,6 +11,7 @@ from uqh.cli import main
 from uqh.harness.episode.loop import derive_seed, episode_id_for
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import SKIPPED_SAMPLES_FILE
+from uqh.harness.config.settings import BatchSettings
 from run_files import read_episodes
 
 
@@ -128,11 +129,11 @@ def test_an_infrastructure_error_leaves_the_task_undecided_until_resumed(fake_se
     with fake_server(arithmetic_agent(plan)) as srv:
         config = make_config(n_tasks=1, samples=8, api_base=srv.base_url,
                              consensus_stopping=ConsensusStopping(rule="anytime", delta=0.2))
-        first = run_batch(config, out, concurrency=4, progress=False, client_factory=factory)
+        first = run_batch(config, out, settings=BatchSettings(concurrency=4, progress=False), client_factory=factory)
         assert not first.ok and first.stats.infra_errors == 1 and first.skipped == 0
         assert sorted(e.sample_index for e in read_episodes(out)) == [0, 1, 3, 4]  # the hole at 2 blocks the rule
         failing["on"] = False
-        second = run_batch(config, out, concurrency=4, progress=False, client_factory=factory)
+        second = run_batch(config, out, settings=BatchSettings(concurrency=4, progress=False), client_factory=factory)
     assert second.ok and second.skipped == 3
     assert sorted(e.sample_index for e in read_episodes(out)) == [0, 1, 2, 3, 4]
 

@@ -31,6 +31,7 @@ from uqh.harness.runner import run_batch
 from uqh.harness.store.writer import checkpoint_path
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import USER_SIDECAR_FILE, PartialEpisode, StopReason
+from uqh.harness.config.settings import BatchSettings
 
 # Retail 73 with a user turn inside the prefix: step 1 asks, the user answers (a replayed turn after the opening).
 ASK = "Which order is it, and which items?"
@@ -166,21 +167,19 @@ def test_resume_and_continue_ask_the_user_only_for_new_turns(fake_server, tmp_pa
     with fake_server(script) as srv:
         config = user_config(srv, direct=True)
         # 1. Resume: the agent's model fails at step 4; steps 1-3 (a user turn, a read, the write) are checkpointed.
-        first = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(fail_after=3),
-                          checkpoint_interval_s=0.0)
+        first = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False, checkpoint_interval_s=0.0), client_factory=client_factory(fail_after=3))
         assert first.remaining == 1
         partial = PartialEpisode.model_validate_json(checkpoint_path(run, f"{RETAIL_TASK}#0").read_text())
         assert [s.t for s in partial.steps] == [1, 2, 3]
         assert [(r.t, tokens_of(r)) for r in partial.user_sidecar] == [(0, served(USER_OPEN)), (1, served(USER_ANSWER))]
         assert [answered(r) for r in script.user_requests] == [GREETING, ASK]
         script.user_requests.clear()
-        second = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(),
-                           checkpoint_interval_s=0.0)
+        second = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False, checkpoint_interval_s=0.0), client_factory=client_factory())
         assert second.ok
         assert [answered(r) for r in script.user_requests] == [DONE]  # step 4's reply only
         # 2. `uqh continue` of a censored source (step budget 3): each branch's step 4 reply only.
         script.user_requests.clear()
-        assert run_batch(user_config(srv, direct=True, step_budget=3), src, concurrency=1, progress=False,
+        assert run_batch(user_config(srv, direct=True, step_budget=3), src, settings=BatchSettings(concurrency=1, progress=False),
                          client_factory=client_factory()).ok
         assert [answered(r) for r in script.user_requests] == [GREETING, ASK]
         script.user_requests.clear()

@@ -18,6 +18,7 @@ from uqh.harness.config.build import prompt_sha256
 from uqh.harness.runner import run_batch
 from uqh.harness.store.writer import checkpoint_path
 from uqh.rundir.schema import DecodingConfig, PartialEpisode, RunConfig, StopReason
+from uqh.harness.config.settings import BatchSettings, ClientSettings
 
 
 def make_config(srv) -> RunConfig:
@@ -52,15 +53,13 @@ def test_tau2_run_dir_and_checkpoint_resume_through_replay(fake_server, tmp_path
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         config = make_config(srv)
         # 1. The agent's model fails at step 3: steps 1-2 (a read and the DB write) are checkpointed.
-        first = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(fail_after=2),
-                          checkpoint_interval_s=0.0)
+        first = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False, checkpoint_interval_s=0.0), client_factory=client_factory(fail_after=2))
         assert first.remaining == 1 and read_episodes(run) == []
         partial = PartialEpisode.model_validate_json(checkpoint_path(run, f"{RETAIL_TASK}#0").read_text())
         assert [s.t for s in partial.steps] == [1, 2] and partial.steps[1].info["kind"] == "tool"
         n_user_before = len(script.user_requests)
         # 2. Resume: tau2 replay of the checkpoint (DB write re-executed by set_state), no reset, then step 3.
-        second = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(),
-                           checkpoint_interval_s=0.0)
+        second = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False, checkpoint_interval_s=0.0), client_factory=client_factory())
     assert second.ok
     (ep,) = read_episodes(run)
     assert (ep.stop_reason, ep.outcome, ep.reward, ep.n_steps) == (StopReason.clean, 1, 1.0, 3)
@@ -111,10 +110,10 @@ def test_tau2_continuation_branches_replay_the_censored_prefix(fake_server, tmp_
         monkeypatch.setenv("OPENAI_API_BASE", srv.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         config = make_config(srv).model_copy(update={"step_budget": 2})
-        run_batch(config, tmp_path / "src", concurrency=1, progress=False, client_factory=client_factory())
+        run_batch(config, tmp_path / "src", settings=BatchSettings(concurrency=1, progress=False), client_factory=client_factory())
         (src,) = read_episodes(tmp_path / "src")
         assert src.stop_reason == StopReason.max_steps and src.n_steps == 2
-        report = run_continuations(tmp_path / "src", tmp_path / "cont", branches=2, extra_steps=2, progress=False,
+        report = run_continuations(tmp_path / "src", tmp_path / "cont", branches=2, extra_steps=2, settings=BatchSettings(progress=False),
                                    client_factory=client_factory())
     assert report.skipped == [] and report.n_branches_written == 2
     branches = sorted(read_episodes(tmp_path / "cont"), key=lambda e: e.episode_id)
@@ -158,8 +157,7 @@ def test_the_runs_timeout_bounds_the_simulated_users_calls(fake_server, tmp_path
     def run_once(out, faults, timeout_s):
         with fake_server(Script(SOLVED_AGENT, USER_LINES), faults=faults, timeout_sleep_s=4.0) as srv:
             monkeypatch.setenv("OPENAI_API_BASE", srv.base_url)
-            summary = run_batch(make_config(srv), out, concurrency=1, progress=False, client_factory=client_factory(),
-                                timeout_s=timeout_s)
+            summary = run_batch(make_config(srv), out, settings=BatchSettings(concurrency=1, progress=False, client=ClientSettings(timeout_s=timeout_s)), client_factory=client_factory())
             return summary, srv.n_requests
 
     plain, n_plain = run_once(tmp_path / "plain", [], 600.0)

@@ -34,6 +34,7 @@ from uqh.scoring import role_signals
 from uqh.scoring.export import tokens_df
 from uqh.scoring.registry import PREDICTORS
 from uqh.scoring.streams import run_data_from_records
+from uqh.harness.config.settings import BatchSettings
 
 REPO = Path(__file__).resolve().parents[1]
 K = 5
@@ -71,7 +72,7 @@ def test_user_sidecar_rows_equal_the_served_tokens(fake_server, tmp_path, env_en
     run = tmp_path / "run"
     with fake_server(script) as srv:
         env_endpoint(srv)
-        summary = run_batch(user_config(srv, direct=direct), run, concurrency=1, progress=False,
+        summary = run_batch(user_config(srv, direct=direct), run, settings=BatchSettings(concurrency=1, progress=False),
                             client_factory=client_factory())
     assert summary.ok
     # Every user request asked for logprobs; the agent sidecar has the agent's rows only.
@@ -110,7 +111,7 @@ def test_without_the_flag_there_is_no_user_sidecar_and_no_logprobs_asked(fake_se
         assert config.config_hash() == make_config(srv).model_copy(
             update={"user_api_base": srv.base_url}).config_hash()  # an unset flag leaves the hash as before
         assert "user_logprobs" not in config.model_dump_json()
-        assert run_batch(config, tmp_path / "run", concurrency=1, progress=False, client_factory=client_factory()).ok
+        assert run_batch(config, tmp_path / "run", settings=BatchSettings(concurrency=1, progress=False), client_factory=client_factory()).ok
     assert all("logprobs" not in r for r in script.user_requests)
     assert not (tmp_path / "run" / USER_SIDECAR_FILE).exists()
     reader = RunDir.open(tmp_path / "run")
@@ -130,14 +131,12 @@ def test_resume_keeps_the_checkpointed_opening_and_records_no_replayed_turn(fake
     with fake_server(script) as srv:
         env_endpoint(srv)
         config = user_config(srv, direct=True)
-        first = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(fail_after=2),
-                          checkpoint_interval_s=0.0)
+        first = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False, checkpoint_interval_s=0.0), client_factory=client_factory(fail_after=2))
         assert first.remaining == 1 and not (run / USER_SIDECAR_FILE).read_bytes()
         partial = PartialEpisode.model_validate_json(checkpoint_path(run, f"{RETAIL_TASK}#0").read_text())
         assert [(r.t, tokens_of(r)) for r in partial.user_sidecar] == [(0, served(f"{USER_OPEN} (take 1)"))]
         n_user = len(script.user_requests)
-        second = run_batch(config, run, concurrency=1, progress=False, client_factory=client_factory(),
-                           checkpoint_interval_s=0.0)
+        second = run_batch(config, run, settings=BatchSettings(concurrency=1, progress=False, checkpoint_interval_s=0.0), client_factory=client_factory())
     assert second.ok
     assert len(script.user_requests) - n_user == 1  # the reply to step 3: the opening was not asked again
     rows = list(RunDir.open(run).user_sidecar())
@@ -156,8 +155,8 @@ def test_continuation_branches_record_only_their_own_user_turns(fake_server, tmp
     with fake_server(script) as srv:
         env_endpoint(srv)
         config = user_config(srv, direct=True, step_budget=2)
-        run_batch(config, tmp_path / "src", concurrency=1, progress=False, client_factory=client_factory())
-        report = run_continuations(tmp_path / "src", tmp_path / "cont", branches=2, extra_steps=2, progress=False,
+        run_batch(config, tmp_path / "src", settings=BatchSettings(concurrency=1, progress=False), client_factory=client_factory())
+        report = run_continuations(tmp_path / "src", tmp_path / "cont", branches=2, extra_steps=2, settings=BatchSettings(progress=False),
                                    client_factory=client_factory())
     assert report.n_branches_written == 2
     src_rows = list(RunDir.open(tmp_path / "src").user_sidecar())

@@ -7,6 +7,7 @@ from uqh.domains.registry import get_domain_class
 from uqh.harness.config.build import prompt_sha256
 from uqh.harness.runner import run_batch
 from uqh.rundir.schema import DecodingConfig, RunConfig, StopReason
+from uqh.harness.config.settings import BatchSettings
 from run_files import read_episodes, read_manifest
 
 DOMAIN = get_domain_class("webshop")({})
@@ -71,7 +72,7 @@ def first_goal_with_options(k: int) -> list[str]:
 def test_perfect_shopper_succeeds_and_wrong_option_fails(fake_server, tmp_path):
     tasks = first_goal_with_options(1)
     with fake_server(shopper(wrong_option=False)) as srv:
-        summary = run_batch(config_for(tasks, srv.base_url), tmp_path / "good", concurrency=2, progress=False)
+        summary = run_batch(config_for(tasks, srv.base_url), tmp_path / "good", settings=BatchSettings(concurrency=2, progress=False))
     assert summary.ok
     eps = {e.task_id: e for e in read_episodes(tmp_path / "good")}
     for tid in tasks:
@@ -89,7 +90,7 @@ def test_perfect_shopper_succeeds_and_wrong_option_fails(fake_server, tmp_path):
     assert info["goals_sha256"] == DOMAIN.resources.goals_sha256 and info["split"] == "test"
 
     with fake_server(shopper(wrong_option=True)) as srv:
-        run_batch(config_for(tasks[:1], srv.base_url), tmp_path / "bad", concurrency=1, progress=False)
+        run_batch(config_for(tasks[:1], srv.base_url), tmp_path / "bad", settings=BatchSettings(concurrency=1, progress=False))
     (e,) = read_episodes(tmp_path / "bad")
     assert e.stop_reason == StopReason.clean and e.outcome == 0 and e.reward < 1.0
 

@@ -1,7 +1,10 @@
 """`uqh`: a thin command line over importable library functions.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
-those modules keep heavy imports (litellm, tau2, bm25s) inside functions so `uqh --help` is fast.
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``. The parser is
+built lazily (as inspect_ai's ``_cli/_lazy_group.py``): every command is listed from the :data:`COMMANDS` table (name,
+module, help text), and only the module of the command given is imported, so ``uqh --help`` imports none and
+``uqh COMMAND ...`` one. A command module may then import what its options need at module level; only what is slow
+to import (litellm, numpy, pandas, tau2, ...) stays inside the functions that use it.
 
 Whatever a command meets, the user gets one line on stderr, never a traceback: a :class:`UserError` exits 2,
 a :class:`RunDirWriteError` (or any other OS error) exits 1 with what to do, and SIGINT / SIGTERM
@@ -26,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("uqh.cli.score_command", "score run directories: TPS, censored extensions, diagnostics; compare runs"),
     "certify": ("uqh.cli.certify_command", "reliability level by self-consistency and conformal calibration"),
     "audit": ("uqh.cli.audit_command", "termination audit and selection diagnostic of run directories"),
+    "regenerate": ("uqh.cli.regenerate_command", "the paper's protocol in one go: every preset's run, continuations, "
+                   "one report (resumable; --quick: offline in minutes)"),
     "report": ("uqh.cli.report_command", "tables, figures and an HTML report for run directories"),
     "view": ("uqh.cli.view_command", "a local web viewer of run directories: runs, trajectories, token heatmaps (live)"),
     "export": ("uqh.cli.export_command", "episodes, steps, tokens and scores as Parquet/CSV tables for pandas"),
@@ -63,7 +68,17 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_of(argv: list[str]) -> str | None:
+    """The command named in ``argv``: its first word that is not an option (``uqh -v run ...`` -> ``run``), or None
+    when there is none (``uqh``, ``uqh --help``) or it is not a command (argparse then says so)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command listed; only ``command``'s module is imported and its options added."""
     parser = OneLineParser(
         prog="uqh",
         description="Run LLM agents on benchmarks recording every step's verbal confidence and token logprobs, "
@@ -75,16 +90,18 @@ def build_parser() -> argparse.ArgumentParser:
                              "slow calls (before the command: uqh -v run ...)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        if name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     _load_dotenv()
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):  # `uqh`, `uqh -v`: a usage mistake, so the help on stderr and exit 2
         parser.print_help(sys.stderr)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+
+from uqh.cli import arg_types
 from pathlib import Path
 
 
@@ -10,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
     p.add_argument("--out", type=Path, default=None, help="also write CSV + Markdown tables into this directory")
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the intervals (default 2000)")
+    p.add_argument("--bootstrap", type=arg_types.resamples, default=2000, help="bootstrap resamples for the intervals (default 2000)")
     add_format_argument(p)
 
 
@@ -32,11 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.reports.render import Output, emit, tables_json
     from uqh.rundir.errors import OutputWriteError, UserError
 
-    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
-    if args.bootstrap < 1:
-        raise UserError("--bootstrap must be at least 1")
+    check_runs_have_episodes(args.run_dirs)
     if args.out is not None:  # before the tables are computed and printed: a bad --out writes nothing
         from uqh.rundir.output_dir import check_output_dir
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from uqh.cli import arg_types
 from uqh.cli.arg_types import finite_float
 
 NO_ANSWER = "(no answer)"
@@ -32,12 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             "reliability level without a test split)")
     split.add_argument("--cal-ids", metavar="FILE",
                        help="calibration task ids, one per line (the rest is the test split)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the split, the tie-breaking and the bootstrap")
+    p.add_argument("--seed", type=arg_types.seed, default=0, help="seed of the split, the tie-breaking and the bootstrap")
     p.add_argument("--score", choices=("rank", "cp"), default="rank",
                    help="nonconformity score: rank (Definition 6.2, default) or cp (cumulative probability, 6.3)")
-    p.add_argument("--resplits", type=int, default=100, metavar="R",
+    p.add_argument("--resplits", type=arg_types.count_or_zero, default=100, metavar="R",
                    help="random re-splits for split stability (0: none)")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples of mean CIs (0: none)")
+    p.add_argument("--bootstrap", type=arg_types.resamples_or_none, default=1000, metavar="B", help="bootstrap resamples of mean CIs (0: none)")
     p.add_argument("--stop-delta", type=finite_float, default=0.05, metavar="DELTA",
                    help="level of the stopping rules replayed on the recorded samples (default 0.05)")
     v = p.add_mutually_exclusive_group()
@@ -180,8 +181,6 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--alpha must be in (0, 1), got {args.alpha}")
     if args.cal_frac is not None and not 0 < args.cal_frac <= 1:
         raise UserError(f"--cal-frac must be in (0, 1], got {args.cal_frac}")
-    if args.resplits < 0 or args.bootstrap < 0:
-        raise UserError("--resplits and --bootstrap must be >= 0")
     if not 0 < args.stop_delta < 1:
         raise UserError(f"--stop-delta must be in (0, 1), got {args.stop_delta}")
     if (args.verified or args.export_verification) and len(args.run_dirs) != 1:
@@ -247,8 +246,12 @@ def run(args: argparse.Namespace) -> int:
     import csv
     import sys
 
+    from uqh.cli.arguments import check_runs_have_episodes, print_reading_notes
+
     _check_args(args)
+    check_runs_have_episodes(args.run_dirs)
     done = [certify_run(d, args) for d in args.run_dirs]  # everything validated before anything is written
+    print_reading_notes("uqh certify", args.run_dirs)  # e.g. "N of M planned episodes, run in progress"
     results = [r for r, _, _, _ in done]
     if args.export_verification:
         from uqh.scoring.certify.certificate import calibration_mask

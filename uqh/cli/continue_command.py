@@ -11,9 +11,22 @@ With ``--qz-only`` no model is called: q_Z and the audit are recomputed from the
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shlex
+import sys
 from pathlib import Path
 
-from uqh.cli.arg_types import finite_float
+from uqh.cli import arg_types
+from uqh.cli.arguments import add_backend_arguments, print_endpoint_lines
+from uqh.harness.backends import make_backend
+from uqh.harness.config.build import endpoint_overrides
+from uqh.harness.config.settings import BatchSettings, ClientSettings
+from uqh.harness.continuation import PrefixSample, run_continuations
+from uqh.harness.sampling.branch_rules import parse_stop_rule
+from uqh.harness.store import lock as run_lock
+from uqh.reports.render import add_format_argument
+from uqh.rundir.errors import UserError
+from uqh.rundir.reader import RunDir, is_run_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,16 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="continue a seeded random sample of N max_steps episodes (the paper's H.2 protocol; all of "
                           "them when there are fewer), recorded in the manifest")
     sel.add_argument("--ids", nargs="+", metavar="ID", help="continue exactly these max_steps episode ids")
-    p.add_argument("--seed", type=int, metavar="S", help="seed of the --sample draw (default 0)")
+    p.add_argument("--seed", type=arg_types.seed, metavar="S", help="seed of the --sample draw (default 0)")
     p.add_argument("--min-valid", type=int, default=5,
                    help="resolved non-parse-error branches a prefix needs for an MC estimate (default 5)")
     p.add_argument("--out", required=True, metavar="CONT_DIR", help="continuation run directory (new or to resume)")
-    p.add_argument("--concurrency", type=int, help="branches in flight at once (default 8; 2 for local: models)")
-    p.add_argument("--workers", type=int, metavar="N",
+    p.add_argument("--concurrency", type=arg_types.count, help="branches in flight at once (default 8; 2 for local: models)")
+    p.add_argument("--workers", type=arg_types.count, metavar="N",
                    help="worker processes sharing --concurrency (default 1); with --backend ray: Ray actors "
                         "(default: one per CPU of the cluster)")
-    from uqh.cli.arguments import add_backend_arguments
-
     add_backend_arguments(p)
     p.add_argument("--api-base", action="append", metavar="URL",
                    help="override the source run's endpoint (e.g. a restarted server); repeat it for several "
@@ -53,131 +64,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "final step, label Y)")
     p.add_argument("--score", default="log", help="score rule of the audit (log, brier, beta:A,B; default log)")
     p.add_argument("--weights", default="linear-front", help="weight schedule of the audit (default linear-front)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the audit CIs (default 1000)")
+    p.add_argument("--bootstrap", type=arg_types.resamples, default=1000, help="bootstrap resamples of the audit CIs (default 1000)")
     p.add_argument("--qz-only", action="store_true", help="no model calls: recompute qz.jsonl and the audit")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
-    p.add_argument("--timeout", type=finite_float, metavar="S",
+    p.add_argument("--timeout", type=arg_types.timeout, metavar="S",
                    help="seconds one model call may take before it counts as failed (default 600; retried)")
-    p.add_argument("--max-retries", type=int, metavar="N",
+    p.add_argument("--max-retries", type=arg_types.count_or_zero, metavar="N",
                    help="retries of a transient model-call failure (default 6)")
-    from uqh.reports.render import add_format_argument
-
     add_format_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    import contextlib
-
     with contextlib.ExitStack() as lock_scope:  # CONT_DIR's writer lock, held until q_Z and the audit are written
         return _run(args, lock_scope)
 
 
-def _run(args: argparse.Namespace, lock_scope) -> int:
-    import sys
-    from pathlib import Path
+def batch_settings_from_args(args: argparse.Namespace) -> BatchSettings:
+    """How the branches run: the one :class:`uqh.harness.config.settings.BatchSettings` of the flags, as
+    ``uqh run`` builds it (each flag's range was checked by its type when parsed)."""
+    given = {k: v for k, v in (("timeout_s", args.timeout), ("max_retries", args.max_retries)) if v is not None}
+    return BatchSettings(concurrency=args.concurrency, workers=args.workers, backend=args.backend,
+                         ray_address=args.ray_address, progress=not args.no_progress, client=ClientSettings(**given))
 
-    from uqh.harness.store import lock as run_lock
-    from uqh.harness.continuation import PrefixSample, run_continuations
-    from uqh.rundir.errors import UserError
-    from uqh.rundir.reader import RunDir, is_run_dir
 
-    if args.bootstrap < 1:
-        raise UserError("--bootstrap must be at least 1")
+def _check_args(args: argparse.Namespace) -> None:
+    """What the flags' types cannot check alone; bad audit settings fail before any model call."""
+    from uqh.scoring.rules import parse_score
+    from uqh.scoring.weights import check_scheme
+
     if args.seed is not None and args.sample is None:
         raise UserError("--seed only seeds the --sample draw; add --sample N (or drop --seed)")
     if args.sample is not None and args.sample < 1:
         raise UserError("--sample must be at least 1")
-    if args.concurrency is not None and args.concurrency < 1:
-        raise UserError("--concurrency must be at least 1")
-    if args.workers is not None and args.workers < 1:
-        raise UserError("--workers must be at least 1")
-    from uqh.harness.backends import make_backend
-    from uqh.harness.config.build import endpoint_overrides
-
-    backend = make_backend(args.backend, workers=args.workers, ray_address=args.ray_address)
-    endpoints = endpoint_overrides(args.api_base, args.endpoints)
-    api_base = endpoints.get("api_bases") or endpoints.get("api_base")
     if args.min_valid < 1:
         raise UserError("--min-valid must be at least 1")
-    if args.max_retries is not None and args.max_retries < 0:
-        raise UserError("--max-retries must be >= 0")
-    if args.timeout is not None and not args.timeout > 0:
-        raise UserError("--timeout must be > 0 seconds")
-    from uqh.scoring.rules import parse_score
-    from uqh.scoring.weights import check_scheme
-
-    parse_score(args.score)  # bad audit settings fail before any model call
+    parse_score(args.score)
     check_scheme(args.weights)
-    from uqh.harness.sampling.branch_rules import parse_stop_rule
-
-    stop_rule = parse_stop_rule(args.stop_rule)
     if run_lock.is_held(Path(args.run_dir)):  # its prefixes are still being written: continue them once it ends
         raise UserError(f"{args.run_dir} is still being written by {run_lock.holder_text(Path(args.run_dir))}; "
                         "continue it once that run has finished")
-    if args.qz_only:
-        if not is_run_dir(args.out):
-            raise UserError(f"{args.out} is not a continuation run directory (no manifest.json); run `uqh continue` "
-                            "without --qz-only first")
-        cont = RunDir.open(args.out)
-        if not cont.is_continuation:
-            raise UserError(f"{args.out} is not a continuation run (its manifest has no continuation section)")
-        source = Path(cont.config.continuation["source_run_dir"])
-        if source.resolve() != Path(args.run_dir).resolve():
-            raise UserError(f"{args.out} continues the run {source}, not {args.run_dir}; pass that run directory")
-        lock_scope.enter_context(run_lock.hold(Path(args.out)))  # q_Z and the audit are written there
-    else:
-        report = run_continuations(
-            Path(args.run_dir),
-            Path(args.out),
-            branches=args.branches,
-            extra_steps=args.extra_steps,
-            n_prefixes=args.prefixes,
-            ids=args.ids,
-            concurrency=args.concurrency,
-            api_base=api_base,
-            progress=not args.no_progress,
-            lock_scope=lock_scope,
-            timeout_s=args.timeout,
-            max_retries=args.max_retries,
-            stop_rule=stop_rule,
-            workers=args.workers or 1,
-            backend=backend,
-            sample=PrefixSample(args.sample, args.seed or 0) if args.sample is not None else None,
-        )
-        if report.grown_from is not None:
-            print(f"--branches {args.branches}: {args.out} had {report.grown_from} per prefix; its finished branches "
-                  "are kept")
-        for s in report.skipped:
-            print(f"skipped {s.episode_id}: {s.reason}")
-        how = f"sampled with seed {args.seed or 0}" if args.sample is not None else "selected"
-        print(
-            f"{report.n_prefixes} prefixes {how}, {len(report.skipped)} skipped (not replayable), "
-            f"{report.n_branches_written} branches written to {args.out}"
-        )
-        if report.decisions:
-            print(stop_summary(report))
-        from uqh.cli.arguments import print_endpoint_lines
 
-        print_endpoint_lines(report.summary)
-        stopped = report.summary.stopped if report.summary is not None else None
-        if stopped is not None:
-            print(f"uqh continue: {stopped.message}; {report.n_branches_missing} branches not finished; {stopped.hint}",
-                  file=sys.stderr)
-            return stopped.exit_code
-        if report.n_branches_missing:
-            print(f"{report.n_branches_missing} branches did not finish (model failures); re-run the command to resume")
-    estimate, _ = audit_continuation(
-        args.out,
-        min_valid=args.min_valid,
-        method=args.qz_method,
-        rule=args.score,
-        weights=args.weights,
-        n_boot=args.bootstrap,
-        train_complete=args.plugin_train_complete,
-    )
-    from uqh.reports.continuation_audit import audit_output
+
+def _run(args: argparse.Namespace, lock_scope: contextlib.ExitStack) -> int:
+    from uqh.reports.continuation_audit import audit_continuation, audit_output
     from uqh.reports.render import emit
 
+    settings = batch_settings_from_args(args)
+    _check_args(args)
+    stop_rule = parse_stop_rule(args.stop_rule)
+    if args.qz_only:
+        _check_qz_only(args)
+        lock_scope.enter_context(run_lock.hold(Path(args.out)))  # q_Z and the audit are written there
+    else:
+        code = _continue(args, settings, stop_rule, lock_scope)
+        if code:
+            return code
+    estimate, _ = audit_continuation(args.out, min_valid=args.min_valid, method=args.qz_method, rule=args.score,
+                                     weights=args.weights, n_boot=args.bootstrap,
+                                     train_complete=args.plugin_train_complete)
     emit(audit_output(estimate.audit), args.format)
     stream = sys.stderr if args.format in ("json", "csv") else sys.stdout
     for line in next_steps(estimate, Path(args.out), args):
@@ -185,12 +129,54 @@ def _run(args: argparse.Namespace, lock_scope) -> int:
     return 0
 
 
+def _check_qz_only(args: argparse.Namespace) -> None:
+    """``--qz-only``: CONT_DIR must be a continuation run of RUN_DIR."""
+    if not is_run_dir(args.out):
+        raise UserError(f"{args.out} is not a continuation run directory (no manifest.json); run `uqh continue` "
+                        "without --qz-only first")
+    cont = RunDir.open(args.out)
+    if not cont.is_continuation:
+        raise UserError(f"{args.out} is not a continuation run (its manifest has no continuation section)")
+    source = Path(cont.config.continuation["source_run_dir"])
+    if source.resolve() != Path(args.run_dir).resolve():
+        raise UserError(f"{args.out} continues the run {source}, not {args.run_dir}; pass that run directory")
+
+
+def _continue(args: argparse.Namespace, settings: BatchSettings, stop_rule, lock_scope) -> int:
+    """Run the branches and print what was done; the exit code when the batch stopped early, else 0."""
+    backend = make_backend(settings.backend, workers=settings.workers, ray_address=settings.ray_address)
+    endpoints = endpoint_overrides(args.api_base, args.endpoints)
+    report = run_continuations(
+        Path(args.run_dir), Path(args.out), branches=args.branches, extra_steps=args.extra_steps,
+        n_prefixes=args.prefixes, ids=args.ids, api_base=endpoints.get("api_bases") or endpoints.get("api_base"),
+        settings=settings, lock_scope=lock_scope, stop_rule=stop_rule, backend=backend,
+        sample=PrefixSample(args.sample, args.seed or 0) if args.sample is not None else None,
+    )
+    if report.grown_from is not None:
+        print(f"--branches {args.branches}: {args.out} had {report.grown_from} per prefix; its finished branches "
+              "are kept")
+    for s in report.skipped:
+        print(f"skipped {s.episode_id}: {s.reason}")
+    how = f"sampled with seed {args.seed or 0}" if args.sample is not None else "selected"
+    print(f"{report.n_prefixes} prefixes {how}, {len(report.skipped)} skipped (not replayable), "
+          f"{report.n_branches_written} branches written to {args.out}")
+    if report.decisions:
+        print(stop_summary(report))
+    print_endpoint_lines(report.summary)
+    stopped = report.summary.stopped if report.summary is not None else None
+    if stopped is not None:
+        print(f"uqh continue: {stopped.message}; {report.n_branches_missing} branches not finished; {stopped.hint}",
+              file=sys.stderr)
+        return stopped.exit_code
+    if report.n_branches_missing:
+        print(f"{report.n_branches_missing} branches did not finish (model failures); re-run the command to resume")
+    return 0
+
+
 def next_steps(estimate, out, args: argparse.Namespace) -> list[str]:
     """What the q_Z file is good for, as a command that works with what it holds: every censored prefix has an
     estimate -> the exact censored score; some -> the same with the others excluded; none -> say so, and the
     simple censored score meanwhile."""
-    import shlex
-
     c = estimate.audit.counts
     q = shlex.quote
     # both paths as the user gave them (the source as on the command line, not the resolved path the manifest keeps)
@@ -229,18 +215,3 @@ def stop_summary(report) -> str:
     if by[None]:
         line += f"; {by[None]} prefixes open (a round did not finish; re-run to resume)"
     return line
-
-
-def audit_continuation(cont_dir, *, write: bool = True, **options):
-    """q_Z and the audit of a continuation run (:func:`uqh.scoring.qz.run_estimate.estimate_qz`, options as there), its
-    files written unless ``write=False``. Returns (estimate, the audit's Markdown text)."""
-    from uqh.harness.store.writer import write_continuation_audit
-    from uqh.reports.continuation_audit import audit_text
-    from uqh.rundir.reader import RunDir
-    from uqh.scoring.qz.run_estimate import estimate_qz
-
-    estimate = estimate_qz(RunDir.open(cont_dir), **options)
-    text = audit_text(estimate.audit)
-    if write:
-        write_continuation_audit(Path(cont_dir), estimate.records, estimate.audit.model_dump_json(indent=2), text)
-    return estimate, text

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import argparse
 
+from uqh.cli import arg_types
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
     p.add_argument("--to", required=True, metavar="DIR", help="output directory (created; our files overwritten)")
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="file format (default parquet)")
     p.add_argument("--tokens", action="store_true", help="also write one row per generated token (large)")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+    p.add_argument("--bootstrap", type=arg_types.resamples_or_none, default=1000, metavar="N",
                    help="bootstrap resamples of the scores' CIs (default 1000; 0: none)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--seed", type=arg_types.seed, default=0, help="bootstrap seed")
     p.add_argument("--probes", action="append", metavar="DIR",
                    help="probe directory written by `uqh probe` (repeatable): its values fill the p_true column")
     p.add_argument("--censoring", choices=("exclude", "simple"), default="exclude",
@@ -49,12 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.export import FRAMES, export_frames
     from uqh.scoring.pipeline import ScoreOptions
 
-    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     print_reading_notes("uqh export", args.run_dirs)
-    if args.bootstrap < 0:
-        raise UserError("--bootstrap must be >= 0")
     to = Path(args.to)
     check_destination(to)
     for d in args.run_dirs:

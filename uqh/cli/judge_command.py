@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from uqh.cli import arg_types
 from uqh.cli.arg_types import finite_float
 from uqh.cli.arguments import sidecar_summary_lines
 from uqh.rundir.judgments import JudgeMetric
@@ -32,17 +33,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--api-base", metavar="URL", help="OpenAI-compatible endpoint for --judge-model")
     j.add_argument("--metrics", default=ALL_METRICS, metavar="LIST",
                    help=f"comma-separated judges (default all: {ALL_METRICS})")
-    j.add_argument("--repeats", type=int, default=1, metavar="R", help="independent judgments per episode and judge "
+    j.add_argument("--repeats", type=arg_types.count, default=1, metavar="R", help="independent judgments per episode and judge "
                    "(default 1; 2+ for the stability analysis)")
-    j.add_argument("--limit", type=int, metavar="N",
+    j.add_argument("--limit", type=arg_types.count, metavar="N",
                    help="judge only the first N episodes of each run (canonical order)")
-    j.add_argument("--concurrency", type=int, metavar="C", help="judge calls in flight (default 8; 2 for local:)")
-    j.add_argument("--timeout", type=finite_float, metavar="S",
+    j.add_argument("--concurrency", type=arg_types.count, metavar="C", help="judge calls in flight (default 8; 2 for local:)")
+    j.add_argument("--timeout", type=arg_types.timeout, metavar="S",
                    help="seconds one judge call may take before it counts as failed (default 600; retried)")
     j.add_argument("--temperature", type=finite_float, metavar="T", help="judge sampling temperature (default 0.2)")
-    j.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
+    j.add_argument("--max-tokens", type=arg_types.count, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"judge completion cap (default {DEFAULT_MAX_TOKENS})")
-    j.add_argument("--seed", type=int, metavar="N",
+    j.add_argument("--seed", type=arg_types.seed, metavar="N",
                    help="judge seed (default 42); each judgment's seed derives from it")
     j.add_argument("--reasoning", action="store_true", help="ask the provider to enable reasoning")
     j.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
@@ -55,15 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="report output: table (rich), md (Markdown), json or csv (every table stacked)")
     r.add_argument("--markdown", action="store_const", const="md", dest="format", help="alias for --format md")
     r.add_argument("--tables", metavar="DIR", help="also write every report table as CSV + Markdown, and the JSON")
-    r.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples of the CIs")
-    r.add_argument("--bootstrap-seed", type=int, default=0, metavar="N", help="bootstrap seed (default 0)")
-
-
-def _positive(name: str, value, minimum: int = 1) -> None:
-    from uqh.rundir.errors import UserError
-
-    if value is not None and value < minimum:
-        raise UserError(f"{name} must be >= {minimum}, got {value}")
+    r.add_argument("--bootstrap", type=arg_types.resamples_or_none, default=1000, metavar="N", help="bootstrap resamples of the CIs")
+    r.add_argument("--bootstrap-seed", type=arg_types.seed, default=0, metavar="N", help="bootstrap seed (default 0)")
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -71,13 +65,8 @@ def _validate(args: argparse.Namespace) -> None:
 
     from uqh.rundir.errors import UserError
 
-    for name in ("--repeats", "--limit", "--concurrency", "--max-tokens"):
-        _positive(name, getattr(args, name[2:].replace("-", "_")))
-    _positive("--bootstrap", args.bootstrap, 0)
     if args.temperature is not None and args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
-    if args.timeout is not None and not args.timeout > 0:
-        raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if not args.judge_model and not args.report:
         raise UserError("give --judge-model MODEL to judge, or --report to analyse the judgments in --out")
     if args.judge_model and not args.run_dirs:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from uqh.cli.arg_types import finite_float
+from uqh.cli import arg_types
 from uqh.cli.arguments import sidecar_summary_lines
 
 
@@ -31,11 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model that answers the probe (usually the agent's own: openai/NAME with --api-base, or "
                         "local:smollm2)")
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible endpoint for --model")
-    p.add_argument("--limit", type=int, metavar="N", help="probe only the first N episodes of each run")
-    p.add_argument("--top-logprobs", type=int, default=10, metavar="K",
+    p.add_argument("--limit", type=arg_types.count, metavar="N", help="probe only the first N episodes of each run")
+    p.add_argument("--top-logprobs", type=arg_types.top_logprobs, default=10, metavar="K",
                    help="alternatives asked for at the answer token (default 10)")
-    p.add_argument("--concurrency", type=int, metavar="C", help="calls in flight (default 8; 2 for local:)")
-    p.add_argument("--timeout", type=finite_float, metavar="S",
+    p.add_argument("--concurrency", type=arg_types.count, metavar="C", help="calls in flight (default 8; 2 for local:)")
+    p.add_argument("--timeout", type=arg_types.timeout, metavar="S",
                    help="seconds one probe call (echo, forced or chat) may take before it counts as failed "
                         "(default 600; retried)")
     p.add_argument("--surprise-method", choices=("auto", "echo", "forced", "replay"), metavar="METHOD",
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "/v1/completions echo, else grammar-forced decoding on a local: model (llama-server), else "
                         "the exact chat replay; echo, forced (any server taking a llama.cpp GBNF 'grammar') or "
                         "replay: that method only")
-    p.add_argument("--seed", type=int, default=42, metavar="N", help="probe seed; each call's seed derives from it")
+    p.add_argument("--seed", type=arg_types.seed, default=42, metavar="N", help="probe seed; each call's seed derives from it")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
 
@@ -61,12 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from uqh.rundir.errors import UserError
     from uqh.rundir.probes import ProbeDir, ProbeKind
 
-    for name in ("limit", "concurrency", "top_logprobs"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if args.timeout is not None and not args.timeout > 0:
-        raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    if args.top_logprobs < 1:  # the probe reads the answer token's alternatives: it needs some
+        raise UserError(f"--top-logprobs must be >= 1 for a probe, got {args.top_logprobs}")
     if args.surprise_method is not None and args.probe != "observation_surprise":
         raise UserError("--surprise-method applies to --probe observation_surprise only")
     check_endpoint_url("--api-base", args.api_base)  # no credentials or query string: they would be recorded

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import argparse
+
+from uqh.cli import arg_types
 from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
     p.add_argument("--out", type=Path, required=True, help="output directory (created; files are overwritten)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--bootstrap", type=arg_types.resamples, default=1000, help="paired bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=arg_types.seed, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--max-traces", type=int, default=300, help="trajectories per run in the HTML trace explorer")
     p.add_argument("--pool", action="store_true", help="also score runs of the same dataset pooled (Tau2's domains)")
     p.add_argument("--q-z", dest="q_z", type=Path, action="append", default=[], metavar="FILE",
@@ -34,11 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.rundir.errors import UserError
     from uqh.reports.report.write_report import ReportOptions, build_report
 
-    from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
-    if args.bootstrap < 1:
-        raise UserError("--bootstrap must be at least 1")
+    check_runs_have_episodes(args.run_dirs)
     if args.max_traces < 0:
         raise UserError("--max-traces must be >= 0")
     if args.min_valid < 1:

@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from uqh.cli import arg_types
 from uqh.cli.arg_types import finite_float
 from uqh.cli.arguments import add_backend_arguments, print_endpoint_lines
-from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS
+from uqh.domains.registry import domain_names, get_domain_class
+from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS, endpoint_overrides
+from uqh.harness.config.plan import plan, run_plan
+from uqh.harness.config.presets import get_preset
+from uqh.harness.config.settings import BatchSettings, ClientSettings, DecodingOverrides, RunOverrides, RunSettings
+from uqh.harness.progress import duration_text
+from uqh.harness.sampling.consensus import earliest_stop
+from uqh.rundir.errors import UserError
+
+if TYPE_CHECKING:
+    from uqh.harness.launch import PreparedRun, RunResult
 
 #: The QA flags: aliases of domain options (`-D key=value` sets the same option).
 DOMAIN_OPTION_FLAGS = {"data": "--data", "retrieval": "--retrieval", "es_url": "--es-url", "es_index": "--es-index",
@@ -36,12 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--domain", help="domain name (arithmetic, strategyqa, hotpotqa, tau2-airline, ...)")
     g.add_argument("--preset", help="start from a paper preset (see uqh/harness/config/presets.py); flags override it")
     sel = g.add_mutually_exclusive_group()
-    sel.add_argument("--tasks", type=int, metavar="N", help="the domain's first/sampled N tasks")
+    sel.add_argument("--tasks", type=arg_types.count, metavar="N", help="the domain's first/sampled N tasks")
     sel.add_argument("--task-ids", metavar="A,B,...", help="comma-separated task ids")
-    g.add_argument("--samples", type=int, metavar="K", help="episodes per task (default 1)")
+    g.add_argument("--samples", type=arg_types.count, metavar="K", help="episodes per task (default 1)")
     g.add_argument("--agent", metavar="NAME",
                    help="the agent: react (default; the paper's four-tag text loop) or tools (native function "
-                        "calling, a required confidence argument on every tool; docs/agents.md)")
+                        "calling, a required confidence argument on every tool)")
     g.add_argument("--stop-on-consensus", type=finite_float, metavar="DELTA",
                    help="sequential sampling: stop drawing a task's samples once its mode (canonical answer) is "
                         "certified at error level DELTA (Mouzouni's reliability certification, §9)")
@@ -50,8 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "hoeffding (the paper's Theorem 9.1 as printed: never stops before 20 samples at 0.05)")
     g.add_argument("--split", help="dataset split (domain default if omitted)")
     g.add_argument("--data", metavar="PATH", help="local data file for the domain")
-    g.add_argument("--step-budget", type=int, metavar="B", help="max steps per episode (default: the domain's)")
-    g.add_argument("--observation-chars", type=int, metavar="N",
+    g.add_argument("--step-budget", type=arg_types.count, metavar="B", help="max steps per episode (default: the domain's)")
+    g.add_argument("--observation-chars", type=arg_types.count, metavar="N",
                    help="cut observations to N chars (default: the domain's, 420; WebShop and Tau2 do not cut)")
     g.add_argument("-D", "--domain-option", action="append", default=[], metavar="KEY=VALUE", dest="domain_option",
                    help="set a domain option (repeatable; see --list-options)")
@@ -72,11 +84,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "them to user_logprobs.jsonl (Tau2)")
     m.add_argument("--temperature", type=finite_float)
     m.add_argument("--top-p", type=finite_float)
-    m.add_argument("--seed", type=int, help="run seed (default 42); per-episode seeds derive from it")
-    m.add_argument("--max-tokens", type=int,
+    m.add_argument("--seed", type=arg_types.seed, help="run seed (default 42); per-episode seeds derive from it")
+    m.add_argument("--max-tokens", type=arg_types.count,
                    help=f"completion cap (default 512; for local: models {LOCAL_GRAMMAR_MAX_TOKENS}, "
                         f"{LOCAL_MAX_TOKENS} with --no-grammar)")
-    m.add_argument("--top-logprobs", type=int)
+    m.add_argument("--top-logprobs", type=arg_types.top_logprobs,
+                   help="top alternatives per generated token (0-20; default 5)")
     m.add_argument("--no-logprobs", action="store_true", help="do not request token logprobs")
     m.add_argument("--grammar", action=argparse.BooleanOptionalAction, default=None,
                    help="force the four-tag shape with a llama.cpp GBNF grammar (default: on for local: models, off "
@@ -94,30 +107,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     x = p.add_argument_group("execution")
     x.add_argument("--out", metavar="DIR", help="run directory (created, or resumed if it holds this run)")
-    x.add_argument("--concurrency", type=int, metavar="C", help="episodes in flight (default 8; 2 for local:)")
-    x.add_argument("--workers", type=int, metavar="N",
+    x.add_argument("--concurrency", type=arg_types.count, metavar="C", help="episodes in flight (default 8; 2 for local:)")
+    x.add_argument("--workers", type=arg_types.count, metavar="N",
                    help="worker processes sharing --concurrency (default 1; use 2+ when one process is CPU-bound); "
                         "with --backend ray: Ray actors (default: one per CPU of the cluster)")
     add_backend_arguments(x)
     x.add_argument("--no-progress", action="store_true", help="no progress bar / lines")
     x.add_argument("--no-checkpoints", action="store_true", help="do not checkpoint in-flight episodes")
-    x.add_argument("--timeout", type=finite_float, metavar="S",
+    x.add_argument("--timeout", type=arg_types.timeout, metavar="S",
                    help="seconds one model call (the agent's, and a simulated user's) may take before it counts as "
                         "failed (default 600; retried)")
-    x.add_argument("--max-retries", type=int, metavar="N",
+    x.add_argument("--max-retries", type=arg_types.count_or_zero, metavar="N",
                    help="retries of a transient model-call failure (429, 5xx, timeout...; default 6)")
-    x.add_argument("--breaker-failures", type=int, metavar="N",
+    x.add_argument("--breaker-failures", type=arg_types.count, metavar="N",
                    help="circuit breaker: stop the batch after N transient failures in a row across all endpoints "
                         "(default 12) ...")
-    x.add_argument("--breaker-window", type=finite_float, metavar="S",
+    x.add_argument("--breaker-window", type=arg_types.seconds, metavar="S",
                    help="... once no call has succeeded for S seconds either (default 120)")
     x.add_argument("--dry-run", action="store_true", help="validate and print the plan; call no model, write nothing")
 
 
 def parse_domain_options(items: list[str]) -> dict[str, Any]:
     """``-D key=value`` items -> {key: value}; the value is JSON when it parses (3, true, null), else the string."""
-    from uqh.rundir.errors import UserError
-
     options: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -133,11 +144,8 @@ def parse_domain_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
-def overrides_from_args(args: argparse.Namespace):
-    """The :class:`uqh.harness.config.build.RunOverrides` of the parsed flags."""
-    from uqh.harness.config.build import DecodingOverrides, RunOverrides
-    from uqh.rundir.errors import UserError
-
+def overrides_from_args(args: argparse.Namespace) -> RunOverrides:
+    """What to run, from the parsed flags: the :class:`uqh.harness.config.settings.RunOverrides` of a preset."""
     domain_options = parse_domain_options(args.domain_option)
     for key, flag in DOMAIN_OPTION_FLAGS.items():
         value = getattr(args, key)
@@ -154,8 +162,6 @@ def overrides_from_args(args: argparse.Namespace):
         top_logprobs=args.top_logprobs, logprobs=False if args.no_logprobs else None, grammar=args.grammar,
         reasoning=args.reasoning,
     )
-    from uqh.harness.config.build import endpoint_overrides
-
     return RunOverrides(
         domain=args.domain, split=args.split, tasks=args.tasks, task_ids=task_ids, samples=args.samples,
         step_budget=args.step_budget, observation_chars=args.observation_chars, model=args.model,
@@ -166,10 +172,20 @@ def overrides_from_args(args: argparse.Namespace):
     )
 
 
+def settings_from_args(args: argparse.Namespace) -> RunSettings:
+    """The one :class:`uqh.harness.config.settings.RunSettings` of ``uqh run``'s flags (each flag's range was
+    checked by its type when parsed); it is passed down unchanged to the model client."""
+    given = {k: v for k, v in (("timeout_s", args.timeout), ("max_retries", args.max_retries),
+                               ("breaker_failures", args.breaker_failures),
+                               ("breaker_window_s", args.breaker_window)) if v is not None}
+    batch = BatchSettings(concurrency=args.concurrency, workers=args.workers, backend=args.backend,
+                          ray_address=args.ray_address, progress=not args.no_progress,
+                          checkpoints=not args.no_checkpoints, client=ClientSettings(**given))
+    return RunSettings(preset=args.preset, run=overrides_from_args(args), batch=batch)
+
+
 def options_text(domain_names: list[str]) -> str:
     """The ``--list-options`` text: each domain's options with type, default, alias flag and description."""
-    from uqh.domains.registry import get_domain_class
-
     blocks = []
     for name in domain_names:
         cls = get_domain_class(name)
@@ -189,22 +205,16 @@ def options_text(domain_names: list[str]) -> str:
 
 
 def _list_options(args: argparse.Namespace) -> str:
-    from uqh.domains.registry import domain_names, get_domain_class
-
     if args.domain:
         get_domain_class(args.domain)  # unknown name: UserError
         return options_text([args.domain])
     if args.preset:
-        from uqh.harness.config.presets import get_preset
-
         return options_text([get_preset(args.preset).domain])
     return options_text(domain_names())
 
 
 def _stopping_text(config) -> str:
     """How sequential sampling is set, and the fewest samples after which it can stop a task."""
-    from uqh.harness.sampling.consensus import earliest_stop
-
     stop = config.consensus_stopping
     first = earliest_stop([], stop.rule, stop.delta, config.samples_per_task)
     when = (f"a task can stop after {first} unanimous samples" if first is not None
@@ -224,8 +234,6 @@ def tasks_note(config, requested: int | None) -> str | None:
 def summary_rows(summary) -> list[tuple[str, str]]:
     """The run summary of ``uqh run`` as (label, text) rows. Counts of the whole run (a resume included) come first,
     then what this invocation did; a row per endpoint would go after "model calls"."""
-    from uqh.harness.progress import duration_text
-
     s = summary.stats
     planned = summary.planned - summary.skipped
     skipped = (f"; {summary.skipped} of {summary.planned} planned samples skipped by sequential sampling"
@@ -266,86 +274,50 @@ def summary_lines(summary) -> list[str]:
 def next_hint(run_dir: Path) -> str:
     """What to do with a finished run: score it, then the report and the DataFrame export (commands that work as
     printed, from the same working directory)."""
-    import shlex
-
     q = shlex.quote
     base = str(run_dir).rstrip("/")
     return (f"next           uqh score {q(base)}   (then: uqh report {q(base)} --out {q(base + '-report')}; "
             f"uqh export {q(base)} --to {q(base + '-export')})")
 
 
+def execution_text(prepared: PreparedRun) -> str:
+    """The dry run's execution line: concurrency, where the episodes run, the per-call limits."""
+    batch = prepared.settings.batch
+    if prepared.backend.name == "ray":
+        actors = f"{batch.workers} actors" if batch.workers else "one actor per CPU"
+        where = f"backend ray at {batch.ray_address or 'a local instance'}, {actors}"
+    else:
+        where = f"workers {batch.workers or 1}"
+    return (f"concurrency {prepared.concurrency}, {where}; per call: timeout {batch.client.timeout_s:g} s, "
+            f"{batch.client.max_retries} retries")
+
+
 def run(args: argparse.Namespace) -> int:
-    from uqh.harness.config.build import check_positive, resolve_config, run_dir_of
-    from uqh.harness.backends.context import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
-    from uqh.harness.runner import default_concurrency, run_batch
-    from uqh.rundir.errors import UserError
+    # the write path (runner, backends, model client) is imported only to run: `uqh run --help` stays fast
+    from uqh.harness.launch import execute, prepare
 
     if args.list_options:
         print(_list_options(args), end="")
         return 0
-    overrides = overrides_from_args(args)
-    check_positive("--concurrency", args.concurrency)
-    check_positive("--workers", args.workers)
-    from uqh.harness.backends import make_backend
-
-    backend = make_backend(args.backend, workers=args.workers, ray_address=args.ray_address)
-    check_positive("--max-retries", args.max_retries, 0)
-    if args.timeout is not None and not args.timeout > 0:
-        raise UserError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
-    if args.dry_run and args.preset:  # a preset (or group) plan: every flag above was checked first
-        from uqh.harness.config.plan import plan
-
-        print(plan(args.preset, overrides=overrides), end="")
+    settings = settings_from_args(args)  # every flag is checked here, before any plan or run
+    if args.dry_run and args.preset:  # a preset (or group) plan
+        print(plan(args.preset, overrides=settings.run), end="")
         return 0
-    timeout_s = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S
-    max_retries = args.max_retries if args.max_retries is not None else DEFAULT_MAX_RETRIES
-    check_positive("--breaker-failures", args.breaker_failures)
-    if args.breaker_window is not None and not args.breaker_window >= 0:
-        raise UserError(f"--breaker-window must be >= 0 seconds, got {args.breaker_window:g}")
-    from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
-
-    breaker = dict(breaker_failures=args.breaker_failures or DEFAULT_BREAKER_FAILURES,
-                   breaker_window_s=DEFAULT_BREAKER_WINDOW_S if args.breaker_window is None else args.breaker_window)
-    preset = None
-    if args.preset:
-        from uqh.harness.config.presets import get_preset
-
-        preset = get_preset(args.preset)
-    config = resolve_config(preset, overrides)
-    backend.check(config)
-    out = run_dir_of(preset, overrides)
-    concurrency = args.concurrency or default_concurrency(config.model)
-    requested = args.tasks if args.tasks is not None else (preset.n_tasks if preset and args.task_ids is None else None)
-    note = tasks_note(config, requested)
+    prepared = prepare(settings)
+    note = tasks_note(prepared.config, prepared.requested_tasks)
     if args.dry_run:
-        if backend.name == "ray":
-            actors = f"{args.workers} actors" if args.workers else "one actor per CPU"
-            where = f"backend ray at {args.ray_address or 'a local instance'}, {actors}"
-        else:
-            where = f"workers {args.workers or 1}"
-        execution = (f"concurrency {concurrency}, {where}; per call: timeout {timeout_s:g} s, "
-                     f"{max_retries} retries")
-        from uqh.harness.config.plan import run_plan
-
-        stopping = _stopping_text(config) if config.consensus_stopping is not None else ""
-        print(run_plan(config, out, note=note, execution=execution, stopping=stopping), end="")
+        stopping = _stopping_text(prepared.config) if prepared.config.consensus_stopping is not None else ""
+        print(run_plan(prepared.config, prepared.out, note=note, execution=execution_text(prepared),
+                       stopping=stopping), end="")
         return 0
-
     if note:
         print(f"uqh run: note: {note}", file=sys.stderr)
-    with backend:
-        summary = run_batch(
-            config,
-            out,
-            concurrency=concurrency,
-            workers=args.workers or 1,
-            progress=not args.no_progress,
-            checkpoints=not args.no_checkpoints,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            backend=backend,
-            **breaker,
-        )
+    return render_result(execute(prepared))
+
+
+def render_result(result: RunResult) -> int:
+    """Print the run's summary (stdout) and why it stopped (stderr); the exit code."""
+    summary, config = result.summary, result.config
     print("\n".join(summary_lines(summary)), flush=True)
     print_endpoint_lines(summary)
     s = summary.stats
@@ -366,5 +338,5 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     if summary.finished_before + s.done:
-        print(next_hint(out))
+        print(next_hint(result.run_dir))
     return 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from uqh.cli import arg_types
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
@@ -38,8 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "them (counted)")
     p.add_argument("--include-parse-errors", action="store_true",
                    help="sensitivity analysis (Appendix G.2): score parse_error trajectories as censored")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="paired bootstrap resamples (0: none)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--bootstrap", type=arg_types.resamples_or_none, default=1000, metavar="N", help="paired bootstrap resamples (0: none)")
+    p.add_argument("--seed", type=arg_types.seed, default=0, help="bootstrap seed")
     p.add_argument("--no-auq", action="store_true", help="omit the scalar AUQ aggregator table (Φ_last, Φ_avg, Φ_min)")
     p.add_argument("--fixed-rank", action="store_true", help="add the fixed-rank analysis of Appendix E")
     p.add_argument("--pooled", action="store_true", help="also score all RUN_DIRs pooled into one sample")
@@ -51,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agentuq-conventions", action="store_true",
                    help="agentuq's conventions instead of uqh's: every call of a step (repairs and failed calls) in "
                         "the per-role summaries, entropy in nats with a token without top-k counted as 0, the "
-                        "final user reply at the last step, AUARC ties in input order (docs/scoring.md)")
+                        "final user reply at the last step, AUARC ties in input order")
     p.add_argument("--paired", action="store_true",
                    help="compare each RUN_DIR with the first on the task ids both ran: Δ per metric with a 95%% CI "
                         "by paired bootstrap over the shared tasks (is model B better calibrated than model A?)")
@@ -82,8 +84,6 @@ def options_from_args(args: argparse.Namespace):
     if len({r.name for r in rules}) != len(rules):
         raise UserError("the same --score was given twice")
     check_scheme(args.weights)
-    if args.bootstrap < 0:
-        raise UserError("--bootstrap must be >= 0")
     if args.censoring == "exact":
         if not args.q_z:
             raise UserError("--censoring exact needs --q-z FILE (the q_Z file written by `uqh continue`)")
@@ -159,9 +159,10 @@ def run(args: argparse.Namespace) -> int:
     from uqh.scoring.pipeline import pool_runs, score_run
     from uqh.scoring.streams import load_run
 
-    from uqh.cli.arguments import check_distinct_runs, run_notes
+    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, run_notes
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     opts = options_from_args(args)
     if args.paired and len(args.run_dirs) < 2:
         raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")

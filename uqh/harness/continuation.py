@@ -34,6 +34,7 @@ from uqh.domains.base import ReplayMismatch, Runtime
 from uqh.harness.config.build import build_domain, check_endpoint_list
 from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import Branch, EpisodeSpec, branch_episode_id, derive_seed, open_episode
+from uqh.harness.config.settings import BatchSettings
 from uqh.harness.model.llama_server import check_local_model, resolve_model
 from uqh.harness.runner import run_batch
 from uqh.harness.sampling.branch_rules import FIXED, StopRule, decide, parse_stop_rule, resolved_outcome
@@ -335,15 +336,11 @@ def run_continuations(
     extra_steps: int | None = None,
     n_prefixes: int | None = None,
     ids: Sequence[str] | None = None,
-    concurrency: int | None = None,
     api_base: str | Sequence[str] | None = None,
-    progress: bool = True,
+    settings: BatchSettings = BatchSettings(),
     client_factory=None,
     lock_scope: contextlib.ExitStack | None = None,
-    timeout_s: float | None = None,
-    max_retries: int | None = None,
     stop_rule: str | StopRule = FIXED,
-    workers: int = 1,
     backend: Any = None,
     sample: PrefixSample | None = None,
 ) -> ContinueReport:
@@ -356,8 +353,8 @@ def run_continuations(
     (:mod:`uqh.harness.sampling.branch_rules`): ``fixed`` runs all ``branches`` at once; ``ci:H`` runs them in rounds and stops
     a prefix early (:func:`run_rounds`), ``branches`` being the maximum. ``out_dir``'s writer lock is taken before
     the first write and held until ``lock_scope`` closes (default: until this returns), so a caller that writes
-    more (the q_Z file) keeps it. ``timeout_s`` / ``max_retries``: the model client's per call (None: the batch
-    runner's defaults). ``workers`` / ``backend``: where the branches run (:func:`uqh.harness.runner.run_batch`).
+    more (the q_Z file) keeps it. ``settings``: how the branches run, as a batch of :func:`uqh.harness.runner.run_batch`
+    (concurrency, processes, the model client's timeout and retries); ``backend``: where.
     ``sample``: continue a seeded random sample of the censored prefixes instead of the first ``n_prefixes``
     (recorded in the manifest's ``continuation["selection"]``).
     """
@@ -371,20 +368,18 @@ def run_continuations(
     keep = [ep for ep in plan.prefixes if ep.episode_id not in skipped_ids]
     with contextlib.ExitStack() as own_scope:
         grown_from = _open_out_dir(plan, domain, skipped, lock_scope if lock_scope is not None else own_scope)
-        options = {k: v for k, v in (("timeout_s", timeout_s), ("max_retries", max_retries)) if v is not None}
-        options.update(workers=workers, backend=backend, concurrency=concurrency, progress=progress,
-                       client_factory=client_factory)
         if backend is not None:  # one connection (or local Ray instance) for every round
             own_scope.enter_context(backend)
         if not plan.rule.is_fixed:
             report = run_rounds(plan.config, plan.out_dir, keep, plan.rule, n_prefixes=len(plan.prefixes),
-                                skipped=skipped, **options)
+                                skipped=skipped, settings=settings, client_factory=client_factory, backend=backend)
             report.grown_from = grown_from
             return report
         specs = branch_specs(plan.config, keep, branches)
         summary = None
         if specs:
-            summary = run_batch(plan.config, plan.out_dir, specs=specs, progress_label="uqh continue", **options)
+            summary = run_batch(plan.config, plan.out_dir, settings, specs=specs, client_factory=client_factory,
+                                progress_label="uqh continue", backend=backend)
         planned = {s.episode_id for s in specs}
         written = sum(1 for ep in RunDir.open(plan.out_dir).episodes() if ep.episode_id in planned)
         return ContinueReport(out_dir=plan.out_dir, n_prefixes=len(plan.prefixes), skipped=skipped,
@@ -484,10 +479,9 @@ def run_rounds(
     *,
     n_prefixes: int,
     skipped: Sequence[SkippedPrefix] = (),
-    concurrency: int | None = None,
-    progress: bool = True,
+    settings: BatchSettings = BatchSettings(),
     client_factory=None,
-    **batch_options,
+    backend: Any = None,
 ) -> ContinueReport:
     """The sequential design: branches in rounds (``rule.rounds(M)``: cumulative branches per prefix), a decision
     per open prefix after each round (:func:`uqh.harness.sampling.branch_rules.decide`), ``stop_decisions.jsonl`` rewritten after
@@ -501,8 +495,6 @@ def run_rounds(
     it takes the decisions of a fresh run with that M: the rounds below the old M are the same, so a prefix that
     stopped below it stays stopped, and one that reached it is decided again by the new rounds.
     """
-    from uqh.harness.runner import run_batch
-
     max_branches = config.continuation["branches"]
     open_prefixes = list(prefixes)
     decisions: dict[str, StopDecision] = {}
@@ -515,9 +507,8 @@ def run_rounds(
         # planned before the round runs, so that a round a signal or a write failure stopped counts its branches
         planned_of.update((ep.episode_id, target) for ep in open_prefixes)
         if any(s.episode_id not in done for s in specs):
-            summaries.append(run_batch(config, out_dir, specs=specs, concurrency=concurrency, progress=progress,
-                                       client_factory=client_factory, progress_label="uqh continue",
-                                       **batch_options))
+            summaries.append(run_batch(config, out_dir, settings, specs=specs, client_factory=client_factory,
+                                       progress_label="uqh continue", backend=backend))
             done = _finished_branches(out_dir)
             if summaries[-1].stopped is not None:  # a signal or a write failure: no further round
                 break

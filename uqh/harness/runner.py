@@ -42,21 +42,14 @@ from typing import Any, Callable
 
 from uqh.harness import interrupts
 from uqh.harness.backends.backend import Backend, BatchHooks
-from uqh.harness.backends.context import (
-    CHECKPOINT_INTERVAL_S,
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    BatchStopped,
-    RunContext,
-    StopCause,
-)
+from uqh.harness.backends.context import BatchStopped, RunContext, StopCause
 from uqh.harness.backends.event_loop import serialize
 from uqh.harness.backends.local import LocalBackend
 from uqh.harness.config.build import build_domain, preflight, prompt_sha256
+from uqh.harness.config.settings import BatchSettings
 from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import EpisodeResult, EpisodeSpec, Resume, derive_seed, episode_id_for
-from uqh.harness.model.llama_server import resolve_model, serve_model
-from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
+from uqh.harness.model.llama_server import ServedModel, resolve_model, serve_model
 from uqh.harness.progress import BatchStats, EpisodeSummary, Progress
 from uqh.harness.sampling.scheduler import ConsensusScheduler
 from uqh.harness.store.writer import RunStore, write_checkpoint_json
@@ -155,33 +148,25 @@ class _Driver:
 def run_batch(
     config: RunConfig,
     run_dir: Path | str,
+    settings: BatchSettings = BatchSettings(),
     *,
     specs: list[EpisodeSpec] | None = None,
-    concurrency: int | None = None,
-    workers: int = 1,
-    progress: bool = True,
-    checkpoints: bool = True,
     client_factory: Callable[[str, str | None], Any] | None = None,
-    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    breaker_failures: int = DEFAULT_BREAKER_FAILURES,
-    breaker_window_s: float = DEFAULT_BREAKER_WINDOW_S,
     progress_label: str = "uqh run",
     backend: Backend | None = None,
 ) -> BatchSummary:
     """Run (or resume) every planned episode of ``config`` into ``run_dir``; return the summary.
 
-    ``backend`` (:mod:`uqh.harness.backends`) runs the episodes: None is this machine (in this process, or in
-    ``workers`` processes); the Ray backend runs them on a cluster. Whichever runs them, this process is the only
-    writer of ``run_dir``.
+    ``settings`` (:class:`uqh.harness.config.settings.BatchSettings`) say how: concurrency, checkpoints, progress,
+    and the agent's model client's per-call timeout, retries and circuit breaker (``settings.client``, recorded in
+    the manifest's ``execution``, outside the config hash; it reaches the client unchanged). When every endpoint
+    keeps failing that often in a row with no success for that long, the batch stops.
 
-    ``client_factory(litellm_model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests).
-    ``timeout_s`` / ``max_retries``: the agent's model client's per-call timeout and retries (recorded in the
-    manifest's ``execution``, outside the config hash); ``breaker_failures`` / ``breaker_window_s``: when every
-    endpoint keeps failing that often in a row with no success for that long, the batch stops (recorded there
-    too). SIGINT / SIGTERM during the batch stop it (see the module docstring): the summary then says so in
-    ``stopped``.
+    ``backend`` (:mod:`uqh.harness.backends`) runs the episodes: None is this machine (in this process, or in
+    ``settings.workers`` processes); the Ray backend runs them on a cluster. Whichever runs them, this process is
+    the only writer of ``run_dir``. ``client_factory(litellm_model, api_base)`` replaces
+    :func:`uqh.harness.model.client.make_model_client` (tests). SIGINT / SIGTERM during the batch stop it (see the
+    module docstring): the summary then says so in ``stopped``.
     """
     run_dir = Path(run_dir)
     domain, system_prompt = _domain_with_prompt(config)
@@ -190,20 +175,18 @@ def run_batch(
     ids = [s.episode_id for s in specs]
     if len(set(ids)) != len(ids):
         raise ValueError("episode ids in specs are not unique")
-    backend = backend or LocalBackend(workers)
+    backend = backend or LocalBackend(settings.workers or 1)
     # Sequential sampling (`uqh run --stop-on-consensus`) schedules a task's samples from its finished ones
     # (uqh/harness/sampling/scheduler.py); continuation branches are never stopped by consensus.
     sequential = config.consensus_stopping is not None and config.continuation is None
     if sequential and not backend.in_process:
         raise UserError("--stop-on-consensus schedules samples from earlier samples in one process; use --workers 1 "
                         "and the local backend")
+    client = settings.client
     execution = ExecutionSettings(
-        timeout_s=timeout_s, max_retries=max_retries, endpoints=config.endpoints or None,
-        user_api_base=config.user_api_base, breaker_failures=breaker_failures, breaker_window_s=breaker_window_s,
-        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    ctx_options = dict(checkpoints=checkpoints, checkpoint_interval_s=checkpoint_interval_s, timeout_s=timeout_s,
-                       max_retries=max_retries, breaker_failures=breaker_failures, breaker_window_s=breaker_window_s,
-                       concurrency=concurrency or default_concurrency(config.model))
+        timeout_s=client.timeout_s, max_retries=client.max_retries, endpoints=config.endpoints or None,
+        user_api_base=config.user_api_base, breaker_failures=client.breaker_failures,
+        breaker_window_s=client.breaker_window_s, started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     with interrupts.stop_signals(), RunStore.open_or_create(
         run_dir, config, system_prompt=system_prompt, info=domain.recorded_info(), execution=execution
@@ -224,10 +207,27 @@ def run_batch(
                 store.update_manifest_info(consensus_stopping=scheduler.summary())
             return summary  # nothing to run: nothing more is written
         store.record_execution(execution)
-        driver = _Driver(store, stats, client_factory)
-        _drive(backend, config, system_prompt, run_dir, ctx_options, domain, todo, scheduler, driver, summary,
-               Progress(stats, enabled=progress, label=progress_label))
+        batch = _Batch(config=config, system_prompt=system_prompt, run_dir=run_dir, settings=settings, domain=domain,
+                       todo=todo, scheduler=scheduler, driver=_Driver(store, stats, client_factory), summary=summary,
+                       progress=Progress(stats, enabled=settings.progress, label=progress_label))
+        _drive(backend, batch)
         return summary
+
+
+@dataclass
+class _Batch:
+    """One batch as :func:`run_batch` hands it to :func:`_drive`: what runs, how, and where its results go."""
+
+    config: RunConfig
+    system_prompt: str
+    run_dir: Path
+    settings: BatchSettings
+    domain: Any
+    todo: list[EpisodeSpec]
+    scheduler: ConsensusScheduler | None
+    driver: _Driver
+    summary: BatchSummary
+    progress: Progress
 
 
 def _domain_with_prompt(config: RunConfig) -> tuple[Any, str]:
@@ -242,20 +242,19 @@ def _domain_with_prompt(config: RunConfig) -> tuple[Any, str]:
     return domain, system_prompt
 
 
-def _drive(backend: Backend, config: RunConfig, system_prompt: str, run_dir: Path, ctx_options: dict[str, Any],
-           domain: Any, todo: list[EpisodeSpec], scheduler: ConsensusScheduler | None, driver: _Driver,
-           summary: BatchSummary, progress: Progress) -> None:
+def _drive(backend: Backend, batch: _Batch) -> None:
     """Resolve the models, then run the episodes through the backend (or consensus sampling); why the batch
-    stopped early goes into ``summary.stopped``."""
+    stopped early goes into ``batch.summary.stopped``."""
+    summary, driver = batch.summary, batch.driver
     try:
         with contextlib.ExitStack() as stack:
-            ctx = _run_context(stack, config, system_prompt, run_dir, ctx_options)
-            domain.prepare_runtime(ctx.domain_runtime())
-            driver.bar = stack.enter_context(progress)
-            if scheduler is not None:
-                _run_sequential(ctx, scheduler, domain, driver, summary)
+            ctx = _run_context(stack, batch)
+            batch.domain.prepare_runtime(ctx.domain_runtime())
+            driver.bar = stack.enter_context(batch.progress)
+            if batch.scheduler is not None:
+                _run_sequential(ctx, batch.scheduler, batch.domain, driver, summary)
             else:
-                ran = backend.run(ctx, todo, domain, driver.hooks())
+                ran = backend.run(ctx, batch.todo, batch.domain, driver.hooks())
                 summary.stopped, summary.worker_cpu_s = ran.stopped, ran.worker_cpu_s
                 summary.endpoint_calls = ran.endpoint_calls
                 summary.notes += ran.notes
@@ -269,19 +268,21 @@ def _drive(backend: Backend, config: RunConfig, system_prompt: str, run_dir: Pat
         summary.stopped = StopCause.signal(interrupts.requested())
 
 
-def _run_context(stack: contextlib.ExitStack, config: RunConfig, system_prompt: str, run_dir: Path,
-                 options: dict[str, Any]) -> RunContext:
+def _run_context(stack: contextlib.ExitStack, batch: _Batch) -> RunContext:
     """The batch's :class:`RunContext`, with the models resolved (a ``local:`` model starts serving for the
     lifetime of ``stack``, with one slot per concurrent episode over one server process per core: its requests
     are batched and spread, not queued)."""
-    served = stack.enter_context(serve_model(config.model, config.api_base, parallel=options["concurrency"]))
-    user_model = user_base = None
+    config, settings = batch.config, batch.settings
+    concurrency = settings.concurrency or default_concurrency(config.model)
+    served = stack.enter_context(serve_model(config.model, config.api_base, parallel=concurrency))
+    if config.api_bases:
+        served = dataclasses.replace(served, api_bases=tuple(config.api_bases))
+    user = None
     if config.user_model:
-        user_model, user_base = stack.enter_context(resolve_model(config.user_model, config.user_api_base))
-    return RunContext(config=config, system_prompt=system_prompt, model=served.model, api_base=served.api_base,
-                      run_dir=run_dir, user_model=user_model, user_api_base=user_base,
-                      api_bases=tuple(config.api_bases or ()) or served.api_bases,
-                      endpoint_capacity=served.slots, **options)
+        user = ServedModel(*stack.enter_context(resolve_model(config.user_model, config.user_api_base)))
+    return RunContext(config=config, system_prompt=batch.system_prompt, agent_model=served, run_dir=batch.run_dir,
+                      client=settings.client, user=user, checkpoints=settings.checkpoints,
+                      checkpoint_interval_s=settings.checkpoint_interval_s, concurrency=concurrency)
 
 
 def _run_sequential(ctx: RunContext, scheduler: ConsensusScheduler, domain: Any, driver: _Driver,

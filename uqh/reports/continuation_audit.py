@@ -1,15 +1,20 @@
 """The continuation audit as tables and text (``uqh continue``).
 
 Numbers come from :func:`uqh.scoring.qz.run_estimate.estimate_qz`; this module only arranges them (tables in the shape of
-the paper's Tables 7 and 8, for :mod:`uqh.reports.render`, and the text of ``audit.md``). The files are written by
-:func:`uqh.harness.store.writer.write_continuation_audit`.
+the paper's Tables 7 and 8, for :mod:`uqh.reports.render`, and the text of ``audit.md``). :func:`audit_continuation`
+is the whole step of ``uqh continue`` after its branches: estimate, arrange, and write the files
+(:func:`uqh.rundir.qz_file.write_continuation_audit`).
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from uqh.reports.render import Output, markdown_text
 from uqh.reports.tables import Table
+from uqh.rundir.qz_file import write_continuation_audit
+from uqh.rundir.reader import RunDir
+from uqh.scoring.qz.run_estimate import QzEstimate, estimate_qz
 
 
 def _f(x, p: int = 3) -> str:
@@ -122,3 +127,17 @@ def audit_output(audit) -> Output:
 def audit_text(audit) -> str:
     """The whole audit in Markdown, as written to ``audit.md``."""
     return markdown_text(audit_output(audit))
+
+
+def audit_continuation(cont_dir: Path | str, *, write: bool = True, min_valid: int = 5, method: str = "hybrid",
+                       rule: str = "log", weights: str = "linear-front", n_boot: int = 1000,
+                       train_complete: bool = False) -> tuple[QzEstimate, str]:
+    """q_Z and the audit of a continuation run (:func:`uqh.scoring.qz.run_estimate.estimate_qz`, options as
+    there), its files (``qz.jsonl``, ``audit.json``, ``audit.md``) written unless ``write=False``. Returns
+    (estimate, the audit's Markdown text)."""
+    estimate = estimate_qz(RunDir.open(cont_dir), min_valid=min_valid, method=method, rule=rule, weights=weights,
+                           n_boot=n_boot, train_complete=train_complete)
+    text = audit_text(estimate.audit)
+    if write:
+        write_continuation_audit(Path(cont_dir), estimate.records, estimate.audit.model_dump_json(indent=2), text)
+    return estimate, text

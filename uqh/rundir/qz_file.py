@@ -25,7 +25,9 @@ from typing import Annotated, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from uqh.rundir.errors import UserError, read_user_text
+from uqh.rundir.atomic import atomic_write_text
+from uqh.rundir.errors import RunDirWriteError, UserError, read_user_text
+from uqh.rundir.schema import AUDIT_JSON, AUDIT_MD, QZ_FILE
 
 
 def _is_none(value) -> bool:
@@ -65,14 +67,28 @@ class QzRecord(BaseModel):
 
 def write_qz_file(path: Path, records: Iterable[QzRecord]) -> None:
     """Write records as JSONL (atomic: temp file + os.replace)."""
-    from uqh.rundir.atomic import atomic_write_text
-
     atomic_write_text(Path(path), "".join(r.model_dump_json() + "\n" for r in records))
+
+
+def write_continuation_audit(cont_dir: Path, records: Iterable[QzRecord], audit_json: str, audit_md: str) -> None:
+    """The q_Z estimates of a continuation run (``qz.jsonl``) and its audit (``audit.json``, ``audit.md``), each
+    replaced atomically; a failure raises :class:`RunDirWriteError`."""
+    cont_dir = Path(cont_dir)
+    try:
+        write_qz_file(cont_dir / QZ_FILE, records)
+        atomic_write_text(cont_dir / AUDIT_JSON, audit_json + "\n")
+        atomic_write_text(cont_dir / AUDIT_MD, audit_md + "\n")
+    except OSError as exc:
+        raise RunDirWriteError(cont_dir, exc) from None
 
 
 def read_qz_file(path: Path) -> dict[str, QzRecord]:
     """Read a q_Z file into ``{episode_id: QzRecord}``. Bad files raise :class:`UserError` (one line)."""
     path = Path(path)
+    if path.is_dir():
+        inside = f"; did you mean {path / QZ_FILE}?" if (path / QZ_FILE).is_file() else ""
+        raise UserError(f"q_Z file {path} is a directory, not a file; pass the {QZ_FILE} written by `uqh continue` "
+                        f"to --q-z{inside}")
     if not path.is_file():
         raise UserError(f"q_Z file {path} does not exist; pass the file written by `uqh continue` to --q-z")
     out: dict[str, QzRecord] = {}

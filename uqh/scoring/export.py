@@ -57,7 +57,7 @@ TOKEN_COLUMNS = {
 
 
 @dataclass
-class LoadedRun:
+class RunRecords:
     """One run directory as exported: its label, reader, episodes (sorted by id) and scoring arrays."""
 
     label: str
@@ -66,12 +66,12 @@ class LoadedRun:
     data: RunData
 
 
-def load(runs: "Sequence[str | Path | RunDir | LoadedRun]", probes: "Sequence[ProbeDir]" = ()) -> list[LoadedRun]:
+def load(runs: "Sequence[str | Path | RunDir | RunRecords]", probes: "Sequence[ProbeDir]" = ()) -> list[RunRecords]:
     """Open every run directory (UserError for bad input, before anything else is done); ``probes`` fill the probe
     predictors' streams (:func:`uqh.scoring.streams.fill_probe_streams`)."""
     out = []
     for r in runs:
-        if isinstance(r, LoadedRun):
+        if isinstance(r, RunRecords):
             out.append(r)
             continue
         reader = r if isinstance(r, RunDir) else RunDir.open(r)
@@ -81,7 +81,7 @@ def load(runs: "Sequence[str | Path | RunDir | LoadedRun]", probes: "Sequence[Pr
                                      user_rows=reader.user_sidecar() if reader.has_user_sidecar else None)
         fill_probe_streams(data, probes)
         label = str(r) if not isinstance(r, RunDir) else str(reader.path)
-        out.append(LoadedRun(label, reader, episodes, data))
+        out.append(RunRecords(label, reader, episodes, data))
     return out
 
 
@@ -93,7 +93,7 @@ def _frame(records: list[dict], columns: dict[str, str]) -> "pd.DataFrame":
     return frame.astype(columns)
 
 
-def _ids(run: LoadedRun, ep: Episode) -> dict:
+def _ids(run: RunRecords, ep: Episode) -> dict:
     cfg = run.reader.config
     return {"run": run.label, "model": cfg.model, "domain": cfg.domain, "task": ep.task_id, "episode": ep.episode_id}
 
@@ -102,7 +102,7 @@ def _num(x: float) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def episodes_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFrame":
+def episodes_df(runs: "Sequence[str | Path | RunDir | RunRecords]") -> "pd.DataFrame":
     """One row per finished episode: ids, stop reason, outcome, reward, steps, repairs and this episode's own
     calls, tokens and cost (a copied prefix left out; ``cost_usd`` missing when no call was priced)."""
     records = []
@@ -125,7 +125,7 @@ def episodes_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFr
     return _frame(records, EPISODE_COLUMNS)
 
 
-def steps_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFrame":
+def steps_df(runs: "Sequence[str | Path | RunDir | RunRecords]") -> "pd.DataFrame":
     """One row per parsed step: ids, t, the action, the observation's length, repairs, the verbal confidence and
     every registered per-step predictor's value (the scoring streams), and the episode's stop reason, outcome and
     reward."""
@@ -147,7 +147,7 @@ def steps_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFrame
     return _frame(records, columns)
 
 
-def tokens_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFrame":
+def tokens_df(runs: "Sequence[str | Path | RunDir | RunRecords]") -> "pd.DataFrame":
     """One row per generated token of every call (sidecar rows of accepted and rejected attempts): who generated it
     (``role``: the agent, then the simulated user where the run recorded the user's tokens), its logprob, whether it
     lies in the ``<action>`` span (missing for the user, who has none), and its top alternatives (JSON lists of
@@ -172,7 +172,7 @@ def tokens_df(runs: "Sequence[str | Path | RunDir | LoadedRun]") -> "pd.DataFram
     return _frame(records, TOKEN_COLUMNS)
 
 
-def scores_df(runs: "Sequence[str | Path | RunDir | LoadedRun]", options: "ScoreOptions | None" = None) -> "pd.DataFrame":
+def scores_df(runs: "Sequence[str | Path | RunDir | RunRecords]", options: "ScoreOptions | None" = None) -> "pd.DataFrame":
     """The long-format scores of every run (:func:`uqh.scoring.long_records.csv_records` of :func:`uqh.scoring.pipeline.score_run`
     under ``options``; default: ``uqh score``'s defaults). Runs without a finished episode are left out."""
     from uqh.scoring.pipeline import ScoreOptions, score_run

@@ -9,23 +9,10 @@ from pathlib import Path
 
 from uqh.domains.base import Runtime
 from uqh.harness import interrupts
-from uqh.harness.model.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_WINDOW_S
+from uqh.harness.config.settings import CHECKPOINT_INTERVAL_S, ClientSettings
+from uqh.harness.model.llama_server import ServedModel
 from uqh.rundir.errors import RunDirWriteError, first_line
 from uqh.rundir.schema import RunConfig
-
-#: Per-call request timeout (seconds) and retries of a transient failure, unless ``uqh run --timeout`` /
-#: ``--max-retries`` say otherwise.
-DEFAULT_TIMEOUT_S = 600.0
-
-
-DEFAULT_MAX_RETRIES = 6
-
-
-#: An in-flight episode is checkpointed after its first step, then after a step only if its last checkpoint is at
-#: least this old: with real models (seconds per call) that is every step; with a fast local endpoint it bounds
-#: the I/O to a few writes per second per episode. A resume repeats at most this much work per episode.
-CHECKPOINT_INTERVAL_S = 1.0
-
 
 #: Generation-0 threshold of the garbage collector while a batch runs. Every model call allocates a few hundred
 #: small objects (the typed logprob rows) that live until the episode is written, so with CPython's default (700)
@@ -90,39 +77,30 @@ class BatchStopped(Exception):
 @dataclass(frozen=True)
 class RunContext:
     """What every process that runs episodes of a batch needs, built once by :func:`run_batch` and handed to the
-    in-process loop or, pickled once, to each worker process."""
+    in-process loop or, pickled once, to each worker process (or Ray actor)."""
 
     config: RunConfig
     system_prompt: str
-    #: The agent's litellm model string and endpoint, resolved (a ``local:`` model is already serving).
-    model: str
-    api_base: str | None
+    #: The agent's model, resolved (a ``local:`` model is already serving): its litellm string, endpoint(s) and
+    #: their capacity; :func:`uqh.harness.config.build.build_client` takes it as it is.
+    agent_model: ServedModel
     run_dir: Path
-    #: Two or more endpoints serving the model (``config.api_bases``; ``api_base`` is the first), else empty.
-    api_bases: tuple[str, ...] = ()
-    #: Requests each of those serves at once, when known (a local model's slots per server process), else None.
-    endpoint_capacity: int | None = None
-    #: The simulated user's model and endpoint, resolved (``config.user_model`` set), else None.
-    user_model: str | None = None
-    user_api_base: str | None = None
+    #: How the agent's model client calls (timeout, retries, breaker): the run's settings, unchanged.
+    client: ClientSettings = ClientSettings()
+    #: The simulated user's model, resolved (``config.user_model`` set), else None.
+    user: ServedModel | None = None
     checkpoints: bool = True
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
     #: Episodes in flight in this process: the whole ``--concurrency``, or one worker's share of it.
     concurrency: int = 1
-    #: Per-call timeout and transient-failure retries of the agent's model client.
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    max_retries: int = DEFAULT_MAX_RETRIES
-    #: The circuit breaker of the agent's model client (:mod:`uqh.harness.model.breaker`).
-    breaker_failures: int = DEFAULT_BREAKER_FAILURES
-    breaker_window_s: float = DEFAULT_BREAKER_WINDOW_S
 
     def domain_runtime(self) -> Runtime:
         """The run-time facts for :meth:`uqh.domains.base.Domain.prepare_runtime`."""
         runtime: Runtime = {"run_dir": self.run_dir}
         if self.config.user_model:
             runtime.update(
-                user_model=self.user_model, user_api_base=self.user_api_base, user_decoding=self.config.user_decoding,
-                user_timeout_s=self.timeout_s,  # --timeout bounds the simulated user's calls too
+                user_model=self.user.model, user_api_base=self.user.api_base, user_decoding=self.config.user_decoding,
+                user_timeout_s=self.client.timeout_s,  # --timeout bounds the simulated user's calls too
             )
             if self.config.user_logprobs is not None:
                 runtime["user_logprobs"] = self.config.user_logprobs

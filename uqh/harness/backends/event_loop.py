@@ -235,10 +235,7 @@ async def run_in_process(ctx: RunContext, specs, domain, hooks: BatchHooks, endp
     """Run the episodes (a list, or a source to pull them from) on this event loop, handing each to ``hooks``;
     the client's per-endpoint counts (several endpoints) are appended to ``endpoint_calls``, also when the batch
     stops early."""
-    client = build_client(ctx.config, ctx.model, ctx.api_base, hooks.client_factory, timeout_s=ctx.timeout_s,
-                          max_retries=ctx.max_retries, api_bases=ctx.api_bases,
-                          breaker=(ctx.breaker_failures, ctx.breaker_window_s),
-                          endpoint_capacity=ctx.endpoint_capacity)
+    client = build_client(ctx.config, ctx.agent_model, ctx.client, hooks.client_factory)
     unfinished_calls = None
     if hooks.stats is not None:  # calls/s in the progress line while episodes are still running
         client = CountingClient(client, hooks.stats)

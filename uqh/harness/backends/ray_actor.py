@@ -79,10 +79,7 @@ class EpisodeActor:
         self.ctx = ctx
         self.domain = domain
         domain.prepare_runtime(ctx.domain_runtime())
-        client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
-                              max_retries=ctx.max_retries, api_bases=ctx.api_bases,
-                              breaker=(ctx.breaker_failures, ctx.breaker_window_s),
-                              endpoint_capacity=ctx.endpoint_capacity)
+        client = build_client(ctx.config, ctx.agent_model, ctx.client)
         #: Every call this actor made, and those of the episodes it handed back finished: the difference is what
         #: the driver must count as made but never written (failed episodes, and those in flight at a stop).
         self._made, self._handed = CallTotals(), CallTotals()

@@ -81,7 +81,7 @@ class _WorkerPool:
 
     def __init__(self, ctx: RunContext, specs: list[EpisodeSpec], workers: int, write, error, unfinished_calls):
         self.ctx, self.write, self.error, self.unfinished_calls = ctx, write, error, unfinished_calls
-        self.mp_ctx = _mp_context(worker_preload(ctx.config, ctx.model, ctx.api_base))
+        self.mp_ctx = _mp_context(worker_preload(ctx.config, ctx.agent_model.model, ctx.agent_model.api_base))
         self.results = self.mp_ctx.Queue()  # children -> parent: finished episodes, errors, exits
         self.jobs = self.mp_ctx.Queue()  # parent -> children: specs pulled as slots free up (dynamic load balance)
         # --concurrency is the total in flight (a provider's rate limit does not grow with --workers): split it.
@@ -305,10 +305,7 @@ def _work(ctx: RunContext, jobs, results, parent_pid: int, environ, endpoint_cal
     async def main() -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        client = build_client(ctx.config, ctx.model, ctx.api_base, None, timeout_s=ctx.timeout_s,
-                              max_retries=ctx.max_retries, api_bases=ctx.api_bases,
-                              breaker=(ctx.breaker_failures, ctx.breaker_window_s),
-                              endpoint_capacity=ctx.endpoint_capacity)
+        client = build_client(ctx.config, ctx.agent_model, ctx.client)
         loop = asyncio.get_running_loop()
         pullers = ThreadPoolExecutor(max_workers=max(1, ctx.concurrency), thread_name_prefix="uqh-pull")
 

@@ -20,9 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from uqh.harness.config.presets import Preset
+from uqh.harness.config.settings import (
+    AT_LEAST_ONE,
+    AT_LEAST_ZERO,
+    SEED,
+    TOP_LOGPROBS,
+    ClientSettings,
+    DecodingOverrides,
+    RunOverrides,
+)
+from uqh.harness.model.llama_server import ServedModel
 from uqh.rundir.errors import UserError, not_utf8
 from uqh.rundir.reader import is_run_dir
 from uqh.rundir.schema import DEFAULT_AGENT, DecodingConfig, RunConfig
@@ -46,52 +54,6 @@ LOCAL_GRAMMAR_MAX_TOKENS = 256
 LOCAL_USER_MAX_TOKENS = 128
 
 
-class DecodingOverrides(BaseModel):
-    """The :class:`DecodingConfig` fields given on the command line (None: not given)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
-    top_logprobs: int | None = None
-    logprobs: bool | None = None
-    grammar: bool | None = None
-    reasoning: bool | None = None
-
-
-class RunOverrides(BaseModel):
-    """What the command line sets on top of a preset (None / empty: not given). Built by the CLI from its flags."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    domain: str | None = None
-    split: str | None = None
-    tasks: int | None = Field(None, description="the domain's first (or sampled) N tasks")
-    task_ids: list[str] | None = Field(None, description="exactly these task ids, in this order")
-    samples: int | None = None
-    step_budget: int | None = None
-    observation_chars: int | None = None
-    model: str | None = None
-    api_base: str | None = None
-    api_bases: list[str] | None = Field(
-        None, description="two or more endpoints serving the model (--api-base repeated, --endpoints FILE); "
-        "api_base is then the first")
-    user_model: str | None = None
-    user_api_base: str | None = None
-    user_logprobs: bool | None = Field(
-        None, description="ask the simulated user's model for logprobs (top-k: the run's top_logprobs)")
-    decoding: DecodingOverrides = DecodingOverrides()
-    domain_options: dict[str, Any] = Field(
-        default_factory=dict, description="-D key=value and the QA alias flags (--data, --top-k, ...), as given")
-    out: Path | None = None
-    stop_on_consensus: float | None = Field(
-        None, description="sequential sampling: stop a task's samples once its mode is certified at this level")
-    stop_rule: str | None = Field(None, description="the stopping rule of --stop-on-consensus (uqh/harness/sampling/consensus.py)")
-    agent: str | None = Field(None, description="the agent (uqh run --agent): react (default) or tools")
-
-
 @dataclass(frozen=True)
 class Draft:
     """A run before its domain is built: the config without tasks and prompt hash, and how tasks are chosen."""
@@ -111,24 +73,14 @@ def prompt_sha256(text: str) -> str:
 
 
 def check_positive(name: str, value: int | None, minimum: int = 1) -> None:
-    """UserError ``NAME must be >= minimum`` unless ``value`` is None."""
-    if value is not None and value < minimum:
-        raise UserError(f"{name} must be >= {minimum}, got {value}")
+    """UserError ``NAME must be >= minimum, got VALUE`` unless ``value`` is None."""
+    {0: AT_LEAST_ZERO, 1: AT_LEAST_ONE}[minimum].check(name, value)
 
 
-#: What providers accept: OpenAI's chat API takes at most 20 top logprobs; seeds are 32-bit on llama.cpp / vLLM
-#: and a signed 32-bit integer is the range every provider takes.
-MAX_TOP_LOGPROBS = 20
-MAX_SEED = 2**31 - 1
-
-
-def check_provider_ranges(dec: Any) -> None:
+def check_provider_ranges(dec: DecodingOverrides) -> None:
     """UserError for a ``--top-logprobs`` or ``--seed`` outside what providers take."""
-    if dec.top_logprobs is not None and dec.top_logprobs > MAX_TOP_LOGPROBS:
-        raise UserError(f"--top-logprobs must be <= {MAX_TOP_LOGPROBS} (the most providers return), "
-                        f"got {dec.top_logprobs}")
-    if dec.seed is not None and not 0 <= dec.seed <= MAX_SEED:
-        raise UserError(f"--seed must be between 0 and {MAX_SEED} (a 32-bit seed, as providers take), got {dec.seed}")
+    TOP_LOGPROBS.check("--top-logprobs", dec.top_logprobs)
+    SEED.check("--seed", dec.seed)
 
 
 def check_endpoint_url(flag: str, url: str | None) -> None:
@@ -288,7 +240,6 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     for name, value in (("--tasks", overrides.tasks), ("--samples", overrides.samples),
                         ("--step-budget", overrides.step_budget), ("--max-tokens", dec.max_tokens)):
         check_positive(name, value)
-    check_positive("--top-logprobs", dec.top_logprobs, 0)
     check_positive("--observation-chars", overrides.observation_chars, 1)
     check_provider_ranges(dec)
     if overrides.split is not None and cls.splits is not None and overrides.split not in cls.splits:
@@ -345,7 +296,8 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
                         f"tau2-telecom); {domain_name} has none")
     user_logprobs = decoding_cfg.top_logprobs if overrides.user_logprobs else None
     user_decoding = preset.user_decoding if preset and user_model else None
-    if user_model and user_model.startswith("local:") and user_decoding is None:
+    # a preset's user decoding is its API user model's (2,048 tokens); a local one gets the local cap
+    if user_model and user_model.startswith("local:"):
         user_decoding = local_user_decoding()
     samples = overrides.samples or (preset.samples_per_task if preset else None) or 1
     config = RunConfig(
@@ -488,36 +440,25 @@ def build_domain(config: RunConfig) -> Domain:
     return cls(options, observation_chars=config.observation_chars)
 
 
-def build_client(config: RunConfig, model: str, api_base: str | None,
-                 client_factory: Callable[[str, str | None], Any] | None = None, *, timeout_s: float | None = None,
-                 max_retries: int | None = None, api_bases: tuple[str, ...] | list[str] | None = None,
-                 breaker: tuple[int, float] | None = None, endpoint_capacity: int | None = None):
-    """The model client for the run's agent: ``model`` / ``api_base`` as resolved (a local: model's server), the
-    run's decoding and, with ``--grammar``, the domain's action grammar; ``timeout_s`` / ``max_retries`` per call
-    (None: the client's defaults); ``api_bases``: two or more endpoints to spread the calls over
-    (:mod:`uqh.harness.model.endpoints`), ``endpoint_capacity`` the requests each serves at once when known;
-    ``breaker``: the circuit breaker's (failures, window seconds) (:mod:`uqh.harness.model.breaker`; None: its
-    defaults). ``client_factory(model, api_base)`` replaces
-    :func:`uqh.harness.model.client.make_model_client` (tests)."""
+def build_client(config: RunConfig, served: ServedModel, client: ClientSettings,
+                 client_factory: Callable[[str, str | None], Any] | None = None):
+    """The model client for the run's agent: ``served``, its model as resolved (a local: model's server; several
+    endpoints to spread the calls over, :mod:`uqh.harness.model.endpoints`), the run's decoding and, with
+    ``--grammar``, the domain's action grammar; ``client``: per-call timeout, retries and the circuit breaker, as the run was given
+    them. ``client_factory(model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests)."""
     if client_factory is not None:
-        return client_factory(model, api_base)
+        return client_factory(served.model, served.api_base)
     from uqh.domains.registry import get_domain_class
     from uqh.harness.model.client import make_model_client
 
     action_grammar = get_domain_class(config.domain).action_gbnf if config.decoding.grammar else None
-    options: dict[str, Any] = {}
-    if timeout_s is not None:
-        options["timeout_s"] = timeout_s
-    if max_retries is not None:
-        options["max_retries"] = max_retries
-    if api_bases and len(api_bases) > 1:
-        options["api_bases"] = list(api_bases)
-        options["endpoint_capacity"] = endpoint_capacity
-    if breaker is not None:
-        options["breaker_failures"], options["breaker_window_s"] = breaker
-    client = make_model_client(model, api_base=api_base, decoding=config.decoding, action_grammar=action_grammar,
-                               **options)
-    where = ", ".join(api_bases) if api_bases and len(api_bases) > 1 else api_base or "the provider's API"
-    log.info("agent model %s at %s (%s transport, grammar %s)", model, where,
-             type(client.transport).__name__, "on" if action_grammar else "off")
-    return client
+    several = len(served.api_bases) > 1
+    made = make_model_client(
+        served.model, api_base=served.api_base, decoding=config.decoding, action_grammar=action_grammar,
+        timeout_s=client.timeout_s, max_retries=client.max_retries, breaker_failures=client.breaker_failures,
+        breaker_window_s=client.breaker_window_s,
+        **({"api_bases": list(served.api_bases), "endpoint_capacity": served.slots} if several else {}))
+    where = ", ".join(served.api_bases) if several else served.api_base or "the provider's API"
+    log.info("agent model %s at %s (%s transport, grammar %s)", served.model, where,
+             type(made.transport).__name__, "on" if action_grammar else "off")
+    return made

@@ -38,12 +38,8 @@ from typing import Any, Iterable, NamedTuple, Sequence
 from uqh.harness.store import lock as run_lock
 from uqh.rundir.atomic import atomic_write_text, check_creatable
 from uqh.rundir.errors import RunDirWriteError, UserError
-from uqh.rundir.qz_file import write_qz_file
 from uqh.rundir.reader import RunDir, checkpoint_path
 from uqh.rundir.schema import (
-    AUDIT_JSON,
-    AUDIT_MD,
-    QZ_FILE,
     ENDPOINT_FIELDS,
     EPISODES_FILE,
     LOCK_FILE,
@@ -465,18 +461,6 @@ def truncate_to(path: Path, keep: int) -> int:
         f.flush()
         os.fsync(f.fileno())
     return size - keep
-
-
-def write_continuation_audit(cont_dir: Path, records: Sequence[Any], audit_json: str, audit_md: str) -> None:
-    """The q_Z estimates of a continuation run (``qz.jsonl``) and its audit (``audit.json``, ``audit.md``), each
-    replaced atomically; a failure raises :class:`RunDirWriteError`."""
-    cont_dir = Path(cont_dir)
-    try:
-        write_qz_file(cont_dir / QZ_FILE, records)
-        atomic_write_text(cont_dir / AUDIT_JSON, audit_json + "\n")
-        atomic_write_text(cont_dir / AUDIT_MD, audit_md + "\n")
-    except OSError as exc:
-        raise RunDirWriteError(cont_dir, exc) from None
 
 
 def write_records_file(run_dir: Path, name: str, records: Sequence[Any]) -> None:
