@@ -24,12 +24,13 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable
 
 from uqh.rundir.errors import first_line
 from uqh.rundir.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _ID_PREFIX = re.compile(rb'\{"schema_version":\d+,"episode_id":("(?:[^"\\]|\\.)*")')
 #: The writer's key order with an id that has no escape: the id is the group, as it is (the indexing fast path).
@@ -289,6 +290,8 @@ class LineIndex:
 def _newlines(data: bytes, buf: np.ndarray, end: int) -> np.ndarray:
     """Offsets of the newlines in ``data[:end]``: by ``bytes.find`` when lines are long (a sidecar's rows, ~4 kB:
     memchr skips them, 4x faster than comparing every byte), by numpy when they are short."""
+    import numpy as np  # here, not at the top: every command reads run directories, and `--help` needs no numpy
+
     count = data.count(b"\n", 0, end)
     if count * LONG_LINE > end:
         return np.flatnonzero(buf == 10)
@@ -304,6 +307,8 @@ def _line_runs(data: bytes, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     (start offset of each line, its length, the first line of each run, whether each line is in the writer's
     plain form). A run is a maximal sequence of consecutive plain lines with the same id (a sidecar's rows of one
     episode), or one line not in plain form; ``run starts`` ends with the number of lines."""
+    import numpy as np  # see _newlines
+
     buf = np.frombuffer(data, dtype=np.uint8, count=end)
     newlines = _newlines(data, buf, end)
     starts = np.concatenate(([0], newlines[:-1] + 1))
