@@ -1,7 +1,7 @@
 """The fault campaign behind the README's Reliability section: attack ``uqh`` end to end and count what held.
 
     .venv/bin/python benchmarks/fault_campaign.py [--quick] [--kills N] [--fault-episodes N] [--fault-rate R]
-        [--load-concurrency C] [--load-episodes N] [--only kills,faults,load,breaker,secrets]
+        [--load-concurrency C] [--load-episodes N] [--only kills,faults,load,breaker,secrets,inputs]
         [--out benchmarks/results/fault_campaign.md]
 
 Every command is the real CLI (``python -m uqh.cli ...`` in a subprocess) against the fault server of
@@ -22,11 +22,17 @@ sidecar consistent (no orphan, no missing row), and each record equal to the ref
 - ``load``: ``--load-episodes`` arithmetic episodes at ``--concurrency`` C in one command: 0 failures, calls/s.
 - ``breaker``: an endpoint that always answers 500: the batch must stop with one line, the resume hint and exit
   1; seconds and requests until it stops.
-- ``secrets``: a canary key passed every way a key arrives (environment, ``.env``, URL userinfo, URL query, an
-  error body echoing it, with ``-v``); every file written (run, continuation, judge and report directories,
-  locks, checkpoints) and every stdout/stderr is searched for it, for ``CANARY`` and for any 8-character piece
-  of it. The echoing server puts 0-300 characters before the key, so it lies inside or across a 300-character
-  cut.
+- ``secrets``: a canary key passed every way a key arrives (environment, ``.env``, an error body echoing it, with
+  ``-v``; and in a URL -- userinfo, a malformed ``u:pa/ss@host``, ``;`` path parameters, query, fragment -- every
+  way the CLI takes one: ``--api-base``, ``--endpoints FILE``, ``--user-api-base``, ``--es-url``, ``-D es_url=``,
+  continue, judge, probe, index); every file written (run, continuation, judge and report directories, locks,
+  checkpoints) and every stdout/stderr is searched for it, for ``CANARY`` and for any 8-character piece of it.
+  The echoing server puts 0-300 characters before the key, so it lies inside or across a 300-character cut.
+- ``inputs``: every bad input of the project's sweep (``tests/test_bad_inputs.py``'s ``CASES``) as a real CLI
+  subprocess, plus what the sweep cannot do in-process (a bad or empty ``LITELLM_LOG``, ``uqh -v`` printing nothing
+  of litellm on stdout, an unreachable endpoint with ``--workers 2`` several times, ``uqh`` without a command, an
+  empty run under every reading command); counts the tracebacks, the wrong exit 0s and every other deviation
+  from "one line on stderr naming the problem, exit 2 (1 for the endpoint), nothing on stdout, nothing written".
 
 Writes ``--out`` (Markdown) and the same results as JSON next to it. ``--quick`` is a small version (a few
 minutes; ``tests/test_fault_campaign.py`` runs a part of it). Sizes and the machine's load are recorded: results are measured, not asserted.
@@ -527,28 +533,172 @@ def secrets_campaign(c: Campaign) -> Category:
                                    "(`rejected Bearer ***`)")
             cat.record(f"{way} key, every file and output so far", [f"leaked in {w}" for w in
                                                                     leaks(canary, c.outputs, [work], given)])
-        for way in ("userinfo", "query"):
+        src = work / "env-var" / "run"
+        for shape, ways in url_ways(url, src, work).items():
             canary = make_canary(c.rng)
-            bad = (url.replace("//", f"//u:{canary}@") if way == "userinfo" else f"{url}?api_key={canary}")
-            src = work / "env-var" / "run"
-            commands = {
-                "run": ["-v", "run", "--domain", "arithmetic", "--model", "openai/agent", "--api-base", bad,
-                        "--tasks", "2", "--out", str(work / f"{way}-run")],
-                "continue": ["-v", "continue", str(src), "--api-base", bad, "--out", str(work / f"{way}-cont")],
-                "judge": ["-v", "judge", str(src), "--judge-model", "openai/judge", "--api-base", bad,
-                          "--out", str(work / f"{way}-judge")],
-            }
-            for name, argv in commands.items():
+            endpoints = work / f"endpoints-{shape}.txt"
+            endpoints.write_text(URL_SHAPES[shape](url, canary) + "\n")
+            for name, argv in ways.items():
+                argv = [a.replace("{url}", URL_SHAPES[shape](url, canary)).replace("{file}", str(endpoints))
+                        for a in argv]
                 done = c.uqh(argv)
-                out_dir = Path(argv[-1])
-                problems = [] if done.returncode == 2 else [f"exit {done.returncode}, not 2 (refused)"]
-                if len(done.stderr.strip().splitlines()) != 1:
-                    problems.append(f"stderr is not one line: {done.stderr.strip()[-200:]!r}")
-                if out_dir.exists():
-                    problems.append(f"{out_dir.name} was written")
-                problems += [f"leaked in {w}" for w in leaks(canary, [done.stdout, done.stderr], [work], given)]
-                cat.record(f"URL {way}, {name}", problems)
+                out_dir = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
+                problems = []
+                comment = shape == "fragment" and "--endpoints" in argv  # "#" starts a comment in that file
+                if not comment:
+                    problems += [] if done.returncode == 2 else [f"exit {done.returncode}, not 2 (refused)"]
+                    if len(done.stderr.strip().splitlines()) != 1:
+                        problems.append(f"stderr is not one line: {done.stderr.strip()[-200:]!r}")
+                    if out_dir is not None and out_dir.exists():
+                        problems.append(f"{out_dir.name} was written")
+                problems += [f"leaked in {w}" for w in leaks(canary, [done.stdout, done.stderr], [work],
+                                                             given + (endpoints,))]
+                cat.record(f"URL {shape}, {name}", problems)
+    cat.numbers = {"canary leaks": sum("leaked in" in f for f in cat.failures)}
     return cat
+
+
+#: Every credential-bearing part of a URL, as (base URL, canary) -> URL.
+URL_SHAPES = {
+    "userinfo": lambda url, k: url.replace("//", f"//u:{k}@"),
+    "malformed userinfo": lambda url, k: url.replace("http://", f"u:pa/{k}@"),
+    "path parameter": lambda url, k: f"{url};api_key={k}",
+    "query": lambda url, k: f"{url}?api_key={k}",
+    "fragment": lambda url, k: f"{url}#{k}",
+}
+
+
+def url_ways(url: str, src: Path, work: Path) -> dict[str, dict[str, list[str]]]:
+    """Per URL shape, every way the CLI takes a URL: ``{url}`` the URL, ``{file}`` an endpoints file holding it."""
+    out = {}
+    for shape in URL_SHAPES:
+        slug = re.sub(r"\W+", "-", shape)
+        o = lambda name, slug=slug: str(work / f"{slug}-{name}")  # noqa: E731
+        run = ["-v", "run", "--domain", "arithmetic", "--model", "openai/agent", "--tasks", "2"]
+        qa = ["-v", "run", "--domain", "hotpotqa", "--model", "openai/agent", "--api-base", url, "--tasks", "1"]
+        out[shape] = {
+            "run --api-base": [*run, "--api-base", "{url}", "--out", o("run")],
+            "run --endpoints": [*run, "--endpoints", "{file}", "--out", o("run-endpoints")],
+            "run --user-api-base": [*run, "--api-base", url, "--user-model", "openai/u", "--user-api-base", "{url}",
+                                    "--out", o("run-user")],
+            "run --es-url": [*qa, "--retrieval", "es", "--es-index", "x", "--es-url", "{url}", "--out", o("run-es")],
+            "run -D es_url=": [*qa, "-D", "es_url={url}", "--out", o("run-d")],
+            "continue --api-base": ["-v", "continue", str(src), "--api-base", "{url}", "--out", o("cont")],
+            "judge --api-base": ["-v", "judge", str(src), "--judge-model", "openai/judge", "--api-base", "{url}",
+                                 "--out", o("judge")],
+            "probe --api-base": ["-v", "probe", str(src), "--probe", "p_true", "--model", "openai/agent",
+                                 "--api-base", "{url}", "--out", o("probe")],
+            "index --es-url": ["-v", "index", "--corpus", str(src / "manifest.json"), "--backend", "es",
+                               "--es-index", "x", "--es-url", "{url}"],
+        }
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- bad inputs
+
+
+def classify(done: subprocess.CompletedProcess, *, want_exit: int = 2, fragment: str = "",
+             one_line: bool = True) -> list[str]:
+    """How a command's answer to a bad input differs from one line on stderr (containing ``fragment``), exit
+    ``want_exit``, nothing on stdout; "traceback" and "wrong exit 0" are named so that they can be counted.
+    ``one_line=False``: stderr may hold several lines (the help of ``uqh`` without a command)."""
+    problems = []
+    if "Traceback (most recent call last)" in done.stderr + done.stdout:
+        problems.append("traceback")
+    if done.returncode == 0 and want_exit != 0:
+        problems.append("wrong exit 0")
+    elif done.returncode != want_exit:
+        problems.append(f"exit {done.returncode}, not {want_exit}")
+    lines = done.stderr.strip().splitlines() if one_line else [done.stderr]
+    if len(lines) != 1:
+        problems.append(f"{len(lines)} stderr lines")
+    elif fragment and fragment not in lines[0]:
+        problems.append(f"the line does not say {fragment!r}: {lines[0][:160]!r}")
+    if done.stdout.strip():
+        problems.append(f"stdout: {done.stdout.strip()[:80]!r}")
+    return problems
+
+
+def input_fixtures(root: Path) -> dict[str, str]:
+    """The files the sweep's placeholders name (as tests/test_bad_inputs.py makes them), under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(ROOT / "tests" / "data" / "pre_rundir_run", root / "run")
+    (root / "bin.dat").write_bytes(bytes(range(256)) * 4)
+    (root / "empty.txt").write_text("")
+    (root / "afile").write_text("not what was expected\n")
+    (root / "nonempty").mkdir()
+    (root / "nonempty" / "notes.txt").write_text("someone's notes\n")
+    return {"{nonempty}": str(root / "nonempty"), "{run}": str(root / "run"), "{bin}": str(root / "bin.dat"),
+            "{empty}": str(root / "empty.txt"), "{missing}": str(root / "missing"), "{afile}": str(root / "afile")}
+
+
+def tree_digest(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def input_campaign(c: Campaign, every: int, worker_runs: int) -> Category:
+    """The sweep's bad inputs (every ``every``-th) and the subprocess-only cases, each as a real CLI call."""
+    from test_bad_inputs import CASES
+
+    cat = Category("bad inputs: one line, exit 2, nothing written (the sweep's cases and more, as subprocesses)",
+                   "uqh <each case of tests/test_bad_inputs.py>; LITELLM_LOG=bogus|''; uqh -v with litellm; "
+                   "--workers 2 on an unreachable endpoint; uqh -v alone; an empty run under 7 commands")
+    root = c.work / "inputs"
+    subst = input_fixtures(root)
+    before = tree_digest(root)
+
+    def sub(text: str) -> str:
+        for key, value in subst.items():
+            text = text.replace(key, value)
+        return text
+
+    for argv, fragment in CASES[::every]:
+        done = c.uqh([sub(a) for a in argv], cwd=root, timeout=300)
+        problems = classify(done, fragment=sub(fragment))
+        if tree_digest(root) != before:
+            problems.append("wrote or touched files")
+            shutil.rmtree(root)
+            subst = input_fixtures(root)
+        cat.record(" ".join(argv)[:80], problems)
+    for label, argv, env, want, fragment in extra_input_cases(c, root):
+        done = c.uqh(argv, env={**c.env, **env}, cwd=root, timeout=300)
+        problems = classify(done, want_exit=want, fragment=fragment, one_line=argv != ["-v"])
+        cat.record(label, problems)
+    for i in range(worker_runs):  # the worker traceback came in 2 of 5 runs
+        out = root / f"workers-{i}"
+        done = c.uqh(["run", "--domain", "arithmetic", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
+                      "--tasks", "50", "--concurrency", "16", "--workers", "2", "--no-progress", "--out", str(out)],
+                     cwd=root, timeout=300)
+        done.stdout = ""  # the summary is the documented stdout of an unfinished run
+        cat.record(f"--workers 2, unreachable endpoint, run {i + 1}",
+                   classify(done, want_exit=1, fragment="cannot reach"))
+        shutil.rmtree(out, ignore_errors=True)
+    count = lambda kind: sum(kind in f for f in cat.failures)  # noqa: E731
+    cat.numbers = {"cases": cat.tried, "tracebacks": count("traceback"), "wrong exit 0s": count("wrong exit 0"),
+                   "other deviations": sum(1 for f in cat.failures if "traceback" not in f and "wrong exit 0" not in f),
+                   "sweep cases run": len(CASES[::every]), "sweep cases in all": len(CASES)}
+    return cat
+
+
+def extra_input_cases(c: Campaign, root: Path) -> list[tuple[str, list[str], dict, int, str]]:
+    """(label, argv, environment, expected exit, fragment of the line) of what the in-process sweep cannot do."""
+    litellm = ["run", "--domain", "arithmetic", "--tasks", "1", "--model", "anthropic/claude-3-haiku-20240307",
+               "--out", str(root / "never"), "--dry-run"]
+    empty = root / "empty-run"
+    empty.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "tests" / "data" / "pre_rundir_run" / "manifest.json", empty / "manifest.json")
+    url = "http://127.0.0.1:9/v1"
+    cases = [("LITELLM_LOG=bogus", litellm, {"LITELLM_LOG": "bogus"}, 2, "is not a log level"),
+             ("LITELLM_LOG set but empty", litellm, {"LITELLM_LOG": ""}, 2, "ANTHROPIC_API_KEY"),
+             ("uqh -v, litellm imported: nothing on stdout", ["-v", *litellm], {}, 2, "ANTHROPIC_API_KEY"),
+             ("uqh -v without a command: the help on stderr", ["-v"], {}, 2, "usage: uqh"),
+             ("report --certify a binary file", ["report", str(root / "run"), "--out", str(root / "r"), "--certify",
+                                                 str(root / "bin.dat")], {}, 2, "not a UTF-8 text file")]
+    for argv in (["score"], ["certify"], ["report", "--out", str(root / "r")], ["audit"], ["export", "--to",
+                 str(root / "e")], ["judge", "--judge-model", "openai/j", "--api-base", url, "--out", str(root / "j")],
+                 ["probe", "--probe", "p_true", "--model", "openai/p", "--api-base", url, "--out", str(root / "p")]):
+        cases.append((f"{argv[0]} of an empty run", [argv[0], str(empty), *argv[1:]], {}, 2, "no finished episode"))
+    return cases
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -593,14 +743,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--load-latency", type=float, default=0.2, help="server latency of the load run (default 0.2 s)")
     p.add_argument("--breaker-failures", type=int, help="default: uqh's (12)")
     p.add_argument("--breaker-window", type=float, help="default: uqh's (120 s); quick 3")
-    p.add_argument("--only", default="kills,faults,load,breaker,secrets", help="categories to run")
+    p.add_argument("--input-every", type=int, help="run every N-th case of the bad-input sweep (default 1; quick 10)")
+    p.add_argument("--worker-runs", type=int, help="unreachable-endpoint runs with --workers 2 (default 5; quick 2)")
+    p.add_argument("--only", default="kills,faults,load,breaker,secrets,inputs", help="categories to run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, help="keep the run directories here (default: a temporary directory)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fault_campaign.md")
     args = p.parse_args(argv)
     quick = args.quick
     defaults = dict(kills=(40, 5), tasks=(40, 8), fault_episodes=(50, 6), load_concurrency=(256, 32),
-                    load_episodes=(2000, 64), breaker_window=(None, 3.0))
+                    load_episodes=(2000, 64), breaker_window=(None, 3.0), input_every=(1, 10), worker_runs=(5, 2))
     for name, (full, small) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, small if quick else full)
@@ -651,6 +803,8 @@ def main(argv: list[str] | None = None) -> int:
             finished(breaker_campaign(c, args.breaker_failures, args.breaker_window))
         if "secrets" in only:
             finished(secrets_campaign(c))
+        if "inputs" in only:
+            finished(input_campaign(c, args.input_every, args.worker_runs))
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -105,7 +105,7 @@ ALT_VOCAB = (" the", ",", " a", ".", " and", "\n", " of", " to", "<", ">", " is"
 
 _TOKEN_RE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
 
-Responder = Callable[[dict], str] | str | list[str] | None
+Responder = Callable[[dict], str | dict] | str | list[str | dict] | None  # a dict: tool calls (see above)
 
 
 def tokenize(text: str) -> list[str]:

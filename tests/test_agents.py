@@ -11,7 +11,8 @@ against the fake server, next to the react agent it must not change.
   ``none``.
 - Resume and continuations: the conversation rebuilt from recorded steps is the one the model saw; a
   checkpoint resumes, and ``uqh continue`` branches a tools run with the tools agent.
-- The manifest records the agent; a react run's config hash is the one it had before agents existed.
+- The manifest records the agent (a react config, the default, is written as before agents existed, so its
+  config hash is the one it had).
 """
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def test_the_teams_check_tools_offered_clean_endings_and_the_servers_confidence(
     assert requests[0]["messages"][0]["content"] == manifest.system_prompt
 
 
-def _run_one(srv, responder_steps: int = 6, task: str = "arith-0000", start=None, agent: str = "tools"):
+def _run_one(srv, responder_steps: int = 6, task: str = "arith-0000", start=None, agent: str = "tools",
+             transport: str | None = None):
     """One arithmetic episode through run_episode with the agent, against the fake server."""
     domain = ArithmeticDomain()
 
@@ -94,7 +96,7 @@ def _run_one(srv, responder_steps: int = 6, task: str = "arith-0000", start=None
         spec = EpisodeSpec(episode_id=f"{task}#0", task_id=task, seed=3, **({"start": start} if start else {}))
         env, task_prompt, spec = await open_episode(domain, spec)
         client = make_model_client("openai/fake", api_base=srv.base_url, decoding=DecodingConfig(), api_key="x",
-                                   max_retries=0)
+                                   max_retries=0, transport=transport)
         runner = make_agent(agent, domain, domain.system_prompt())
         try:
             return await run_episode(env, client, spec=spec, task_prompt=task_prompt, step_budget=responder_steps,
@@ -103,6 +105,19 @@ def _run_one(srv, responder_steps: int = 6, task: str = "arith-0000", start=None
             await client.aclose()
 
     return asyncio.run(go())
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "litellm", "openai"])
+def test_every_transport_sends_the_tools_and_reads_the_calls(fake_server, transport):
+    with fake_server(tool_solver) as srv:
+        result = _run_one(srv, transport=transport)
+        requests = list(srv.requests)
+    assert all(r["tool_choice"] == "auto" and len(r["tools"]) == 2 for r in requests)
+    ep = result.episode
+    assert ep.stop_reason == StopReason.clean and ep.outcome == 1
+    expression = re.search(r"What is (.*)\?", ep.task_prompt).group(1)
+    assert [s.verbal_confidence for s in ep.steps] == [confidence_for(expression, 1), confidence_for(expression, 2)]
+    assert [s.attempts[0].tool_calls[0].id for s in ep.steps] == ["call_fake_0", "call_fake_0"]
 
 
 def test_a_missing_or_unreadable_confidence_is_recorded_missing_never_imputed(fake_server):
@@ -166,6 +181,9 @@ def test_tool_call_logprobs_are_kept_and_their_absence_is_a_tier(fake_server):
     assert [c.has_logprobs for c in calls] == [True, False]
     assert not any(c.content_null for c in calls)  # a call is an answer, not a null content
     assert result.episode.steps[0].think == "Let me compute."
+    start, end = rows[0].action_token_range  # the call's tokens, from its name to its argument's value
+    assert "".join(t.token for t in rows[0].tokens[start:end]) == 'calc", "arguments": "{\\"expression\\": \\"6*7'
+    assert rows[1].action_token_range is None  # no tokens, no range
 
 
 def test_the_conversation_rebuilt_from_recorded_steps_is_the_one_sent_and_a_checkpoint_resumes(fake_server):
@@ -220,7 +238,9 @@ def test_the_manifest_records_the_agent_and_old_react_runs_keep_their_hash():
     react = RunConfig(**base, agent="react")
     tools = RunConfig(**base, agent="tools")
     assert old.agent == "react" and old.config_hash() == react.config_hash()
-    assert json.loads(react.model_dump_json())["agent"] == "react"
+    assert "agent" not in json.loads(react.model_dump_json())  # a react config is written as before agents existed
+    assert json.loads(tools.model_dump_json())["agent"] == "tools"
+    assert RunConfig.model_validate_json(tools.model_dump_json()).agent == "tools"
     assert tools.config_hash() != react.config_hash()
 
 

@@ -164,3 +164,35 @@ def test_tools_agent_equals_tau2s_llm_agent(fake_server, name):
     if name == "unknown_tool_and_wrong_items":
         assert reward.reward == 0.0 and ep.reward == 0.0
         assert ep.steps[0].info["tool_error"] is True
+
+
+def test_the_tau2_conversation_rebuilt_from_steps_is_the_one_sent(fake_server):
+    """Resume and continuations rebuild tau2's agent conversation from the record (greeting, user turns without
+    our ``User:``, tool results under their call ids): it is what the model was sent."""
+    decisions, user_lines, task_id = SCENARIOS["solved"]
+    script = TwoAgentScript(decisions, user_lines)
+    with fake_server(script) as srv:
+        domain = make_domain("tau2-retail", srv)
+        ep = _run_ours(domain, task_id, srv.base_url, seed=1000).episode
+    agent = make_agent("tools", domain, "")
+    sent = [r["messages"] for r in script.requests["uqh"]]
+    assert [agent.conversation(ep.task_prompt, ep.steps[:t]) for t in range(len(ep.steps))] == sent
+
+
+def test_uqh_run_tau2_with_the_tools_agent(fake_server, tmp_path, capsys):
+    """The whole run path (runner, store, manifest) on Tau2 with --agent tools: tau2's reward, the agent recorded."""
+    from run_files import read_episodes, read_manifest
+
+    from uqh.cli import main
+
+    decisions, user_lines, task_id = SCENARIOS["solved"]
+    out = tmp_path / "run"
+    with fake_server(TwoAgentScript(decisions, user_lines)) as srv:
+        code = main(["run", "--domain", "tau2-retail", "--agent", "tools", "--task-ids", task_id, "--model",
+                     "openai/fake-agent", "--api-base", srv.base_url, "--user-model", "openai/fake-user",
+                     "--user-api-base", srv.base_url, "--out", str(out), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    (ep,) = read_episodes(out)
+    assert ep.stop_reason.value == "clean" and ep.reward == 1.0 and ep.outcome == 1
+    manifest = read_manifest(out)
+    assert manifest.config.agent == "tools" and manifest.system_prompt.startswith("<instructions>")

@@ -32,6 +32,7 @@ FORBIDDEN = {
 HARNESS_RANK = {
     "interrupts": 0, "model": 1, "store": 1, "progress": 1, "episode": 2, "importers": 2, "sampling": 3, "config": 4,
     "backends": 5, "judge": 5, "probes": 6, "runner": 6, "continuation": 7, "launch": 7, "doctor": 2,
+    "regenerate": 8,
 }
 #: Modules (besides the store) that append to files: the judge's own directory (not a run directory).
 APPENDERS = {"uqh.harness.store.writer", "uqh.harness.store.repair", "uqh.harness.judge.judge_runner"}

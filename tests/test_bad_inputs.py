@@ -86,6 +86,14 @@ def _cases() -> list[tuple[list[str], str]]:
                 "http://h/v1?api_key=k", "http://h/v1#frag", "//h/v1"):
         add("--api-base", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", url,
             "--out", "o")
+    for url in ("http://h/v1;api_key=k", "http://u:pa/ss@h/v1", "u:pa/ss@h"):  # ; parameters, malformed userinfo
+        add("--api-base", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--api-base", url,
+            "--out", "o")
+    for way in (["--es-url"], ["-D", "es_url="]):
+        for url in ("http://h:9200/?api_key=k", "http://h:9200/;k=v", "http://h:9200/#k", "u:p@h:9200"):
+            add("--es-url", "run", "--domain", "hotpotqa", "--tasks", "1", "--model", "openai/x", "--api-base", URL,
+                "--out", "o", *(way[:-1] + [way[-1] + url] if way[0] == "-D" else way + [url]))
+    add("--user-model needs a domain with a simulated user", *RUN, "--user-model", "openai/u")
     add("given twice", *RUN, "--api-base", URL)
     add("--endpoints", "run", "--domain", "arithmetic", "--tasks", "1", "--model", "openai/x", "--endpoints",
         "{bin}", "--out", "o")
@@ -128,6 +136,8 @@ def _cases() -> list[tuple[list[str], str]]:
     add("--q-z", "score", "{run}", "--q-z", "{bin}")
     add("q_Z file", "score", "{run}", "--censoring", "exact", "--q-z", "{bin}")
     add("q_Z file", "score", "{run}", "--censoring", "exact", "--q-z", "{missing}")
+    add("is a directory, not a file", "score", "{run}", "--censoring", "exact", "--q-z", "{run}")  # said "does not exist"
+    add("is a directory, not a file", "report", "{run}", "--out", "r", "--q-z", "{run}")
     add("", "score", "{run}", "--censoring", "exact", "--q-z", "{afile}")
     add("", "score", "{run}", "--paired")
     add("", "score", "{run}", "--fixed-rank", "nope")
@@ -157,6 +167,21 @@ def _cases() -> list[tuple[list[str], str]]:
     add("", "report", "{run}", "--out", "r", "--max-traces", "-1")
     add("", "report", "{run}", "--out", "{empty}")
     add("", "report", "{run}", "--out", "r", "--bootstrap", "-1")
+    add("is inside the run directory", "report", "{run}", "--out", "{run}/rep")
+    add("is a non-empty directory that holds no earlier output", "report", "{run}", "--out", "{nonempty}")
+    add("is not a UTF-8 text file", "report", "{run}", "--out", "r", "--certify", "{bin}")
+    add("is inside the run directory", "audit", "{run}", "--out", "{run}/aud")
+    add("is inside the run directory", "export", "{run}", "--to", "{run}/exp")
+    add("is a non-empty directory that holds no earlier output", "export", "{run}", "--to", "{nonempty}")
+    add("is inside the run directory", "certify", "{run}", "--alpha", "0.1", "--export-verification", "{run}/v.csv")
+    add("is inside the run directory", "judge", "--report", "--out", "{run}", "--tables", "{run}/t")
+    add("is inside the run directory", "index", "--corpus", "{run}/manifest.json", "--out", "{run}/idx")
+    add("unknown preset 'nope'", "regenerate", "nope", "--out", "o")
+    add("--set expects PRESET:KEY=VALUE", "regenerate", "--quick", "--set", "paper-webshop", "--out", "o")
+    add("Extra inputs are not permitted", "regenerate", "--quick", "--set", "all:nope=1", "--out", "o")
+    add("--sample: Input should be greater than or equal to 1", "regenerate", "--quick", "--sample", "0", "--out", "o")
+    add("argument --bootstrap: must be >= 1, got 0", "regenerate", "--quick", "--bootstrap", "0", "--out", "o")
+    add("exists and is not a directory", "regenerate", "--quick", "--report", "{empty}", "--dry-run")
     add("not a run directory", "export", "{missing}", "--to", "e")
     add("", "export", "{run}", "--to", "e", "--bootstrap", "-1")
     add("", "export", "{run}", "--to", "{empty}")
@@ -257,6 +282,12 @@ def _cases() -> list[tuple[list[str], str]]:
 CASES = _cases()
 
 
+def _substitute(text: str, subst: dict[str, str]) -> str:
+    for key, value in subst.items():
+        text = text.replace(key, value)
+    return text
+
+
 def _digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -276,9 +307,11 @@ def test_a_bad_input_is_one_line_exit_2_and_nothing_written(argv, fragment, tmp_
     (tmp_path / "bin.dat").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "afile").write_text("not what was expected\n")
-    subst = {"{run}": str(tmp_path / "run"), "{bin}": str(tmp_path / "bin.dat"), "{empty}": str(tmp_path / "empty.txt"),
+    (tmp_path / "nonempty").mkdir()
+    (tmp_path / "nonempty" / "notes.txt").write_text("someone's notes\n")
+    subst = {"{nonempty}": str(tmp_path / "nonempty"), "{run}": str(tmp_path / "run"), "{bin}": str(tmp_path / "bin.dat"), "{empty}": str(tmp_path / "empty.txt"),
              "{missing}": str(tmp_path / "missing"), "{afile}": str(tmp_path / "afile")}
-    argv = [subst.get(a, a) for a in argv]
+    argv = [_substitute(a, subst) for a in argv]
     before = _digest(tmp_path)
     try:
         code = main(argv)
@@ -338,3 +371,48 @@ def test_an_out_of_range_value_is_read_as_missing_with_a_note(field, value, tmp_
     assert note in outputs["edited"][1] and "outside their range" not in outputs["null"][1]
     assert main(["audit", str(edited), "--bootstrap", "1"]) == 0
     assert note in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- empty runs, runs being written
+
+EMPTY_RUN_COMMANDS = [
+    ["score", "{run}"], ["certify", "{run}"], ["report", "{run}", "--out", "r"], ["audit", "{run}"],
+    ["export", "{run}", "--to", "e"], ["judge", "{run}", "--judge-model", "openai/j", "--api-base", URL, "--out", "j"],
+    ["probe", "{run}", "--probe", "p_true", "--model", "openai/p", "--api-base", URL, "--out", "p"],
+]
+
+
+@pytest.mark.parametrize("argv", EMPTY_RUN_COMMANDS, ids=[a[0] for a in EMPTY_RUN_COMMANDS])
+def test_an_empty_run_is_refused_alike_by_every_reading_command(argv, tmp_path, capsys, monkeypatch):
+    """On a run with a manifest and no finished episode, score, report and certify exited 2 while audit, export,
+    judge and probe exited 0: now all exit 2 with the same line, and write nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    shutil.copy(PRE_RUN / "manifest.json", tmp_path / "run" / "manifest.json")
+    before = _digest(tmp_path)
+    assert main([a.replace("{run}", str(tmp_path / "run")) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    (line,) = err.strip().splitlines()
+    assert f"uqh {argv[0]}: error: {tmp_path / 'run'} has no finished episode" in line and "run `uqh run` first" in line
+    assert out == "" and _digest(tmp_path) == before
+
+
+def test_certify_on_a_run_being_written_says_so(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(PRE_RUN, run)
+    repo = Path(__file__).resolve().parent.parent
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from uqh.harness.store import lock\n"
+                               f"with lock.hold({str(run)!r}):\n    print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(repo)))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["certify", str(run), "--alpha", "0.3", "--cal-frac", "1.0"]) == 0
+    finally:
+        holder.communicate("", timeout=60)
+    err = capsys.readouterr().err
+    assert f"uqh certify: note: {run}: 8 of 8 planned episodes, run in progress (pid {holder.pid}" in err, err

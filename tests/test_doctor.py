@@ -55,7 +55,7 @@ def test_everything_present_is_exit_0_with_the_speed_line(installed, capsys):
     assert "SmolLM2-135M-Instruct.Q4_1.gguf (98.4 MB)" in out
     speed = next(line for line in out.splitlines() if line.strip().startswith("speed"))
     assert speed.endswith("tokens generated, 1 thread)") and float(speed.split()[1]) > 0
-    assert "hotpotqa/data/sample.jsonl.gz  0.00 MB" in out and "packaged data (1 files, 0.0 MB)" in out
+    assert "hotpotqa/data/sample.jsonl.gz  2.5 kB" in out and "packaged data (1 files, 2.5 kB)" in out
     assert "not_data.py" not in out
     assert out.strip().endswith("uqh doctor: ready: uqh run --model local:smollm2 runs offline on the packaged data")
 
@@ -127,7 +127,8 @@ def test_packaged_data_finds_the_package_folders():
         == expected
 
 
-def test_extras_read_from_the_metadata(monkeypatch):
+def test_extras_read_from_the_metadata_of_an_installed_uqh(monkeypatch):
+    monkeypatch.setattr(doctor, "is_source_checkout", lambda: False)
     requires = ['ray[default]>=2.40; extra == "ray"', 'uqh-no-such-dist-xyz>=1; extra == "tau2"', "numpy>=1.26",
                 'pytest>=8; extra == "dev"', 'uqh[tau2,ray]; extra == "all"']
     monkeypatch.setattr(doctor.importlib.metadata, "requires", lambda name: requires)
@@ -138,7 +139,13 @@ def test_extras_read_from_the_metadata(monkeypatch):
     assert by_name["view"].installed is None and by_name["local"].installed is None
 
 
+def test_extras_of_a_source_checkout_are_read_from_its_pyproject():
+    declared = doctor.declared_extras()  # an editable install's metadata may predate the pyproject
+    assert declared["local"] == ["cmake", "ninja"]  # what uqh setup local needs from PyPI
+
+
 def test_extras_are_shown_with_their_pip_command(installed, capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "is_source_checkout", lambda: False)
     monkeypatch.setattr(doctor.importlib.metadata, "requires",
                         lambda name: ['uqh-no-such-dist-xyz; extra == "tau2"', 'numpy; extra == "view"'])
     assert main(["doctor", "--no-speed"]) == 0  # a missing extra is reported, not a problem

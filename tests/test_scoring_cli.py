@@ -39,7 +39,8 @@ def test_json_output_table2_shape(run_dir, capsys):
     for p in ("verbal", "token_prob", "token_entropy", "action_prob", "action_entropy", "sc_mode_freq", "sc_agreement"):
         assert (p, "raw") in labels and (p, "platt") in labels
     assert ("truth", "raw") in labels and ("truth", "platt") not in labels  # a reference: never recalibrated
-    assert labels[-1] == ("base_rate", "raw") and len(rows) == 20  # p_true, observation_surprise (probes) raw and Platt, missing here
+    # p_true, observation_surprise (probes) raw and Platt, missing here; saup raw and Platt, htc (one row)
+    assert labels[-1] == ("base_rate", "raw") and len(rows) == 23
     # the synthetic run records no canonical answers: the self-consistency rows are missing, never imputed
     sc = next(r for r in rows if r["predictor"] == "sc_agreement" and r["calibration"] == "raw")
     assert sc["n_used"] == 0 and sc["n_skipped_missing"] == 40

@@ -113,12 +113,26 @@ def test_table_14_reproduced_from_table_11_and_the_complete_only_margin():
 
 def test_margin_change_closed_forms_and_edges():
     assert margin_change(0.0123, 0.0086) == (pytest.approx(100 * (0.0086 - 0.0123) / 0.0123), False)
-    assert margin_change(-0.02, -0.01) == (pytest.approx(50.0), False)  # a negative margin that moves up
+    # one sign convention on both sides of the base rate: negative = the margin shrinks toward 0 (issue 43)
+    assert margin_change(-0.02, -0.01) == (pytest.approx(-50.0), False)
+    assert margin_change(-0.01, -0.02) == (pytest.approx(100.0), False)
+    assert margin_change(0.01, 0.02) == (pytest.approx(100.0), False)
     assert margin_change(0.0079, -0.0025) == (None, True)
     assert margin_change(-0.01, 0.01) == (None, True)
     assert margin_change(0.0, 0.0) == (None, False)
     assert margin_change(None, 0.1) == (None, None)
     assert margin_change(0.1, None) == (None, None)
+
+
+def test_a_margin_at_rounding_noise_is_zero():
+    """Issue 43: a Platt map that fell back to the base rate scores the same up to ~1e-16; its margin is 0, not
+    -8.47e-22, and its shrinkage is left empty instead of a percentage of noise."""
+    from uqh.scoring.regimes import margin
+
+    base = 0.6931471805599453
+    assert margin(base + 1e-17, base) == 0.0 and margin(base, base + 2e-16) == 0.0
+    assert margin(base + 1e-6, base) == pytest.approx(1e-6)
+    assert margin_change(margin(base + 1e-17, base), 0.01) == (None, True)
 
 
 def test_delta_sign():

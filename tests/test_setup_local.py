@@ -182,6 +182,33 @@ def test_setup_local_builds_nothing_when_the_environment_has_a_server(tools, cap
     assert f"llama-server {tools['venv'] / 'bin' / 'llama-server'}" in capsys.readouterr().out
 
 
+def test_a_second_setup_at_the_same_time_waits_then_finds_the_first_ones_result(tools):
+    import fcntl
+    import os
+    import threading
+
+    _place_fake_sdist()
+    local_model_cache().mkdir(parents=True, exist_ok=True)
+    held = os.open(local_model_cache() / ".setup.lock", os.O_CREAT | os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # "another setup" holds the lock
+    waiting, result = threading.Event(), {}
+
+    def progress(line: str) -> None:
+        if line.startswith("waiting for another uqh setup local"):
+            waiting.set()
+
+    second = threading.Thread(target=lambda: result.update(setup=llama_build.setup_local(progress=progress)))
+    second.start()
+    assert waiting.wait(60)
+    assert not built_server_path().exists() and _calls(tools["log"]) == [["cmake", "--version"]]  # it waits
+    _executable(built_server_path(), "#!/bin/sh\nexit 0\n")  # what the other setup built
+    built_server_stamp().write_text(LLAMA_CPP_PYTHON_VERSION + "\n")
+    os.close(held)  # the other setup is done
+    second.join(120)
+    assert result["setup"].done == [] and result["setup"].server == built_server_path()
+    assert [c[0] for c in _calls(tools["log"]) if c[1:] != ["--version"]] == []  # nothing built twice
+
+
 def test_interrupted_build_resumes_without_configuring_again(tools, capsys, monkeypatch):
     sdist = _place_fake_sdist()
     monkeypatch.setenv("FAKE_NINJA_FAIL", "1")
@@ -217,10 +244,31 @@ def test_a_missing_build_tool_is_one_line_before_any_download(tools, capsys, mis
     assert not (local_model_cache() / "downloads").exists()
 
 
+def test_a_bad_uqh_llama_server_is_refused_not_built_around(tools, capsys, monkeypatch):
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(tools["bin"] / "no-such-server"))
+    assert main(["setup", "local"]) == 2
+    assert capsys.readouterr().err == (f"uqh setup: error: {LLAMA_SERVER_ENV}={tools['bin'] / 'no-such-server'} is "
+                                       "not an executable file; point it at a llama-server binary or unset it to "
+                                       "use the one uqh setup local builds\n")
+    assert _calls(tools["log"]) == []
+
+
 def test_an_old_cmake_counts_as_missing(tools, capsys):
     _executable(tools["bin"] / "cmake", "#!/bin/sh\necho 'cmake version 3.16.3'\n")
     assert main(["setup", "local"]) == 2
     assert "needs cmake >= 3.19" in capsys.readouterr().err
+
+
+def test_the_environments_cmake_and_ninja_are_used_when_path_has_none_fit(tools):
+    """`pip install 'uqh[local]'` puts cmake and ninja into the environment's bin/, which is on PATH only when the
+    environment is activated: they are found there, after an unfit one on PATH."""
+    venv_bin = tools["venv"] / "bin"
+    for tool in ("cmake", "ninja"):
+        (tools["bin"] / tool).rename(venv_bin / tool)
+    _executable(tools["bin"] / "cmake", "#!/bin/sh\necho 'cmake version 3.16.3'\n")
+    found = llama_build.find_build_tools()
+    assert (found.cmake, found.ninja) == (venv_bin / "cmake", venv_bin / "ninja")
+    assert found.cxx == tools["bin"] / "c++"
 
 
 # ------------------------------------------------------------------------------------- the GGUF, through pip

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("uqh.cli.score_command", "score run directories: TPS, censored extensions, diagnostics; compare runs"),
     "certify": ("uqh.cli.certify_command", "reliability level by self-consistency and conformal calibration"),
     "audit": ("uqh.cli.audit_command", "termination audit and selection diagnostic of run directories"),
+    "regenerate": ("uqh.cli.regenerate_command", "the paper's protocol in one go: every preset's run, continuations, "
+                   "one report (resumable; --quick: offline in minutes)"),
     "report": ("uqh.cli.report_command", "tables, figures and an HTML report for run directories"),
     "view": ("uqh.cli.view_command", "a local web viewer of run directories: runs, trajectories, token heatmaps (live)"),
     "export": ("uqh.cli.export_command", "episodes, steps, tokens and scores as Parquet/CSV tables for pandas"),

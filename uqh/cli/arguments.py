@@ -20,6 +20,17 @@ def add_backend_arguments(group) -> None:
                             "default: start a local Ray instance for this command")
 
 
+def check_runs_have_episodes(paths) -> None:
+    """UserError for a run directory without a finished episode (a manifest only): every command that reads runs
+    -- score, certify, audit, report, export, judge, probe -- refuses it the same way (exit 2), before any output."""
+    from uqh.rundir.errors import UserError
+    from uqh.rundir.reader import RunDir
+
+    for p in paths:
+        if not RunDir.open(p).episodes():
+            raise UserError(f"{p} has no finished episodes yet; run `uqh run` first (or drop it from the list)")
+
+
 def print_endpoint_lines(summary) -> None:
     """The per-endpoint call counts of a batch over several endpoints (nothing for one endpoint)."""
     from uqh.harness.model.endpoints import endpoint_summary_lines

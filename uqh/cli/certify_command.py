@@ -96,7 +96,6 @@ def load_items(run_dir: str):
 
 
 def _read_cal_ids(path: str, known: set[str]) -> list[str]:
-
     lines = read_user_text(path, f"--cal-ids {path}").splitlines()
     ids = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     if not ids:
@@ -174,7 +173,6 @@ def read_verified(path: str, items, seed: int) -> dict[str, bool]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha must be in (0, 1), got {args.alpha}")
     if args.cal_frac is not None and not 0 < args.cal_frac <= 1:
@@ -239,9 +237,12 @@ def certify_run(run_dir: str, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from uqh.cli.arguments import check_runs_have_episodes, print_reading_notes
 
     _check_args(args)
+    check_runs_have_episodes(args.run_dirs)
     done = [certify_run(d, args) for d in args.run_dirs]  # everything validated before anything is written
+    print_reading_notes("uqh certify", args.run_dirs)  # e.g. "N of M planned episodes, run in progress"
     results = [r for r, _, _, _ in done]
     if args.export_verification:
         from uqh.scoring.certify.certificate import calibration_mask

@@ -11,6 +11,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the tokens/s line (it starts llama-server and generates a few dozen tokens)")
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
 def render(d) -> list[str]:
     """The report's lines (a :class:`uqh.harness.doctor.Diagnosis`); API keys by name only."""
     lines = [f"local model ({d.model})",
@@ -25,8 +29,8 @@ def render(d) -> list[str]:
         lines.append(f"  speed         {d.speed.tokens_per_s:.1f} tokens/s ({d.speed.tokens} tokens generated, "
                      f"{d.speed.threads} thread{'s' if d.speed.threads > 1 else ''})")
     total = sum(size for _, size in d.data)
-    lines.append(f"packaged data ({len(d.data)} files, {total / 1e6:.1f} MB)" if d.data else "packaged data")
-    lines += [f"  {path}  {size / 1e6:.2f} MB" for path, size in d.data] or ["  none packaged"]
+    lines.append(f"packaged data ({len(d.data)} files, {_size(total)})" if d.data else "packaged data")
+    lines += [f"  {path}  {_size(size)}" for path, size in d.data] or ["  none packaged"]
     lines.append("extras")
     for extra in d.extras:
         state = ("installed" if extra.installed else f"missing {', '.join(extra.missing)}: {extra.pip_command}"

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from uqh.cli import arg_types
-from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 from uqh.rundir.atomic import atomic_write_with
 from uqh.rundir.errors import OutputWriteError, UserError
 from uqh.rundir.output_dir import WRITING_MARK, check_output_dir, writing
@@ -47,11 +47,11 @@ def holds_only_exported_tables(path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from uqh.scoring.export import FRAMES, export_frames
     from uqh.scoring.pipeline import ScoreOptions
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     print_reading_notes("uqh export", args.run_dirs)
     to = Path(args.to)
     check_destination(to)

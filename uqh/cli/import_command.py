@@ -22,7 +22,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from uqh.harness.importers.tau2_results import import_tau2_results
 
     imported = import_tau2_results(args.results, args.out)

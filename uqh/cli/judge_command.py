@@ -69,7 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _validate(args: argparse.Namespace) -> None:
-
     if args.temperature is not None and args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
     if not args.judge_model and not args.report:
@@ -90,7 +89,6 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _judge(args: argparse.Namespace) -> int:
-
     from uqh.harness.judge.judge_runner import build_judge_config, check_judge_out, check_judge_resumable, open_runs, plan_tasks
     from uqh.harness.runner import default_concurrency
 
@@ -155,7 +153,6 @@ def _missing_summary(out) -> str | None:
 
 
 def _report(args: argparse.Namespace) -> int:
-
     from uqh.reports.judge_tables import judge_output, write_files
     from uqh.scoring.judges.analysis import analyse_judgments
 

@@ -55,7 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from uqh.harness.probes.probe_runner import (PROBE_LAYOUT, build_probe_config, plan_probes, probe_decoding, run_probes,
                                          surprise_methods)
     from uqh.harness.judge.judge_runner import check_judge_out, check_judge_resumable, open_runs

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from uqh.cli import arg_types
-from uqh.cli.arguments import check_distinct_runs, print_reading_notes
+from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 from uqh.rundir.errors import UserError
 
 
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from uqh.reports.report.write_report import ReportOptions, build_report
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     if args.max_traces < 0:
         raise UserError("--max-traces must be >= 0")
     if args.min_valid < 1:

@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--samples", type=arg_types.count, metavar="K", help="episodes per task (default 1)")
     g.add_argument("--agent", metavar="NAME",
                    help="the agent: react (default; the paper's four-tag text loop) or tools (native function "
-                        "calling, a required confidence argument on every tool; docs/agents.md)")
+                        "calling, a required confidence argument on every tool)")
     g.add_argument("--stop-on-consensus", type=finite_float, metavar="DELTA",
                    help="sequential sampling: stop drawing a task's samples once its mode (canonical answer) is "
                         "certified at error level DELTA (Mouzouni's reliability certification, §9)")

@@ -12,6 +12,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     print(json.dumps(export_json_schemas(), indent=2))
     return 0

@@ -13,7 +13,7 @@ import dataclasses
 import sys
 
 from uqh.cli import arg_types
-from uqh.cli.arguments import check_distinct_runs, run_notes
+from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, run_notes
 from uqh.reports.render import add_format_argument, emit
 from uqh.rundir.errors import UserError
 from uqh.rundir.probes import ProbeDir
@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agentuq-conventions", action="store_true",
                    help="agentuq's conventions instead of uqh's: every call of a step (repairs and failed calls) in "
                         "the per-role summaries, entropy in nats with a token without top-k counted as 0, the "
-                        "final user reply at the last step, AUARC ties in input order (docs/scoring.md)")
+                        "final user reply at the last step, AUARC ties in input order")
     p.add_argument("--paired", action="store_true",
                    help="compare each RUN_DIR with the first on the task ids both ran: Δ per metric with a 95%% CI "
                         "by paired bootstrap over the shared tasks (is model B better calibrated than model A?)")
@@ -154,12 +154,12 @@ def probe_cost_note(probe_dir) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from uqh.reports.score_view import score_output
     from uqh.scoring.pipeline import pool_runs, score_run
     from uqh.scoring.streams import load_run
 
     check_distinct_runs(args.run_dirs)
+    check_runs_have_episodes(args.run_dirs)
     opts = options_from_args(args)
     if args.paired and len(args.run_dirs) < 2:
         raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")

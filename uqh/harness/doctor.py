@@ -12,20 +12,21 @@ import json
 import os
 import re
 import time
+import tomllib
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from uqh.domains.locations import SOURCE_ROOT, is_source_checkout
 from uqh.harness.model.llama_build import server_version
 from uqh.harness.model.llama_server import (
     LOCAL_DEFAULT,
     LocalModelServer,
     find_gguf,
     find_llama_server,
-    server_threads,
 )
-from uqh.harness.model.local_files import LOCAL_MODELS, SETUP_HINT
+from uqh.harness.model.local_files import SETUP_HINT
 from uqh.rundir.errors import UserError
 
 #: The extras a user may lack, in the order shown.
@@ -126,7 +127,7 @@ def packaged_data(base: Path | None = None) -> list[tuple[str, int]]:
         for path in sorted(folder.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 found.append((path.relative_to(base).as_posix(), path.stat().st_size))
-    return found
+    return sorted(set(found))  # a data/ folder inside another is walked twice
 
 
 def _extra_of(requirement: str) -> tuple[str, str | None]:
@@ -144,17 +145,29 @@ def _installed(distribution: str) -> bool:
     return True
 
 
-def extras(names: tuple[str, ...] = EXTRAS) -> list[Extra]:
-    """Each extra's state, from this uqh's own metadata: which of its distributions are installed."""
+def declared_extras() -> dict[str, list[str]]:
+    """extra -> its distributions: from a source checkout's pyproject.toml (an editable install's metadata is
+    that of the day it was installed), else from the installed uqh's metadata."""
+    pyproject = SOURCE_ROOT / "pyproject.toml"
+    if is_source_checkout():
+        with pyproject.open("rb") as f:
+            table = tomllib.load(f).get("project", {}).get("optional-dependencies", {})
+        return {extra: [_extra_of(req)[0] for req in reqs] for extra, reqs in table.items()}
     try:
         requirements = importlib.metadata.requires("uqh") or []
-    except importlib.metadata.PackageNotFoundError:  # running from a source tree that was never installed
+    except importlib.metadata.PackageNotFoundError:
         requirements = []
     by_extra: dict[str, list[str]] = {}
     for line in requirements:
         name, extra = _extra_of(line)
         if extra is not None:
             by_extra.setdefault(extra, []).append(name)
+    return by_extra
+
+
+def extras(names: tuple[str, ...] = EXTRAS) -> list[Extra]:
+    """Each extra's state: which of the distributions it declares (:func:`declared_extras`) are installed."""
+    by_extra = declared_extras()
     report = []
     for extra in names:
         if extra not in by_extra:

@@ -45,6 +45,43 @@ def sensitivity_table(scored: list[ScoredRun]) -> Table:
     )
 
 
+def by_score_family(table: Table) -> list[Table]:
+    """``table`` (with ``Score``, ``Run``, ``Predictor`` and ``n`` columns) as one table per score family, in the
+    order the families appear: the page shows these (Tables 11-12 print one family per block) while the full table
+    stays one CSV file. Rows with n = 0 (a predictor the run does not have, or no trajectory to score) are left out
+    of the family tables, and their caption names them."""
+    families = list(dict.fromkeys(r["Score"] for r in table.rows))
+    out = []
+    for f in families:
+        rows = [{k: v for k, v in r.items() if k != "Score"} for r in table.rows if r["Score"] == f]
+        kept = [r for r in rows if r["n"]]
+        out.append(Table(name=f"{table.name}__{family_slug(f)}", title=f"{table.title} — score family {f}",
+                         columns=[c for c in table.columns if c != "Score"], rows=kept,
+                         caption=table.caption + left_out_text([r for r in rows if not r["n"]], kept),
+                         empty_note="Every row has n = 0: no predictor has a value on these runs' samples."))
+    return out
+
+
+def left_out_text(removed: list[dict], kept: list[dict]) -> str:
+    """The caption sentence naming the predictors left out for n = 0, per run ("every predictor" when a run has no
+    row left)."""
+    if not removed:
+        return ""
+    parts = []
+    for run in dict.fromkeys(r["Run"] for r in removed):
+        if not any(r["Run"] == run for r in kept):
+            parts.append(f"{run}: every predictor (no trajectory to score)")
+        else:
+            names = dict.fromkeys(r["Predictor"] for r in removed if r["Run"] == run)
+            parts.append(f"{run}: {', '.join(names)}")
+    return " Left out, n = 0 (no value on the sample): " + "; ".join(parts) + "."
+
+
+def family_slug(score: str) -> str:
+    """A score family as part of a file name: ``beta:2,4`` -> ``beta_2_4``."""
+    return "".join(c if c.isalnum() else "_" for c in score).strip("_")
+
+
 def censored_shift_table(scored: list[ScoredRun]) -> Table:
     cols = ["Run", "Predictor", "Score", "Labels", "n complete", "n censored", "Censoring rate", "TPS complete-only",
             "TPS cen-ext", "Δ_practice", "Δ CI low", "Δ CI high", "Δ/SE", "Δ / censoring rate"]
@@ -183,13 +220,13 @@ def sign_regime_table(scored: list[ScoredRun]) -> Table:
 def base_rate_margin_table(scored: list[ScoredRun]) -> Table:
     """Table 14 shape: each predictor row's log-score margin over the base rate, complete-only vs censored."""
     cols = ["Run", "Predictor", "Weight schedule", "Score", "TPS_comp − TPS_base", "TPS_cen-ext − TPS_base",
-            "Shrinkage %", "Rank change?"]
+            "Shrinkage % (− = toward 0)", "Rank change?"]
     rows = []
     for sr in scored:
         for r in sr.results.base_rate_margin:
             rows.append({"Run": sr.label, "Predictor": row_label(r.predictor, r.calibration),
                          "Weight schedule": r.weights, "Score": r.score, "TPS_comp − TPS_base": r.margin_complete_only,
-                         "TPS_cen-ext − TPS_base": r.margin_censored, "Shrinkage %": r.shrinkage_percent,
+                         "TPS_cen-ext − TPS_base": r.margin_censored, "Shrinkage % (− = toward 0)": r.shrinkage_percent,
                          "Rank change?": None if r.rank_flip is None else ("Yes" if r.rank_flip else "No")})
     return Table(
         name="base_rate_margin",
@@ -198,6 +235,8 @@ def base_rate_margin_table(scored: list[ScoredRun]) -> Table:
         columns=cols,
         rows=rows,
         caption="Log score. Margin = TPS_predictor − TPS_base-rate on the same sample, complete-only and with the "
-        "simple censored extension; shrinkage = 100 (m_cen − m_comp) / |m_comp|. A rank change is a change of sign "
+        "simple censored extension (a margin within rounding noise of 0 is 0). Shrinkage % = 100 (|m_cen| − |m_comp|) "
+        "/ |m_comp|: negative = the margin shrinks toward 0 with the censored extension, positive = it grows, on "
+        "either side of the base rate (the paper's +0.0123 → +0.0086 is −30%). A rank change is a change of sign "
         "of the margin (the paper's \"rank flip\"); its shrinkage is left empty. " + LABELS_NOTE,
     )

@@ -28,8 +28,7 @@ def learned_scores_table(scored: list[ScoredRun]) -> Table:
         rows=rows,
         caption="HTC: ridge-logistic on the prefix features, cross-fitted across trajectories as Platt is; SAUP: RMS "
                 "of situation-weighted step NLLs, exp(−U) (raw: rank metrics only). Each under every censoring "
-                "convention the run supports; TPS linear-front, diagnostics on complete trajectories "
-                "(docs/scoring.md, 'Learned calibrators').",
+                "convention the run supports; TPS linear-front, diagnostics on complete trajectories.",
     )
 
 

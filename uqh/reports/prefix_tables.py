@@ -30,24 +30,49 @@ def selection_text(counts: PrefixCounts) -> str:
     return "first N / listed ids"
 
 
+def branches_text(counts: PrefixCounts) -> str:
+    """``4 of 20 branches`` (written of asked for; the maximum under a sequential rule)."""
+    of = "at most " if counts.stop_rule != "fixed" else ""
+    return f"{counts.branches_written} of {of}{counts.branches_planned} branches"
+
+
+def continued_text(counts: PrefixCounts) -> str:
+    """The "Continued" cell: the prefixes with a branch, and for a partial continuation how far it got."""
+    text = f"{counts.continued} of {counts.sampled - counts.skipped}"
+    return f"{text} ({branches_text(counts)}: partial)" if counts.partial else text
+
+
 def population_note(label: str, audit: CensoredPrefixAudit) -> str:
-    """One sentence stating the population of a continuation's tables: retained of sampled, and the rest."""
+    """One sentence stating the population of a continuation's tables: retained of sampled, and the rest; for a
+    partial continuation (fewer branches than asked for), how many were written."""
     c = audit.counts
+    partial = (f" PARTIAL: the continuation has {branches_text(c)} (stopped or still running; re-run `uqh continue` "
+               "to finish it), so q̂_Z rests on fewer branches than planned." if c.partial else "")
     return (f"{label} ({audit.continuation_dir}): {c.censored_in_source} censored prefixes in the run; "
-            f"{c.sampled} sampled ({selection_text(c)}); {c.skipped} skipped (not replayable); {c.continued} "
-            f"continued; {c.retained} retained (>= {c.min_valid} resolved branches) -- the tables are over these "
-            f"{c.retained}; {c.sampled - c.retained} sampled prefixes are not scored.")
+            f"{c.sampled} sampled ({selection_text(c)}); {c.skipped} skipped (not replayable); "
+            f"{c.continued} continued ({branches_text(c)}); {c.retained} retained (>= {c.min_valid} resolved "
+            f"branches) -- the tables are over these {c.retained}; {c.sampled - c.retained} sampled prefixes are "
+            f"not scored.{partial}")
+
+
+def no_retained_note(scored: list[ScoredRun]) -> str:
+    """The empty tables' line when continuations were given: which ones, and that none retained a prefix."""
+    where = "; ".join(f"{a.continuation_dir}: {a.counts.retained} of {a.counts.sampled} retained "
+                      f"(>= {a.counts.min_valid} resolved branches needed, {branches_text(a.counts)})"
+                      for _, a in _audits(scored))
+    return f"No retained prefix to score ({where}). Run more branches, or lower --min-valid."
 
 
 def qz_distribution_table(scored: list[ScoredRun]) -> Table:
-    cols = ["Run", "Continuation", "Selection", "Censored in run", "Sampled", "Skipped", "Continued", "Retained",
+    cols = ["Run", "Continuation", "Selection", "Censored in run", "Sampled", "Skipped", "Continued", "Branches",
+            "Retained",
             "min valid", "Mean q̂_Z", "CI low", "CI high", "Median q̂_Z", "Fraction q̂_Z = 0", "Fraction q̂_Z > 0.5"]
     rows = []
     for sr, a in _audits(scored):
         c, d = a.counts, a.distribution
         rows.append({"Run": sr.label, "Continuation": a.continuation_dir, "Selection": selection_text(c),
                      "Censored in run": c.censored_in_source, "Sampled": c.sampled, "Skipped": c.skipped,
-                     "Continued": c.continued, "Retained": c.retained, "min valid": c.min_valid, "Mean q̂_Z": d.mean,
+                     "Continued": continued_text(c), "Branches": branches_text(c), "Retained": c.retained, "min valid": c.min_valid, "Mean q̂_Z": d.mean,
                      "CI low": d.ci[0], "CI high": d.ci[1], "Median q̂_Z": d.median,
                      "Fraction q̂_Z = 0": d.frac_zero, "Fraction q̂_Z > 0.5": d.frac_above_half})
     return Table(name="prefix_qz_distribution", title="q̂_Z^MC on the retained prefixes (Appendix H.2, Table 7 shape)",
@@ -62,7 +87,7 @@ def primary_table(scored: list[ScoredRun]) -> Table:
             "Identity max error"]
     rows = []
     for sr, a in _audits(scored):
-        for r in a.rows:
+        for r in scored_rows(a):
             if (r.predictor, r.weights) != (PRIMARY[0], PRIMARY[2]):
                 continue
             for name, m in (("TPS cen,simple", r.simple), ("TPS cen,exact-MC", r.exact),
@@ -84,7 +109,7 @@ def predictors_table(scored: list[ScoredRun]) -> Table:
             "Δ CI low", "Δ CI high", "Δ/SE", "Identity max error", "Eq. 17 max error", "Note"]
     rows = []
     for sr, a in _audits(scored):
-        for r in a.rows:
+        for r in scored_rows(a):
             rows.append({"Run": sr.label, "Predictor": row_label(r.predictor, r.calibration),
                          "Weight schedule": r.weights, "n": r.n, "n missing": r.n_missing, "Simple": r.simple.mean,
                          "Exact-MC": r.exact.mean, "Δ exact − simple": r.difference.mean,
@@ -105,7 +130,7 @@ def sensitivity_table(scored: list[ScoredRun]) -> Table:
             "CI high (successes)"]
     rows = []
     for sr, a in _audits(scored):
-        for r in a.rows:
+        for r in scored_rows(a):
             f, s = r.unresolved_as_failure, r.unresolved_as_success
             rows.append({"Run": sr.label, "Predictor": row_label(r.predictor, r.calibration),
                          "Weight schedule": r.weights, "n": r.n, "Δ (unresolved excluded)": r.difference.mean,
@@ -141,9 +166,40 @@ def plugin_bias_table(scored: list[ScoredRun]) -> Table:
                  "r Σ w (S(F,1) − S(F,0)).")
 
 
+def scored_rows(audit: CensoredPrefixAudit):
+    """The rows with at least one retained prefix scored (a stream the run does not have is left out; see
+    :func:`absent_streams_note`)."""
+    return [r for r in audit.rows if r.n > 0]
+
+
+def absent_streams_note(label: str, audit: CensoredPrefixAudit) -> str | None:
+    """The line naming the streams left out of Table 9 and the sensitivity table: no value on any retained
+    prefix (the run does not record that predictor, or not on these prefixes). None when there are none."""
+    if audit.counts.retained == 0:
+        return None
+    absent = list(dict.fromkeys(row_label(r.predictor, r.calibration) + (f" ({r.note})" if r.note else "")
+                                for r in audit.rows if r.n == 0))
+    if not absent:
+        return None
+    return (f"{label} ({audit.continuation_dir}): left out of the predictor tables, no value on any of the "
+            f"{audit.counts.retained} retained prefixes: {', '.join(absent)}.")
+
+
 def censored_prefix_tables(scored: list[ScoredRun]) -> tuple[list[Table], list[str]]:
-    """The section's tables and its population notes (one per continuation)."""
-    notes = [population_note(sr.label, a) for sr, a in _audits(scored)]
+    """The section's tables and its notes: one population note per continuation, then the streams left out.
+    With continuations given, an empty table says why (no retained prefix, no plug-in), never how to give them."""
+    audits = list(_audits(scored))
+    retained = any(a.counts.retained for _, a in audits)
+    notes = [population_note(sr.label, a) for sr, a in audits]
+    notes += [no_retained_note(scored)] if audits and not retained else []
+    notes += [n for sr, a in audits if (n := absent_streams_note(sr.label, a))]
     tables = [qz_distribution_table(scored), primary_table(scored), plugin_bias_table(scored),
               predictors_table(scored), sensitivity_table(scored)]
+    if audits:
+        for t in tables:
+            if t.rows:
+                continue
+            t.empty_note = "No retained prefix to score: see the notes above." if not retained else (
+                "No plug-in q̂_Z to compare on the retained prefixes (it could not be fitted)."
+                if t.name == "prefix_plugin_bias" else "No stream has a value on the retained prefixes.")
     return tables, notes

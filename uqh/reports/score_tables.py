@@ -36,10 +36,13 @@ def transparency_table(sr: ScoredRun) -> Table:
     res = sr.results.main
     keys = _diagnostic_keys() + [MetricKey(TPS, s) for s in res.settings.scores]
     cols = ["Predictor", "n", "skipped (missing)"] + [k.header for k in keys]
-    rows = []
+    rows, absent = [], []
     for r in res.rows:
-        row = {"Predictor": r.display_label + (f" — {r.note}" if r.note else ""), "n": r.n_used,
-               "skipped (missing)": r.n_skipped_missing}
+        label = r.display_label + (f" — {r.note}" if r.note else "")
+        if not r.n_used:  # a predictor the run does not record (or nothing to score): left out, named below
+            absent.append(label)
+            continue
+        row = {"Predictor": label, "n": r.n_used, "skipped (missing)": r.n_skipped_missing}
         row.update({k.header: r.value(k.metric, k.score) for k in keys})
         rows.append(row)
     c = res.counts
@@ -58,7 +61,10 @@ def transparency_table(sr: ScoredRun) -> Table:
             "TPS reward-oriented with linear-front weights. Platt = single-split cross-fitted (Appendix D). "
             "A trajectory with a missing value is skipped for that predictor (counted), never imputed. "
             f"95% CIs and SEs ({res.settings.bootstrap} paired bootstrap resamples) are in scores_long__{sr.slug}.csv."
+            + (f" Left out, n = 0 (no value on this sample): {'; '.join(absent)}." if absent else "")
         ),
+        empty_note="No predictor has a value on the complete-observation sample (n = 0 for every row: no clean "
+        "trajectory with an observed outcome).",
     )
 
 
@@ -91,8 +97,13 @@ def auq_table(scored: list[ScoredRun]) -> Table:
 
 
 def platt_table(scored: list[ScoredRun]) -> Table:
+    """Table 1 shape: per predictor the two cross-fitted maps' slopes and fallback, the calibrated range, and what
+    each map sends the paper's reference forecasts 0.90 / 0.95 / 1.00 to."""
+    refs = list(dict.fromkeys(k for sr in scored for d in sr.results.main.calibration
+                              for k in (*d.split_a.reference_map, *d.split_b.reference_map)))
+    ref_cols = [f"{half} {v} →" for half in ("A:", "B:") for v in refs]
     cols = ["Run", "Predictor", "Split A slope b", "Split A fallback", "Split B slope b", "Split B fallback",
-            "Calibrated min", "Calibrated max", "n A", "n B"]
+            "Calibrated min", "Calibrated max", *ref_cols, "n A", "n B"]
     rows = []
     for sr in scored:
         for d in sr.results.main.calibration:
@@ -100,7 +111,10 @@ def platt_table(scored: list[ScoredRun]) -> Table:
                 "Run": sr.label, "Predictor": predictor_label(d.predictor),
                 "Split A slope b": d.split_a.b_fitted, "Split A fallback": d.split_a.fallback,
                 "Split B slope b": d.split_b.b_fitted, "Split B fallback": d.split_b.fallback,
-                "Calibrated min": d.calibrated_min, "Calibrated max": d.calibrated_max, "n A": d.n_a, "n B": d.n_b,
+                "Calibrated min": d.calibrated_min, "Calibrated max": d.calibrated_max,
+                **{f"A: {v} →": d.split_a.reference_map.get(v) for v in refs},
+                **{f"B: {v} →": d.split_b.reference_map.get(v) for v in refs},
+                "n A": d.n_a, "n B": d.n_b,
             })
     return Table(
         name="platt_diagnostics",
@@ -109,7 +123,9 @@ def platt_table(scored: list[ScoredRun]) -> Table:
         columns=cols,
         rows=rows,
         caption="Fitted slopes of the two cross-fitted maps (before the monotone fallback, which sets b = 0 when "
-        "b < 0) and the calibrated probability range.",
+        "b < 0), the calibrated probability range, and the calibrated value each map gives the raw forecasts "
+        f"{' / '.join(refs) or '0.90 / 0.95 / 1.00'} (A: the map fitted on split A, applied to split B; B: the "
+        "reverse).",
     )
 
 

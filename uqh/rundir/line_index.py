@@ -95,13 +95,14 @@ LONG_LINE = 1024
 
 @dataclass
 class LineIndex:
-    """episode_id -> spans of its lines in file order, for one JSONL file; see the module docstring."""
+    """episode_id -> the blocks of its lines in file order, for one JSONL file; see the module docstring."""
 
     path: Path
     #: Bytes indexed so far: the file up to and including its last newline when last refreshed.
     indexed_bytes: int = 0
     #: Complete lines seen so far (blank ones included): the line number of the next line is ``lines + 1``.
     lines: int = 0
+    #: Where each id's lines are (:meth:`spans_of` lists them one by one).
     blocks: dict[str, list[Block]] = field(default_factory=dict)
     #: Episode ids in the order of their first line.
     order: list[str] = field(default_factory=list)
@@ -144,7 +145,7 @@ class LineIndex:
     def _index_from(self, start: int, size: int) -> int:
         """Index the complete lines in bytes [start, size): read in chunks of :data:`CHUNK_BYTES`, each from the
         start of the first line the one before did not finish (a line is read again rather than copied onto the
-        next chunk), each line's id matched in place (no copy of the line, no JSON parse of a plain id)."""
+        next chunk)."""
         new, want, pos = 0, CHUNK_BYTES, start
         with open(self.path, "rb", buffering=0) as f:
             while pos < size:
@@ -290,7 +291,7 @@ class LineIndex:
 def _newlines(data: bytes, buf: np.ndarray, end: int) -> np.ndarray:
     """Offsets of the newlines in ``data[:end]``: by ``bytes.find`` when lines are long (a sidecar's rows, ~4 kB:
     memchr skips them, 4x faster than comparing every byte), by numpy when they are short."""
-    import numpy as np  # here, not at the top: every command reads run directories, and `--help` needs no numpy
+    import numpy as np  # here, not at the top: `uqh --help` imports the reader, and must not import numpy
 
     count = data.count(b"\n", 0, end)
     if count * LONG_LINE > end:

@@ -85,6 +85,10 @@ def write_continuation_audit(cont_dir: Path, records: Iterable[QzRecord], audit_
 def read_qz_file(path: Path) -> dict[str, QzRecord]:
     """Read a q_Z file into ``{episode_id: QzRecord}``. Bad files raise :class:`UserError` (one line)."""
     path = Path(path)
+    if path.is_dir():
+        inside = f"; did you mean {path / QZ_FILE}?" if (path / QZ_FILE).is_file() else ""
+        raise UserError(f"q_Z file {path} is a directory, not a file; pass the {QZ_FILE} written by `uqh continue` "
+                        f"to --q-z{inside}")
     if not path.is_file():
         raise UserError(f"q_Z file {path} does not exist; pass the file written by `uqh continue` to --q-z")
     out: dict[str, QzRecord] = {}

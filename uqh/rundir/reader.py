@@ -144,6 +144,16 @@ def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / MANIFEST_FILE).is_file()
 
 
+def manifest_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """(inode, mtime in ns, size) of a run directory's manifest, None when it has none: a reader that keeps a run
+    open tells by it, without reading the file, that the manifest was not rewritten since."""
+    try:
+        st = os.stat(Path(path) / MANIFEST_FILE)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def read_manifest_file(run_dir: Path) -> Manifest:
     """The manifest of ``run_dir``, checked (exists, JSON, known schema_version, valid); UserError otherwise."""
     run_dir = Path(run_dir)

@@ -381,8 +381,9 @@ class RunConfig(_Record):
     agent: Annotated[
         str,
         Field(description="The policy that turns the history into the next step (uqh run --agent): react, the paper's "
-                          "four-tag text loop, or tools, native function calling (docs/agents.md). Left out of the "
-                          "hash while react, so runs recorded before the choice existed resume."),
+                          "four-tag text loop, or tools, native function calling. Left out (of the "
+                          "manifest and the hash) while react, so react configs are written as before the choice "
+                          "existed and older runs resume.", exclude_if=lambda v: v == DEFAULT_AGENT),
     ] = DEFAULT_AGENT
 
     @property

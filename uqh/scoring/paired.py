@@ -59,7 +59,7 @@ def compare_runs(a: RunData, b: RunData, opts: ScoreOptions, opts_b: ScoreOption
     for predictor in opts.predictor_names():
         samples = {run: build_sample(r, predictor, censoring=opts.censoring, q_z=q_z_of[run],
                                      include_parse_errors=opts.include_parse_errors, missing_qz=opts.missing_qz,
-                                     labels=opts.labels)
+                                     labels=opts.labels, learned=opts.learned_settings())
                    for run, r in (("a", ra), ("b", rb))}
         streams = {run: _streams(s, opts) for run, s in samples.items()}
         # trajectory -> position of its task among the shared tasks

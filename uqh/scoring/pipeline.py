@@ -22,7 +22,6 @@ from typing import Callable
 import numpy as np
 
 from uqh.scoring.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, compare, interval, paired_bootstrap, standard_error
-from uqh.scoring import learned
 from uqh.scoring.calibration import cross_fit_platt
 from uqh.scoring.diagnostics import AGGREGATORS, ScalarDiagnostics, trajectory_scalar
 from uqh.scoring.fixed_rank import fixed_rank_analysis
@@ -57,7 +56,7 @@ from uqh.scoring.results import (
     ScoreSettings,
 )
 from uqh.scoring.rules import DEFAULT_SCORES, ScoreRule, parse_score
-from uqh.scoring.streams import RunData, Sample, build_sample, greedy_refusal
+from uqh.scoring.streams import LearnedSettings, RunData, Sample, build_sample, greedy_refusal
 from uqh.scoring.tps import posterior_weight, tps
 from uqh.scoring.truth import mean_abs_error, tps_gap
 from uqh.scoring.weights import DEFAULT_WEIGHTS, trajectory_weights
@@ -100,6 +99,10 @@ class ScoreOptions:
         specs = [get_predictor(n) for n in names]
         return [p.name for p in specs if not p.is_constant] + [p.name for p in specs if p.is_constant]
 
+    def learned_settings(self) -> LearnedSettings:
+        """How the learned calibrators (HTC) are fitted under these options."""
+        return LearnedSettings(self.learned_penalty, self.weights, self.calibrator_from)
+
     def settings(self) -> ScoreSettings:
         return ScoreSettings(
             predictors=self.predictor_names(),
@@ -129,38 +132,6 @@ class PredictorEvaluation:
     calibration: PlattDiagnostics | None
     fixed_rank: list[FixedRankRow]
     learned: LearnedCalibration | None = None
-
-
-def learned_sample(sample: Sample, weights: np.ndarray, opts: ScoreOptions) -> tuple[Sample, LearnedCalibration]:
-    """``sample`` with its learned calibrator's values (HTC): cross-fitted on the sample as Platt is, or, with
-    ``opts.calibrator_from``, one model fitted on that run's sample of the same predictor (same censoring; ``exact``
-    becomes ``simple`` there, which needs no q_Z file) applied to every step. ValueError when it cannot be fitted."""
-    spec = get_predictor(sample.predictor)
-    penalty = opts.learned_penalty
-    if opts.calibrator_from is None:
-        values, models = learned.cross_fit(sample.features, sample.feature_names, sample.offsets, sample.y,
-                                           sample.delta, sample.episode_ids, weights, labels=sample.label_convention,
-                                           q_z=sample.q_z, penalty=penalty)
-        source = None
-    else:
-        src = build_sample(opts.calibrator_from, sample.predictor,
-                           censoring="simple" if opts.censoring == "exact" else opts.censoring,
-                           include_parse_errors=opts.include_parse_errors, labels=opts.labels)
-        names = [n for n in sample.feature_names if n in set(src.feature_names)]
-        if src.n == 0 or not names:
-            raise ValueError(f"{opts.calibrator_from.label} has no scored trajectory with the features of this run")
-        pick = [src.feature_names.index(n) for n in names]
-        w_src = trajectory_weights(src.offsets, opts.weights, src.horizon)
-        model = learned.fit_all(src.features[:, pick], names, src.offsets, src.y, src.delta, w_src,
-                                labels=src.label_convention, q_z=src.q_z, penalty=penalty)
-        values = model(sample.features[:, [sample.feature_names.index(n) for n in names]])
-        models, source = (model,), opts.calibrator_from.label
-    names = list(models[0].features)
-    dropped = [n for n in (sample.dropped_features or []) + sample.feature_names if n not in names]
-    out = Sample(**{**sample.__dict__, "values": np.asarray(values, dtype=float)})
-    return out, learned.calibration_result(spec.name, names, dropped, penalty, learned.LAMBDA, models, source)
-
-
 
 
 def _diagnostic_statistic(c: np.ndarray, y: np.ndarray, auarc_ties: str = "mean"
@@ -252,16 +223,9 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
     q = sample.q_z if opts.censoring == "exact" else None
     calibration = None
     notes: dict[str, str] = {}
-    learned_fit = None
-    if spec.learned is not None:
-        try:
-            if n == 0:
-                raise ValueError("no trajectories to fit it on")
-            sample, learned_fit = learned_sample(sample, w, opts)
-        except ValueError as exc:
-            notes["raw"] = f"{spec.label} unavailable: {exc}"
-            n = 0
-    streams: dict[str, np.ndarray | None] = {"raw": sample.values if n > 0 or spec.learned is None else None}
+    if sample.learned_error is not None:
+        notes["raw"] = sample.learned_error
+    streams: dict[str, np.ndarray | None] = {"raw": None if sample.learned_error is not None else sample.values}
     if "platt" in opts.calibrations and spec.calibratable:
         try:
             if n == 0:
@@ -329,7 +293,7 @@ def evaluate_predictor(sample: Sample, opts: ScoreOptions) -> PredictorEvaluatio
         if streams.get("platt") is not None:
             platt_sub = streams["platt"][np.repeat(complete, np.diff(sample.offsets))]
         fixed = fixed_rank_analysis(sub.values, sub.offsets, sub.y, w_sub, rules, platt_sub, predictor=sample.predictor)
-    return PredictorEvaluation(rows=rows, auq=auq_rows, calibration=calibration, fixed_rank=fixed, learned=learned_fit)
+    return PredictorEvaluation(rows=rows, auq=auq_rows, calibration=calibration, fixed_rank=fixed, learned=sample.learned_fit)
 
 
 def stream_statistic(sample: Sample, values: np.ndarray, opts: ScoreOptions) -> Callable[[np.ndarray], dict]:
@@ -370,7 +334,7 @@ def score_run(run: RunData, opts: ScoreOptions) -> RunScores:
     for k, predictor in enumerate(names):
         sample = build_sample(run, predictor, censoring=opts.censoring, q_z=opts.q_z,
                               include_parse_errors=opts.include_parse_errors, missing_qz=opts.missing_qz,
-                              labels=opts.labels)
+                              labels=opts.labels, learned=opts.learned_settings())
         if k == 0:
             counts = SampleCounts(**{f: sample.counts[f] for f in SampleCounts.model_fields if f in sample.counts})
         res = evaluate_predictor(sample, opts)

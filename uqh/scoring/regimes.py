@@ -50,16 +50,28 @@ def margin_change(margin_complete: float | None, margin_censored: float | None) 
     """Table 14's "Shrinkage" and "Rank change?" of a predictor's margin over the base rate,
     m = TPS_predictor − TPS_base, from complete-only (m_comp) to the censored extension (m_cen).
 
-    Shrinkage is 100 · (m_cen − m_comp) / |m_comp| (e.g. +0.0123 → +0.0086 is −30%). A rank flip is a change of
-    sign of the margin (the predictor and the base rate swap places); the paper prints "rank flip" instead of a
-    percentage there, so the shrinkage is None when the rank flips or m_comp is 0. (None, None) when a margin is
-    missing."""
+    Shrinkage is the change of the margin's size, 100 · (|m_cen| − |m_comp|) / |m_comp|: negative when the margin
+    shrinks toward 0, positive when it grows, whichever side of the base rate the predictor is on (the paper's
+    +0.0123 → +0.0086 is −30%; −0.02 → −0.01 is −50%). A rank flip is a change of sign of the margin (the predictor
+    and the base rate swap places); the paper prints "rank flip" instead of a percentage there, so the shrinkage is
+    None when the rank flips or m_comp is 0. (None, None) when a margin is missing."""
     if margin_complete is None or margin_censored is None:
         return None, None
     flip = bool(np.sign(margin_complete) != np.sign(margin_censored))
     if flip or margin_complete == 0:
         return None, flip
-    return 100.0 * (margin_censored - margin_complete) / abs(margin_complete), flip
+    return 100.0 * (abs(margin_censored) - abs(margin_complete)) / abs(margin_complete), flip
+
+
+#: A margin smaller than this fraction of the scores it is the difference of is rounding noise (a predictor whose
+#: Platt map fell back to the base rate scores the same up to ~1e-16): it is 0.
+MARGIN_NOISE = 1e-12
+
+
+def margin(score: float, base: float) -> float:
+    """``score − base``, 0.0 when the difference is rounding noise (:data:`MARGIN_NOISE`)."""
+    diff = score - base
+    return 0.0 if abs(diff) <= MARGIN_NOISE * max(abs(score), abs(base)) else diff
 
 
 def sign_regime(by_weights: dict[str, RunScores], forecasts: dict[tuple[str, str], float | None]) -> list[SignRegimeRow]:
@@ -106,8 +118,8 @@ def margin_over_base_rate(by_weights: dict[str, RunScores], score: str = "log") 
             comp, cen = r.value(TPS_COMPLETE_ONLY, score), r.value(TPS, score)
             if comp is None or base_comp is None:
                 continue
-            m_comp = comp - base_comp
-            m_cen = cen - base_cen if (cen is not None and base_cen is not None) else None
+            m_comp = margin(comp, base_comp)
+            m_cen = margin(cen, base_cen) if (cen is not None and base_cen is not None) else None
             shrinkage, flip = margin_change(m_comp, m_cen)
             out.append(MarginRow(predictor=r.predictor, calibration=r.calibration, weights=scheme, score=score,
                                  margin_complete_only=m_comp, margin_censored=m_cen, shrinkage_percent=shrinkage,

@@ -262,11 +262,9 @@ def builtin_predictors() -> list[Predictor]:
         Predictor(truth.TRUTH, "True q_t (oracle domains)", truth.truth_value, calibratable=False),
         # SAUP (arXiv:2412.01033): RMS of situation-weighted step NLLs to date, as exp(-U); a signal, not a probability
         Predictor("saup", "SAUP situation-weighted uncertainty exp(−U)",
-                  signal_running=SignalRunning(saup.saup_terms, saup.saup_confidence), rank_only_raw=True,
-                  default=False),
+                  signal_running=SignalRunning(saup.saup_terms, saup.saup_confidence), rank_only_raw=True),
         # HTC (arXiv:2601.15778): ridge-logistic on the prefix features, cross-fitted like Platt
-        Predictor("htc", "HTC learned calibrator (cross-fitted)", learned=LearnedCalibrator(), calibratable=False,
-                  default=False),
+        Predictor("htc", "HTC learned calibrator (cross-fitted)", learned=LearnedCalibrator(), calibratable=False),
     ]
 
 class Registry(MutableMapping):

@@ -10,6 +10,7 @@ predictor values").
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -21,9 +22,11 @@ from uqh.rundir.probes import ProbeDir
 from uqh.rundir.reader import RunDir
 from uqh.rundir.schema import CAPABILITY_TIERS, NO_LOGPROBS, Episode, LogprobRow, Manifest
 from uqh.scoring.labels import DEFAULT_LABELS, label_convention, training_labels
-from uqh.scoring import process_features, role_signals
+from uqh.scoring import learned as learned_model, process_features, role_signals
 from uqh.scoring.registry import PREDICTORS, get_predictor
+from uqh.scoring.results import LearnedCalibration
 from uqh.scoring.truth import TRUTH
+from uqh.scoring.weights import DEFAULT_WEIGHTS, trajectory_weights
 
 CENSORING_MODES = ("exclude", "simple", "exact")
 
@@ -183,22 +186,12 @@ def run_data_from_records(
         if k is not None and has_row[k]:
             roles.other_assistant_call(k, row.tokens)
     process_features.fill_text_signals(signals, episodes)
-    for p in PREDICTORS.values():
-        if p.signal_running is not None:
-            cum = cumulative_within(p.signal_running.terms(signals), offsets)
-            streams[p.name] = np.asarray(p.signal_running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
+    fill_signal_streams(streams, signals, offsets)
     for p in running:
         cum = cumulative_within(terms[p.name], offsets)
         streams[p.name] = np.asarray(p.running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
     if user_rows is not None:
-        n_of = {ep.episode_id: len(ep.steps) for ep in episodes}
-        for row in user_rows:  # row t answers step t's action: it enters step t + 1's information set (docs/scoring.md)
-            t = row.t + 1
-            if agentuq and t == n_of.get(row.episode_id, -1) + 1:  # agentuq's summary counts the final reply too
-                t -= 1
-            k = where.get((row.episode_id, t))
-            if k is not None:
-                roles.user_call(k, row.tokens)
+        place_user_turns(roles, user_rows, where, {ep.episode_id: len(ep.steps) for ep in episodes}, agentuq)
     roles.fill(streams, offsets, has_user_sidecar=user_rows is not None)
     if manifest is not None and manifest.config.decoding.temperature > 0:
         for p in PREDICTORS.values():  # greedy-only values of sampled tokens are not what they claim: missing
@@ -226,6 +219,28 @@ def run_data_from_records(
         has_user_sidecar=user_rows is not None,
         signals=signals,
     )
+
+
+def place_user_turns(roles: "RoleTerms", user_rows: Iterable[LogprobRow], where: dict, n_steps: dict[str, int],
+                     agentuq: bool) -> None:
+    """Add every user turn to the step whose information set holds it: row t answers step t's action, so it enters
+    step t + 1 (the opening, t = 0, step 1); the reply to the last action enters none -- except under agentuq's
+    conventions, whose trajectory summary counts it at the last step (docs/scoring.md)."""
+    for row in user_rows:
+        t = row.t + 1
+        if agentuq and t == n_steps.get(row.episode_id, -1) + 1:
+            t -= 1
+        k = where.get((row.episode_id, t))
+        if k is not None:
+            roles.user_call(k, row.tokens)
+
+
+def fill_signal_streams(streams: dict[str, np.ndarray], signals: np.ndarray, offsets: np.ndarray) -> None:
+    """The streams of the predictors that run over the process signals (SAUP)."""
+    for p in PREDICTORS.values():
+        if p.signal_running is not None:
+            cum = cumulative_within(p.signal_running.terms(signals), offsets)
+            streams[p.name] = np.asarray(p.signal_running.confidence(cum[:, 0], cum[:, 1]), dtype=float)
 
 
 class RoleTerms:
@@ -314,6 +329,9 @@ class Sample:
     features: np.ndarray | None = None
     feature_names: list[str] | None = None
     dropped_features: list[str] | None = None
+    #: a learned calibrator's fit (its values are ``values``), or why it could not be fitted (then n = 0)
+    learned_fit: LearnedCalibration | None = None
+    learned_error: str | None = None
 
     @property
     def n(self) -> int:
@@ -329,7 +347,7 @@ class Sample:
                       self.label_convention, None if self.labels is None else self.labels[mask],
                       None if self.truth is None else self.truth[step_mask],
                       None if self.features is None else self.features[step_mask], self.feature_names,
-                      self.dropped_features)
+                      self.dropped_features, self.learned_fit, self.learned_error)
 
     @property
     def label_mean(self) -> float:
@@ -384,6 +402,16 @@ def working_mask(run: RunData, censoring: str, include_parse_errors: bool) -> tu
     return keep, censored & keep, counts
 
 
+@dataclass(frozen=True)
+class LearnedSettings:
+    """How a learned calibrator (HTC) is fitted: the penalty, the TPS weight schedule of its records, and the run it
+    is fitted on (None: cross-fitted on the scored sample)."""
+
+    penalty: str = "ridge"
+    weights: str = DEFAULT_WEIGHTS
+    calibrator_from: "RunData | None" = None
+
+
 def build_sample(
     run: RunData,
     predictor: str,
@@ -393,8 +421,69 @@ def build_sample(
     include_parse_errors: bool = False,
     missing_qz: str = "error",
     labels: str = DEFAULT_LABELS,
+    learned: LearnedSettings | None = None,
 ) -> Sample:
-    """The scored arrays of one predictor on one run directory (see :func:`working_mask` for the sample).
+    """The scored arrays of one predictor on one run directory (:func:`unfitted_sample`); for a learned calibrator
+    (HTC) its values fitted as ``learned`` says (default: ridge, linear-front, cross-fitted), so every consumer of a
+    sample sees the calibrator's forecasts -- or, when it cannot be fitted, an empty sample with ``learned_error``."""
+    sample = unfitted_sample(run, predictor, censoring=censoring, q_z=q_z, include_parse_errors=include_parse_errors,
+                             missing_qz=missing_qz, labels=labels)
+    if get_predictor(predictor).learned is None:
+        return sample
+    learned = learned or LearnedSettings()
+    try:
+        if sample.n == 0:
+            raise ValueError("no trajectories to fit it on")
+        return fit_learned(sample, learned, censoring=censoring, include_parse_errors=include_parse_errors,
+                           labels=labels)
+    except ValueError as exc:
+        empty = sample.subset(np.zeros(sample.n, dtype=bool))
+        empty.learned_error = f"{get_predictor(predictor).label} unavailable: {exc}"
+        return empty
+
+
+def fit_learned(sample: Sample, settings: LearnedSettings, *, censoring: str, include_parse_errors: bool,
+                labels: str) -> Sample:
+    """``sample`` with its learned calibrator's values: cross-fitted on the sample as Platt is, or one model fitted on
+    ``settings.calibrator_from``'s sample of the same predictor (same censoring; ``exact`` becomes ``simple`` there,
+    which needs no q_Z file) applied to every step. ValueError when it cannot be fitted."""
+    w = trajectory_weights(sample.offsets, settings.weights, sample.horizon)
+    source = settings.calibrator_from
+    if source is None:
+        values, models = learned_model.cross_fit(
+            sample.features, sample.feature_names, sample.offsets, sample.y, sample.delta, sample.episode_ids, w,
+            labels=sample.label_convention, q_z=sample.q_z, penalty=settings.penalty)
+    else:
+        src = unfitted_sample(source, sample.predictor, censoring="simple" if censoring == "exact" else censoring,
+                              include_parse_errors=include_parse_errors, labels=labels)
+        names = [n for n in sample.feature_names if n in set(src.feature_names)]
+        if src.n == 0 or not names:
+            raise ValueError(f"{source.label} has no scored trajectory with the features of this run")
+        pick = [src.feature_names.index(n) for n in names]
+        model = learned_model.fit_all(src.features[:, pick], names, src.offsets, src.y, src.delta,
+                                      trajectory_weights(src.offsets, settings.weights, src.horizon),
+                                      labels=src.label_convention, q_z=src.q_z, penalty=settings.penalty)
+        values = model(sample.features[:, [sample.feature_names.index(n) for n in names]])
+        models = (model,)
+    names = list(models[0].features)
+    dropped = [n for n in (sample.dropped_features or []) + sample.feature_names if n not in names]
+    fit = learned_model.calibration_result(sample.predictor, names, dropped, settings.penalty, learned_model.LAMBDA,
+                                           models, None if source is None else source.label)
+    return dataclasses.replace(sample, values=np.asarray(values, dtype=float), learned_fit=fit)
+
+
+def unfitted_sample(
+    run: RunData,
+    predictor: str,
+    *,
+    censoring: str = "exclude",
+    q_z: dict[str, float] | None = None,
+    include_parse_errors: bool = False,
+    missing_qz: str = "error",
+    labels: str = DEFAULT_LABELS,
+) -> Sample:
+    """The scored arrays of one predictor on one run directory (see :func:`working_mask` for the sample); a learned
+    calibrator's values are not fitted yet (0 where it has its features: use :func:`build_sample`).
 
     Under ``censoring="exact"`` every censored episode needs a q_hat_Z in ``q_z``: a missing one is a UserError, or
     with ``missing_qz="exclude"`` the episode is excluded and counted (``excluded_no_qz``, e.g. prefixes the

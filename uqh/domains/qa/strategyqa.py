@@ -13,6 +13,7 @@ from uqh.rundir.schema import Episode
 from uqh.domains.registry import register_domain
 from uqh.domains.base import EnvResponse, InvalidAction, PositiveInt, option_field
 from uqh.domains.qa.qa_base import QADomain, QAOptions, QATask, warn_once
+from uqh.domains.tool_offer import BracketTool
 from uqh.domains.qa.retrieval import Paragraph, dedupe
 
 FALLBACK_CORPUS_LABEL = "fallback-facts"
@@ -59,6 +60,9 @@ class StrategyQADomain(QADomain):
     hub_name = "wics/strategy-qa"
     hub_config = None
     data_subdir = "strategyqa"
+    bracket_tools = (*QADomain.bracket_tools[:2],
+                     BracketTool("Finish", "finish", "End the episode with your final answer: yes or no.", "answer",
+                                 "exactly yes or no"))
     preferred_files = ("strategyQA_train.json", "strategyqa_train.json", "strategyqa.jsonl")
     finish_hint = "Finish[yes] / Finish[no]"
 

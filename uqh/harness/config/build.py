@@ -264,7 +264,8 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         raise UserError(f"--user-logprobs needs a domain with a simulated user (tau2-airline, tau2-retail, "
                         f"tau2-telecom); {domain_name} has none")
     user_decoding = preset.user_decoding if preset and models.user_model else None
-    if models.user_model and models.user_model.startswith("local:") and user_decoding is None:
+    # a preset's user decoding is its API user model's (2,048 tokens); a local one gets the local cap
+    if models.user_model and models.user_model.startswith("local:"):
         user_decoding = local_user_decoding()
     samples = overrides.samples or (preset.samples_per_task if preset else None) or 1
     config = RunConfig(

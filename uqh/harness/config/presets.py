@@ -10,7 +10,9 @@ Shared decoding (Table 15): temperature 0.2, top_p 1.0, top_logprobs 5, max comp
 reasoning enabled, seed 42. Per dataset (Table 16 and Appendix G): StrategyQA full split, budget 16,
 top-k 3; HotpotQA 2,000 fullwiki validation questions, budget 7, top-k 5; Tau2 base split of
 airline/retail/telecom, budget 50, environment cap 120, user simulator Qwen 2.5 7B Instruct; WebShop
-500 tasks over the 1,000-product catalog, budget 30. Observations are cut to 420 characters everywhere.
+500 tasks over the 1,000-product catalog, budget 30, human goals when ``items_human_ins.json`` is there, else
+synthetic ones (``goal_source=auto``: the manifest records which, the report says so; ``-D goal_source=human``
+requires the file). Observations are cut to 420 characters everywhere.
 
 This module imports nothing heavy: listing and planning must work offline and fast.
 """
@@ -142,10 +144,10 @@ PRESETS: dict[str, Preset] = {
         domain="webshop",
         n_tasks=500,
         step_budget=30,
-        domain_options={"n_products": 1_000, "goal_source": "human"},
+        domain_options={"n_products": 1_000, "goal_source": "auto"},
         expected_tasks=500,
-        description="WebShop, the original's test split (first 500 shuffled human goals) over the 1,000-product "
-        "catalog, budget 30",
+        description="WebShop, the original's test split (first 500 shuffled human goals; synthetic goals, "
+        "labelled so, when the data has no items_human_ins.json) over the 1,000-product catalog, budget 30",
     ),
 }
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from uqh.domains.tool_offer import ToolCallRejected, ToolOffer
 from uqh.harness.episode.agent_protocol import Decision, Rejection
-from uqh.harness.episode.parsing import invalid_action_problem, parse_confidence
+from uqh.harness.episode.parsing import char_span_to_token_range, invalid_action_problem, parse_confidence
 from uqh.harness.model.types import Completion, ModelClient
 from uqh.prompts import PROMPTS_DIR
 from uqh.rundir.schema import Attempt, Step, ToolCallRecord
@@ -66,6 +66,28 @@ def split_confidence_line(text: str) -> tuple[str, float | None, str | None]:
         return text.strip(), None, None
     raw = m.group("value").strip()
     return text[: m.start()].strip(), parse_confidence(raw), raw
+
+
+def call_token_range(name: str, arguments: dict[str, Any], tokens: list[str] | None) -> tuple[int, int] | None:
+    """The tokens that spell the call in the generated text (a server that returns logprobs for a call returns the
+    text it generated, e.g. ``{"name": "calc", "arguments": {"expression": "6*7", ...}}``): from the function's
+    name to the end of its last argument value other than the confidence, as the react agent's range covers
+    ``Calc[6*7]``. None without tokens, or when the name or a value is not found as JSON spells it."""
+    if not tokens:
+        return None
+    text = "".join(tokens)
+    start = text.find(name)
+    if start < 0:
+        return None
+    end = start + len(name)
+    for value in arguments.values():  # the confidence is already taken out
+        spelled = json.dumps(value, ensure_ascii=False)
+        spelled = spelled[1:-1] if isinstance(value, str) else spelled
+        found = text.find(spelled, end)
+        if found < 0:
+            return None
+        end = found + len(spelled)
+    return char_span_to_token_range((start, end), tokens, text)
 
 
 def _assistant_message(attempt: Attempt) -> dict[str, Any]:
@@ -120,9 +142,11 @@ class ToolCallingAgent:
             return Rejection(f"you called {len(calls)} tools at once; call exactly one tool per turn")
         if not calls:
             return self._decide_reply(completion.text)
-        return self._decide_call(calls[0], completion.text)
+        tokens = [t.token for t in completion.tokens] if completion.tokens else None
+        return self._decide_call(calls[0], completion.text, tokens)
 
-    def _decide_call(self, call: ToolCallRecord, content: str) -> Decision | Rejection:
+    def _decide_call(self, call: ToolCallRecord, content: str, tokens: list[str] | None = None
+                     ) -> Decision | Rejection:
         try:
             arguments = json.loads(call.arguments) if call.arguments.strip() else {}
         except json.JSONDecodeError as e:
@@ -134,7 +158,8 @@ class ToolCallingAgent:
             action = self.offer.action(call.name, arguments)
         except ToolCallRejected as exc:
             return Rejection(str(exc))
-        return Decision(action=action, verbal_confidence=confidence, confidence_raw=raw, think=content.strip())
+        return Decision(action=action, verbal_confidence=confidence, confidence_raw=raw, think=content.strip(),
+                        action_token_range=call_token_range(call.name, arguments, tokens))
 
     def _decide_reply(self, text: str) -> Decision | Rejection:
         message, confidence, raw = split_confidence_line(text)

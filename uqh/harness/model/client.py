@@ -43,6 +43,7 @@ What every transport guarantees:
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import logging
@@ -451,11 +452,7 @@ class ModelClientImpl:
         from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt
 
         seed = self.decoding.seed if seed is None else seed
-        if tools:  # only a request that offers tools passes them (a custom transport may not take the argument)
-            async def send(messages: list[dict], seed: int | None) -> Any:
-                return await self.transport.send(messages, seed, tools)
-        else:
-            send = self.transport.send
+        send = self._sender(tools)
         t0 = time.perf_counter()
         attempts = 0
 
@@ -533,6 +530,11 @@ class ModelClientImpl:
             log.info("%s: slow call: %.1f s (%d retries)", self.model, latency, attempts - 1)
         return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed,
                                    null_answers=null_answers)
+
+    def _sender(self, tools: list[dict] | None) -> Any:
+        """The transport's ``send``, given the request's tools when it offers some (only then: a custom transport
+        that never serves such runs may not take the argument)."""
+        return functools.partial(self.transport.send, tools=tools) if tools else self.transport.send
 
     def _to_completion(self, resp: Any, *, retries: int, latency_s: float, seed: int | None,
                        null_answers: int = 0) -> Completion:

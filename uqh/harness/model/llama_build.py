@@ -17,7 +17,9 @@ downloaded.
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
+import fcntl
 import hashlib
 import io
 import os
@@ -30,9 +32,9 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from uqh.harness.model.llama_server import LLAMA_SERVER_ENV, find_gguf, usable_cores
+from uqh.harness.model.llama_server import LLAMA_SERVER_ENV, find_gguf, find_llama_server, usable_cores
 from uqh.harness.model.local_files import (
     LLAMA_CPP_PYTHON_VERSION,
     LOCAL_MODELS,
@@ -347,9 +349,28 @@ def setup_local(model: str = "local:smollm2", *, progress: Progress = lambda lin
     finds them; skip what is there. The build tools are checked before anything is downloaded."""
     if model not in LOCAL_MODELS:
         raise UserError(f"unknown local model {model!r}; known: {', '.join(sorted(LOCAL_MODELS))}")
+    if os.environ.get(LLAMA_SERVER_ENV, "").strip():
+        find_llama_server()  # a UQH_LLAMA_SERVER that is no executable is refused, as a run would refuse it
     tools = find_build_tools() if existing_server() is None else None
     local_model_cache().mkdir(parents=True, exist_ok=True)
     done: list[str] = []
-    gguf = ensure_gguf(model, progress, done)
-    server = ensure_server(progress, done, tools=tools, jobs=jobs or usable_cores())
+    with setup_lock(progress):
+        gguf = ensure_gguf(model, progress, done)
+        server = ensure_server(progress, done, tools=tools, jobs=jobs or usable_cores())
     return LocalSetup(gguf=gguf, server=server, done=done)
+
+
+@contextlib.contextmanager
+def setup_lock(progress: Progress) -> Iterator[None]:
+    """Hold the cache's setup lock (flock): a second ``uqh setup local`` at the same time waits for the first, then
+    finds its results, instead of writing the same files beside it. Released when the process dies."""
+    fd = os.open(local_model_cache() / ".setup.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("waiting for another uqh setup local to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
-from uqh.harness.model.local_files import (
+from uqh.harness.model.local_files import (  # LOCAL_MODELS and LocalModelSpec are also this module's API
     LOCAL_MODELS,
     SETUP_HINT,
     LocalModelSpec,

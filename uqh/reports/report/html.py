@@ -16,6 +16,8 @@ from uqh.reports.tables import Table, fmt
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TEMPLATE = "report.html.j2"
+#: A table with more rows than this gets a filter box on the page.
+FILTER_MIN_ROWS = 20
 
 
 @dataclass
@@ -78,5 +80,6 @@ def render_page(*, title: str, meta: list[str], sections: list[Section], compari
     return _environment().get_template(TEMPLATE).render(
         title=title, meta=meta, sections=page_sections, comparison=comparison,
         trace_json=json_for_script(trace_data), css=(ASSETS / "report.css").read_text(),
-        js=(ASSETS / "trace_chart.js").read_text() + "\n" + (ASSETS / "trace.js").read_text(),
+        js="\n".join((ASSETS / name).read_text() for name in ("trace_chart.js", "trace.js", "table_filter.js")),
+        filter_min_rows=FILTER_MIN_ROWS,
     ) + "\n"

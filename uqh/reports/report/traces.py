@@ -47,13 +47,13 @@ def trace_data(scored: list[ScoredRun], max_traces: int) -> dict[str, Any]:
         ybar = base_row.ybar if base_row is not None else None
         # the predictors scored by default (the opt-in token signals stay out of the chart: uqh view shows them)
         every = [p for p in step_predictors() if p in data.streams and PREDICTORS[p].default]
-        style = {p: style_of(i) for i, p in enumerate(every)}
         names = [p for p in every if data.has_values(p)]
+        style = {p: style_of(i) for i, p in enumerate(names)}  # by drawn series: no two alike up to len(STYLES)
         missing = [predictor_label(p) for p in every if p not in names]
         predictors = [{"key": p, "label": predictor_label(p), **style[p]} for p in names]
         if platt:
             predictors.append({"key": f"{PRIMARY_PREDICTOR}_platt", "label": predictor_label(PRIMARY_PREDICTOR) + " (Platt)",
-                               "color": style[PRIMARY_PREDICTOR]["color"], "dash": PLATT_DASH})
+                               "color": style.get(PRIMARY_PREDICTOR, style_of(0))["color"], "dash": PLATT_DASH})
         if ybar is not None:
             predictors.append({"key": BASE_RATE, "label": f"Base rate ȳ = {ybar:.3f}", "color": BASE_RATE_STYLE[0],
                                "dash": BASE_RATE_STYLE[1]})

@@ -47,6 +47,7 @@ from uqh.rundir.output_dir import WRITING_MARK, check_output_dir, writing
 from uqh.reports.termination_tables import load_runs, selection_diagnostic_table, termination_audit
 from uqh.reports.censoring_tables import (
     artificial_censoring_table,
+    by_score_family,
     base_rate_margin_table,
     censored_shift_table,
     exact_censoring_table,
@@ -78,7 +79,7 @@ __all__ = ["ReportOptions", "ReportResult", "build_report"]
 
 NO_JUDGES = "Give --judgments DIR (the --out of `uqh judge`) to add the judge analysis."
 NO_CERTIFICATE = "Give --certify FILE (`uqh certify RUN... --format json > FILE`) to add the certificate."
-PER_RUN_PREFIXES = ("transparency__", "scores_long__", "calibration_invariance__", "censored_shift__")
+PER_RUN_PREFIXES = ("transparency__", "scores_long__", "calibration_invariance__", "censored_shift__", "sensitivity__")
 
 
 def _remove_stale_artefacts(out_dir: Path) -> None:
@@ -168,6 +169,50 @@ def comparison_table(scored):
                            "shape; diagnostics on complete trajectories, failure-oriented)", labels_caption(results))
 
 
+def protocol_note(manifest) -> str:
+    """What a run's header line must say about where it departs from the paper's data: WebShop with synthetic
+    goals (the offline catalog has no items_human_ins.json; the paper's test split uses the human goals)."""
+    webshop = manifest.info.get("webshop") if isinstance(manifest.info, dict) else None
+    if isinstance(webshop, dict) and webshop.get("goal_source") == "synthetic":
+        return (" · SYNTHETIC WebShop goals (not the paper's human-goal test split: the data has no "
+                "items_human_ins.json)")
+    return ""
+
+
+@dataclass
+class DrawnFigures:
+    """The report's figures and, per figure family, the lines saying what was left out and why."""
+
+    fig1: list[Figure]
+    fig2a: list[Figure]
+    fig2b: list[Figure]
+    notes_1: list[str]
+    notes_2a: list[str]
+    notes_2b: list[str]
+
+
+def draw_figures(scored, calib_t, shift_t, select_t, out_dir: Path) -> DrawnFigures:
+    """Fig. 1 and Fig. 2A per run, Fig. 2B over the runs; nothing is left out silently."""
+    out = DrawnFigures([], [], [], [], [], [])
+    for sr in scored:
+        res = figure_calibration_invariance(calib_t, sr.label, out_dir, f"calibration_invariance__{sr.slug}")
+        out.notes_1 += res.notes
+        if res:
+            out.fig1.append(Figure(res.stem, f"Calibration gap on {sr.label}: {', '.join(res.legend)} (raw verbal "
+                                   "confidence orange, Platt blue, base rate green); whiskers are 95% bootstrap "
+                                   "intervals."))
+        res = figure_censored_shift(shift_t, sr.label, out_dir, f"censored_shift__{sr.slug}")
+        out.notes_2a += res.notes
+        if res:
+            delta = " and Δ_practice with its 95% bootstrap CI" if "Δ_practice" in res.panels else ""
+            out.fig2a.append(Figure(res.stem, f"{' vs '.join(res.legend)} TPS_log on {sr.label}{delta}."))
+    res = figure_selection(select_t, out_dir)
+    out.notes_2b += res.notes
+    if res:
+        out.fig2b.append(Figure(res.stem, f"Selection diagnostic (Fig. 2B): {' vs '.join(res.legend)}."))
+    return out
+
+
 def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None, certificates=()) -> ReportResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_artefacts(out_dir)
@@ -186,26 +231,18 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
     judge_ts = judge_tables(judges) if judges is not None else []
     certify_ts = certify_tables(list(certificates)) if certificates else []
     learned_t, weights_t = learned_scores_table(scored), htc_weights_table(scored)
-    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, sens_t, regime_t, margin_t, art_t,
-              shift_t, exact_t, *prefix_ts, parse_t, *judge_ts, *certify_ts, learned_t, weights_t]
-    for t in tables:
+    sens_ts = by_score_family(sens_t)  # the page and report.md: one table per family; sensitivity.csv: all rows
+    tables = [audit_t, select_t, *transparency, auq_t, platt_t, calib_t, fixed_t, *sens_ts, regime_t, margin_t,
+              art_t, shift_t, exact_t, *prefix_ts, parse_t, *judge_ts, *certify_ts, learned_t, weights_t]
+    for t in [sens_t, *tables]:
         files += t.write(out_dir)
     for sr in scored:
         p = out_dir / f"scores_long__{sr.slug}.csv"
         p.write_text(scores_long_csv(sr))
         files.append(p)
 
-    fig1, fig2a = [], []
-    for sr in scored:
-        stem = f"calibration_invariance__{sr.slug}"
-        if figure_calibration_invariance(calib_t, sr.label, out_dir, stem):
-            fig1.append(Figure(stem, f"Calibration gap on {sr.label}: raw verbal confidence (orange), Platt (blue), "
-                                     "base rate (green); whiskers are 95% bootstrap intervals."))
-        stem = f"censored_shift__{sr.slug}"
-        if figure_censored_shift(shift_t, sr.label, out_dir, stem):
-            fig2a.append(Figure(stem, f"Complete-only vs censored-extension TPS_log on {sr.label}, with Δ_practice "
-                                      "and its 95% bootstrap CI."))
-    fig2b = [Figure("selection_diagnostic", "Selection diagnostic (Fig. 2B): completed vs admin-censored.")] if figure_selection(select_t, out_dir) else []
+    figs = draw_figures(scored, calib_t, shift_t, select_t, out_dir)
+    fig1, fig2a, fig2b = figs.fig1, figs.fig2a, figs.fig2b
     for f in fig1 + fig2a + fig2b:
         files += [out_dir / f"{f.stem}.png", out_dir / f"{f.stem}.svg"]
 
@@ -214,20 +251,23 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
     sections = [
         Section("audit", "Termination audit", "Appendix G.1: stop reasons per run.", [audit_t], open=True),
         Section("selection", "Selection diagnostic", "Fig. 2B: are censored trajectories structurally different?",
-                [select_t], fig2b),
+                [select_t], fig2b, notes=figs.notes_2b),
         Section("transparency", "Predictor transparency", "Appendix F: per-step streams on the complete sample.",
                 transparency),
-        Section("calibration", "Calibration invariance", "§6.1 / Fig. 1.", [calib_t, platt_t], fig1),
+        Section("calibration", "Calibration invariance", "§6.1 / Fig. 1.", [calib_t, platt_t], fig1,
+                notes=figs.notes_1),
         Section("fixed-rank", "Fixed-rank sensitivity", "Appendix E.", [fixed_t]),
         Section("auq", "Scalar AUQ predictors", "Appendix F.2 / Table 5.", [auq_t]),
         Section("learned", "Learned trajectory calibrators", "HTC and SAUP by TPS under each censoring convention, "
                 "next to verbal confidence and white-box signals; HTC's feature weights.", [learned_t, weights_t]),
         Section("censored", "Complete-only vs censored extension", "§6.3 / Fig. 2A; exact censored score §4.3.",
-                [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=[] if shift_t.rows else [no_cens]),
+                [shift_t, exact_t] if shift_t.rows else [], fig2a, notes=figs.notes_2a if shift_t.rows else [no_cens]),
         Section("censored-prefixes", "Censored prefixes: exact vs simple",
                 "Appendix H.2 / Tables 7–9, Remarks C.4/C.5: continuation branches of sampled censored prefixes.",
                 prefix_ts if prefix_notes else [], notes=prefix_notes or [NO_CONTINUATIONS]),
-        Section("sensitivity", "Score family × weight schedule", "Appendix I.", [sens_t, art_t]),
+        Section("sensitivity", "Score family × weight schedule", "Appendix I / Tables 11–12, one table per score "
+                "family (all families in sensitivity.csv); type in a table's filter box to keep the rows with every "
+                "word, e.g. \"platt uniform\".", [*sens_ts, art_t] if sens_t.rows else [sens_t, art_t]),
         Section("sign-regime", "Sign regime of Δ_practice", "Appendix I.2 / Table 13.",
                 [regime_t] if regime_t.rows else [], notes=[] if regime_t.rows else [no_cens]),
         Section("base-rate-margin", "Margin over the base rate", "Appendix I.2 / Table 14.",
@@ -244,7 +284,7 @@ def _write_report(runs, scored, out_dir: Path, opts: ReportOptions, judges=None,
         f"generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · bootstrap {opts.n_bootstrap} "
         f"resamples (seed {opts.seed}) · all numbers computed by the scoring package",
         *[f"{sr.label}: {len(sr.run.episodes)} episodes · model {sr.run.manifest.config.model} · "
-          f"budget {sr.run.manifest.config.step_budget}" for sr in scored],
+          f"budget {sr.run.manifest.config.step_budget}{protocol_note(sr.run.manifest)}" for sr in scored],
     ]
     html_path = out_dir / "report.html"
     html_path.write_text(render_page(title=opts.title, meta=meta, sections=sections,

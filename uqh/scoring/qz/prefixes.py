@@ -51,6 +51,16 @@ class PrefixCounts(BaseModel):
     retained: int  # >= min_valid resolved non-parse branches: the population of every table
     min_valid: int
     selection: dict[str, Any] | None = None  # the manifest's random-sample record (uqh continue --sample)
+    branches_written: int = 0  # branches in the continuation run
+    #: branches the continuation was asked for: replayable sampled prefixes x --branches (the maximum under a
+    #: sequential stop rule); more than written = a partial continuation (stopped, or still running)
+    branches_planned: int = 0
+    stop_rule: str = "fixed"
+
+    @property
+    def partial(self) -> bool:
+        """Fewer branches written than the fixed design asked for (a sequential rule may stop a prefix early)."""
+        return self.stop_rule == "fixed" and self.branches_written < self.branches_planned
 
 
 class MeanSE(BaseModel):
@@ -263,7 +273,9 @@ def retained_prefixes(cont, *, min_valid: int = 5, seed: int = 0) -> tuple[Retai
     c = est.audit.counts
     counts = PrefixCounts(censored_in_source=c.censored_prefixes_in_source, sampled=len(info.get("prefix_ids", [])),
                           skipped=c.skipped, continued=c.prefixes_with_branches, retained=int(keep.sum()),
-                          min_valid=min_valid, selection=info.get("selection"))
+                          min_valid=min_valid, selection=info.get("selection"), branches_written=c.branches,
+                          branches_planned=(len(info.get("prefix_ids", [])) - c.skipped) * int(info.get("branches", 0)),
+                          stop_rule=str(info.get("stop_rule", "fixed")))
     prefixes = RetainedPrefixes(
         episode_ids=np.asarray(est.prefix_ids, dtype=object)[keep],
         q_hat={pol: est.mc[pol].q_hat[keep] for pol in est.mc},
