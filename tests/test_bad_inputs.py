@@ -182,7 +182,7 @@ def _cases() -> list[tuple[list[str], str]]:
     add("--set expects PRESET:KEY=VALUE", "regenerate", "--quick", "--set", "paper-webshop", "--out", "o")
     add("Extra inputs are not permitted", "regenerate", "--quick", "--set", "all:nope=1", "--out", "o")
     add("--sample: Input should be greater than or equal to 1", "regenerate", "--quick", "--sample", "0", "--out", "o")
-    add("--bootstrap must be at least 1", "regenerate", "--quick", "--bootstrap", "0", "--out", "o")
+    add("argument --bootstrap: must be >= 1, got 0", "regenerate", "--quick", "--bootstrap", "0", "--out", "o")
     add("exists and is not a directory", "regenerate", "--quick", "--report", "{empty}", "--dry-run")
     add("not a run directory", "export", "{missing}", "--to", "e")
     add("", "export", "{run}", "--to", "e", "--bootstrap", "-1")

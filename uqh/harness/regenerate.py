@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, RunOverrides, draft, resolve_config
 from uqh.harness.config.presets import PRESETS, expand, get_preset
+from uqh.harness.config.settings import BatchSettings
 from uqh.harness.continuation import (PrefixSample, censored_population, load_source, plan_continuations,
                                       run_continuations)
 from uqh.harness.runner import run_batch
@@ -252,10 +253,11 @@ def run_plan(plan: RegeneratePlan, configs: dict[str, RunConfig], *, progress: b
     result = RegenerateResult()
     continued = plan.continued()
     n_steps = len(plan.presets) + len(continued)
-    options = dict(concurrency=plan.concurrency, progress=progress, client_factory=client_factory)
+    settings = BatchSettings(concurrency=plan.concurrency, progress=progress)
     for i, name in enumerate(plan.presets, 1):
         announce(f"[{i}/{n_steps}] run {name} -> {plan.run_dir(name)}")
-        summary = run_batch(configs[name], plan.run_dir(name), progress_label=f"run {name}", **options)
+        summary = run_batch(configs[name], plan.run_dir(name), settings, progress_label=f"run {name}",
+                            client_factory=client_factory)
         step = StepResult("run", name, plan.run_dir(name), summary.planned - summary.skipped,
                           summary.finished_before + summary.stats.done, summary.stats.done, ok=summary.ok)
         result.steps.append(step)
@@ -268,7 +270,7 @@ def run_plan(plan: RegeneratePlan, configs: dict[str, RunConfig], *, progress: b
             return result
     for j, name in enumerate(continued, len(plan.presets) + 1):
         announce(f"[{j}/{n_steps}] continue {name} -> {plan.continuation_dir(name)}")
-        step = continue_step(plan, name, options)
+        step = continue_step(plan, name, settings, client_factory)
         result.steps.append(step)
         announce(step.text())
         if not step.ok:
@@ -277,7 +279,7 @@ def run_plan(plan: RegeneratePlan, configs: dict[str, RunConfig], *, progress: b
     return result
 
 
-def continue_step(plan: RegeneratePlan, name: str, options: dict[str, Any]) -> StepResult:
+def continue_step(plan: RegeneratePlan, name: str, settings: BatchSettings, client_factory=None) -> StepResult:
     """Continue the censored prefixes of ``name``'s run (a seeded sample), or say why there is nothing to do."""
     source, out = plan.run_dir(name), plan.continuation_dir(name)
     _, episodes = load_source(source)
@@ -286,7 +288,8 @@ def continue_step(plan: RegeneratePlan, name: str, options: dict[str, Any]) -> S
         return StepResult("continue", name, out, 0, 0, 0, notes=["no max_steps episodes: nothing to continue"])
     c = plan.continuation
     report = run_continuations(source, out, branches=c.branches, extra_steps=c.extra_steps,
-                               sample=PrefixSample(c.sample, c.seed), **options)
+                               sample=PrefixSample(c.sample, c.seed), settings=settings,
+                               client_factory=client_factory)
     new = report.summary.stats.done if report.summary is not None else 0
     notes = [f"{report.n_prefixes} of {population} censored prefixes sampled (seed {c.seed})"]
     if report.skipped:
