@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="resolved branches a continued prefix needs to be retained in the report (default 5; "
                         "--quick 1)")
     x = p.add_argument_group("execution")
-    x.add_argument("--concurrency", type=int, metavar="C", help="episodes in flight (default 8; 2 for local:)")
+    x.add_argument("--concurrency", type=int, metavar="C", help="episodes in flight (default 8; 4 for local:)")
     x.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="the report's bootstrap resamples (default 1000)")
     x.add_argument("--dry-run", action="store_true", help="print the plan; call no model, write nothing")
 

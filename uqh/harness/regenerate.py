@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, RunOverrides, draft, resolve_config
 from uqh.harness.config.presets import PRESETS, expand, get_preset
+from uqh.harness.config.settings import BatchSettings
 from uqh.harness.continuation import (PrefixSample, censored_population, load_source, plan_continuations,
                                       run_continuations)
 from uqh.harness.runner import run_batch
@@ -252,7 +253,8 @@ def run_plan(plan: RegeneratePlan, configs: dict[str, RunConfig], *, progress: b
     result = RegenerateResult()
     continued = plan.continued()
     n_steps = len(plan.presets) + len(continued)
-    options = dict(concurrency=plan.concurrency, progress=progress, client_factory=client_factory)
+    options = dict(settings=BatchSettings(concurrency=plan.concurrency, progress=progress),
+                   client_factory=client_factory)
     for i, name in enumerate(plan.presets, 1):
         announce(f"[{i}/{n_steps}] run {name} -> {plan.run_dir(name)}")
         summary = run_batch(configs[name], plan.run_dir(name), progress_label=f"run {name}", **options)
