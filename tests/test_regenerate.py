@@ -97,7 +97,7 @@ def test_quick_protocol_end_to_end_resumes_and_keeps_one_report(fake_server, tmp
         # progress throughout: every step announced, and the runner's own progress lines for runs and branches
         for i, name in enumerate(QUICK_PRESETS, 1):
             assert f"[{i}/8] run {name}" in first.out and f"[{i + 4}/8] continue {name}" in first.out
-        assert "run paper-hotpotqa:" in first.err and "uqh continue" in first.err
+        assert "uqh run: 4 episodes to run" in first.err and "uqh continue: " in first.err
         runs = [out / name for name in QUICK_PRESETS]
         episodes = {d: (d / "episodes.jsonl").read_bytes() for d in runs}
         conts = [d for d in out.iterdir() if d.name.endswith("-continue")]

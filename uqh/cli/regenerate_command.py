@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         print(f"report   every run and continuation under {plan.out} -> {report_dir} (--min-valid {min_valid})")
         return 0
-    configs = check_plan(plan)  # every preset resolved before the first episode runs
-    result = run_plan(plan, configs, announce=lambda line: print(f"uqh regenerate: {line}", flush=True))
+    prepared = check_plan(plan)  # every preset prepared before the first episode runs
+    result = run_plan(plan, prepared, announce=lambda line: print(f"uqh regenerate: {line}", flush=True))
     if result.stopped is not None:
         print(f"uqh regenerate: stopped at {result.stopped}; run the same command again to resume", file=sys.stderr)
         return result.exit_code
