@@ -154,3 +154,15 @@ def _renders_without_console_error(html):
             shown = page.locator(f"table[data-table='{name}'] tbody tr:not([hidden])").count()
             assert 0 < shown < total
         assert errors == []
+
+
+def test_a_local_user_simulator_under_a_preset_gets_the_local_cap():
+    """The quick protocol simulates Tau2's user with the local model: it gets the local user decoding (128 tokens),
+    not the preset's API user model's 2,048 (a 135M model rambles to the cap on every turn)."""
+    from uqh.harness.config.build import RunOverrides, draft, local_user_decoding
+    from uqh.harness.config.presets import get_preset
+
+    preset = get_preset("paper-tau2-retail")
+    local = draft(preset, RunOverrides(user_model="local:smollm2")).config.user_decoding
+    assert local == local_user_decoding() and local.max_tokens == 128
+    assert draft(preset, RunOverrides()).config.user_decoding == preset.user_decoding  # the paper's user: unchanged
