@@ -37,6 +37,9 @@ def test_quick_plan_runs_the_four_benchmarks_offline_and_continues_each():
     assert plan.runs["paper-webshop"].domain_options == {"goal_source": "synthetic"}
     assert plan.runs["paper-tau2-retail"].user_model == "local:smollm2"
     assert plan.runs["paper-hotpotqa"].tasks == 2 and plan.runs["paper-hotpotqa"].step_budget == 3
+    # the user's `all` wins over the protocol's per-preset settings (tasks 6 / 4 / 3 / 1), the rest stays
+    plan = build_plan([], quick=True, settings=["all:tasks=1"])
+    assert {o.tasks for o in plan.runs.values()} == {1} and plan.runs["paper-webshop"].step_budget == 3
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -139,9 +139,13 @@ def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def overrides_for(preset: str, settings: dict[str, dict[str, Any]]) -> RunOverrides:
-    """The :class:`RunOverrides` of ``preset``: the ``all`` settings, then the preset's own (which win)."""
-    tree = _merged(settings.get(ALL, {}), settings.get(preset, {}))
+def overrides_for(preset: str, *layers: dict[str, dict[str, Any]]) -> RunOverrides:
+    """The :class:`RunOverrides` of ``preset``: each layer's ``all`` settings, then its own for the preset (which
+    win), layer after layer -- the quick protocol's, then the command line's, so an option the user gives wins
+    over the protocol's whether it names the preset or ``all``."""
+    tree: dict[str, Any] = {}
+    for layer in layers:
+        tree = _merged(_merged(tree, layer.get(ALL, {})), layer.get(preset, {}))
     if "out" in tree:
         raise UserError(f"--set {preset}:out is not an option: runs go to --out/PRESET")
     try:
@@ -161,7 +165,7 @@ def build_plan(names: list[str], *, quick: bool = False, settings: list[str] = (
     presets: list[str] = []
     for name in names or (QUICK_PRESETS if quick else ["paper-all"]):
         presets += [p for p in expand(name) if p not in presets]
-    tree: dict[str, dict[str, Any]] = quick_settings() if quick else {}
+    tree: dict[str, dict[str, Any]] = {}
     for text in settings:
         preset, path, value = parse_setting(text)
         if preset != ALL and preset not in PRESETS:
@@ -178,7 +182,8 @@ def build_plan(names: list[str], *, quick: bool = False, settings: list[str] = (
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UserError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
-    return RegeneratePlan(presets=presets, runs={p: overrides_for(p, tree) for p in presets},
+    base = quick_settings() if quick else {}
+    return RegeneratePlan(presets=presets, runs={p: overrides_for(p, base, tree) for p in presets},
                           continuation=cont_settings, out=out or (QUICK_OUT if quick else Path("runs")),
                           concurrency=concurrency,
                           label="quick protocol (local model, reduced)" if quick else "paper protocol")
