@@ -492,9 +492,11 @@ def leaks(canary: str, texts: list[str], dirs: list[Path], given: tuple[Path, ..
 
 def secrets_campaign(c: Campaign) -> Category:
     """A canary key every way one arrives; every output and every file written searched for it."""
-    cat = Category("secrets canary (env, .env, URL userinfo, URL query, echoed error body; -v)",
+    cat = Category("secrets canary (env, .env, echoed error body; every URL shape every way a URL is taken; -v)",
                    "uqh -v run/continue/judge/report ... with OPENAI_API_KEY=CANARY (env or ./.env) against a server "
-                   "whose 500s echo the Authorization header; --api-base with u:CANARY@ or ?api_key=CANARY")
+                   "whose 500s echo the Authorization header; u:CANARY@, u:pa/CANARY@ (no scheme), ;api_key=CANARY, "
+                   "?api_key=CANARY, #CANARY in --api-base, --endpoints, --user-api-base, --es-url, -D es_url=, "
+                   "continue/judge/probe --api-base, index --es-url")
     work = c.work / "secrets"
     work.mkdir(parents=True)
     given = (work / "dotenv" / ".env",)  # the one file the campaign writes a key into
@@ -536,7 +538,8 @@ def secrets_campaign(c: Campaign) -> Category:
         src = work / "env-var" / "run"
         for shape, ways in url_ways(url, src, work).items():
             canary = make_canary(c.rng)
-            endpoints = work / f"endpoints-{shape}.txt"
+            endpoints = c.work / "given" / f"endpoints-{re.sub(r'[^a-z]+', '-', shape)}.txt"  # outside what is searched
+            endpoints.parent.mkdir(exist_ok=True)
             endpoints.write_text(URL_SHAPES[shape](url, canary) + "\n")
             for name, argv in ways.items():
                 argv = [a.replace("{url}", URL_SHAPES[shape](url, canary)).replace("{file}", str(endpoints))
@@ -551,8 +554,7 @@ def secrets_campaign(c: Campaign) -> Category:
                         problems.append(f"stderr is not one line: {done.stderr.strip()[-200:]!r}")
                     if out_dir is not None and out_dir.exists():
                         problems.append(f"{out_dir.name} was written")
-                problems += [f"leaked in {w}" for w in leaks(canary, [done.stdout, done.stderr], [work],
-                                                             given + (endpoints,))]
+                problems += [f"leaked in {w}" for w in leaks(canary, [done.stdout, done.stderr], [work], given)]
                 cat.record(f"URL {shape}, {name}", problems)
     cat.numbers = {"canary leaks": sum("leaked in" in f for f in cat.failures)}
     return cat

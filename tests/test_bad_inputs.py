@@ -168,6 +168,8 @@ def _cases() -> list[tuple[list[str], str]]:
     add("", "report", "{run}", "--out", "{empty}")
     add("", "report", "{run}", "--out", "r", "--bootstrap", "-1")
     add("is inside the run directory", "report", "{run}", "--out", "{run}/rep")
+    add("is inside the run directory", *RUN[:-1], "{run}/sub")  # a run inside another run
+    add("is inside the run directory", "import", "tau2", "{afile}", "--out", "{run}/imp")
     add("is a non-empty directory that holds no earlier output", "report", "{run}", "--out", "{nonempty}")
     add("is not a UTF-8 text file", "report", "{run}", "--out", "r", "--certify", "{bin}")
     add("is inside the run directory", "audit", "{run}", "--out", "{run}/aud")
@@ -180,7 +182,7 @@ def _cases() -> list[tuple[list[str], str]]:
     add("--set expects PRESET:KEY=VALUE", "regenerate", "--quick", "--set", "paper-webshop", "--out", "o")
     add("Extra inputs are not permitted", "regenerate", "--quick", "--set", "all:nope=1", "--out", "o")
     add("--sample: Input should be greater than or equal to 1", "regenerate", "--quick", "--sample", "0", "--out", "o")
-    add("--bootstrap must be at least 1", "regenerate", "--quick", "--bootstrap", "0", "--out", "o")
+    add("argument --bootstrap: must be >= 1, got 0", "regenerate", "--quick", "--bootstrap", "0", "--out", "o")
     add("exists and is not a directory", "regenerate", "--quick", "--report", "{empty}", "--dry-run")
     add("not a run directory", "export", "{missing}", "--to", "e")
     add("", "export", "{run}", "--to", "e", "--bootstrap", "-1")
@@ -416,3 +418,31 @@ def test_certify_on_a_run_being_written_says_so(tmp_path, capsys):
         holder.communicate("", timeout=60)
     err = capsys.readouterr().err
     assert f"uqh certify: note: {run}: 8 of 8 planned episodes, run in progress (pid {holder.pid}" in err, err
+
+
+@pytest.mark.parametrize("value", ["3.0", "NaN"])
+def test_a_token_logprob_out_of_range_makes_its_calls_tokens_missing_with_a_note(value, tmp_path, capsys):
+    """A token logprob above 0 (a probability above 1) or NaN in a sidecar row: that call's tokens are read as
+    missing (as a provider without logprobs) -- the scores equal those of the row with null tokens -- and score
+    says so."""
+    rows = {}
+    for name, tokens in (("edited", value), ("null", None)):
+        run = tmp_path / name
+        shutil.copytree(PRE_RUN, run)
+        lines = (run / "logprobs.jsonl").read_text().splitlines()
+        row = json.loads(lines[2])
+        assert row["tokens"]
+        if tokens is None:
+            row["tokens"] = None
+            lines[2] = json.dumps(row)
+        else:
+            text = json.dumps(row)
+            first = json.dumps(row["tokens"][0]["logprob"])
+            lines[2] = text.replace(f'"logprob": {first}', f'"logprob": {tokens}', 1)
+        (run / "logprobs.jsonl").write_text("\n".join(lines) + "\n")
+        assert main(["score", str(run), "--bootstrap", "0", "--format", "json"]) == 0
+        out, err = capsys.readouterr()
+        rows[name] = (json.dumps(json.loads(out), sort_keys=True).replace(str(run), "R"), err)
+    assert rows["edited"][0] == rows["null"][0]
+    assert f"{tmp_path / 'edited'}: 1 token logprob(s) out of range" in rows["edited"][1]
+    assert "out of range" not in rows["null"][1]

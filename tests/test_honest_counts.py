@@ -117,16 +117,15 @@ def test_a_closed_pipe_is_not_an_error():
 
 
 def test_a_run_with_no_finished_episode_is_one_line_and_exit_2_for_every_scoring_command(tmp_path, capsys):
-    """Issue 33 item 13: `score` used to exit 0 on an empty run while `report` and `certify` exited 2. The commands
-    that score agree now; `audit` and `export` still describe the run (zero rows), which is their job."""
+    """Issue 33 item 13: `score` used to exit 0 on an empty run while `report` and `certify` exited 2; issue 42: so
+    did `audit` and `export`. Every command that reads runs agrees now: one line, exit 2, nothing written."""
     from report_fixtures import write_run
     from uqh.cli import main
 
     empty = write_run(tmp_path / "empty", "webshop", 8, [])
     for argv in (["score", str(empty)], ["report", str(empty), "--out", str(tmp_path / "r")],
-                 ["certify", str(empty)]):
+                 ["certify", str(empty)], ["audit", str(empty)], ["export", str(empty), "--to", str(tmp_path / "e")]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "has no finished episodes" in err[0], (argv, err)
-    assert not (tmp_path / "r").exists()
-    assert main(["audit", str(empty)]) == 0
+    assert not (tmp_path / "r").exists() and not (tmp_path / "e").exists()

@@ -164,3 +164,13 @@ def test_core_install_names_the_missing_extra_before_writing(core_venv, tmp_path
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
     assert f"pip install 'uqh[{extra}]'" in run.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_no_file_names_a_data_folder_outside_the_repository():
+    """A clone has nothing beside it: no code, doc, script or test may point at a sibling data folder or a variable
+    naming one (the pattern is assembled so that this file does not match it)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    pattern = "|".join((r"\.\./" + "shared", "shared/" + "data", "UQH_" + "SHARED_DATA"))
+    found = subprocess.run(["git", "grep", "-nE", pattern], cwd=ROOT, capture_output=True, text=True)
+    assert found.returncode == 1 and not found.stdout, found.stdout

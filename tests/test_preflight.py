@@ -101,3 +101,22 @@ def test_run_batch_checks_before_creating_the_directory(monkeypatch, tmp_path):
         with pytest.raises(UserError, match=fragment):
             run_batch(config, out, settings=BatchSettings(progress=False))
         assert not out.exists()
+
+
+def test_continue_of_an_api_model_run_without_its_key_writes_nothing(monkeypatch, capsys, tmp_path):
+    """`uqh continue` checked only a local model before its directory; an API model without its key failed only
+    once the continuation directory existed."""
+    from report_fixtures import Ep, write_run
+    from uqh.cli import main
+    from uqh.rundir.schema import StopReason
+
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env here
+    src = write_run(tmp_path / "src", "arithmetic", 2, [Ep("arith-0000", StopReason.max_steps, [0.5, 0.6],
+                                                         actions=["compute[1+1]", "compute[2+2]"])],
+                    model="openrouter/google/gemma-4-31b-it")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["continue", str(src), "--branches", "1", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "OPENROUTER_API_KEY" in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -100,7 +100,7 @@ def test_plan_overrides_model():
 def test_regenerate_script_dry_run_exits_zero_without_network():
     env = {"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": "/tmp", "NO_PROXY": "*",
            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
-           **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "UQH_SHARED_DATA")}}
+           **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
     # every preset's plan is checked in-process above (sockets forbidden); here the script's wiring, on two presets
     # (the script is `uqh regenerate`: per-preset options with --set, tests/test_regenerate.py)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "regenerate_paper.sh"), "--dry-run", "paper-strategyqa",
@@ -217,7 +217,7 @@ def test_regenerate_script_dry_run_plans_the_continuation_and_the_report():
     report -- with the continuation's call bound; no continuation when HotpotQA is not among the presets."""
     env = {"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": "/tmp", "NO_PROXY": "*",
            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
-           **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "UQH_SHARED_DATA")}}
+           **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
     script = str(ROOT / "scripts" / "regenerate_paper.sh")
     model: list[str] = []  # the paper's model: planning needs no key
     proc = subprocess.run(["bash", script, "--dry-run", "paper-hotpotqa", *model], capture_output=True, text=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from report_fixtures import webshop_like
+from report_fixtures import tau2_like, webshop_like
 from uqh.reports.view.follow import watchfiles_installed
 from uqh.rundir.schema import EPISODES_FILE
 from view_server import serving
@@ -216,3 +216,17 @@ def test_a_given_folder_deleted_and_made_again_is_followed_again(tmp_path, follo
         later = webshop_like(tmp_path / "runs" / "ws3").resolve()
         wait_until(lambda: str(later) in listed_paths(srv.url), "a run made after that")
         assert str(first) not in listed_paths(srv.url)
+
+
+def test_a_run_deleted_and_started_afresh_at_the_same_path_is_another_run(tmp_path):
+    """Polled (the slower way: the deletion and the new run fall between two scans), the new directory at the same
+    path gets a new key and its own episodes, not the old run's summaries."""
+    run = webshop_like(tmp_path / "runs" / "ws")
+    with serving(tmp_path / "runs", follow="poll") as srv:
+        assert len(json.loads(get(srv.url + "api/run/0/trajectories?since=0")[1])["items"]) == 8
+        shutil.rmtree(run)
+        tau2_like(run)  # the same path, another run (6 episodes)
+        wait_until(lambda: "1" in srv.viewer.runs, "the new run to be listed")
+        assert list(srv.viewer.runs) == ["1"]
+        out = json.loads(get(srv.url + "api/run/1/trajectories?since=0")[1])
+        assert [it["id"] for it in out["items"]] == ["1#0", "2#0", "3#0", "4#0", "5#0", "6#0"]

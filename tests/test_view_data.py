@@ -275,3 +275,19 @@ def test_a_checkpoint_left_by_a_stopped_run_is_interrupted_and_a_bad_one_is_a_no
     assert len(out["notes"]) == 1 and out["notes"][0].startswith("ignored unreadable checkpoint zz%230.json")
     page = run.trajectory("h#0")
     assert page["ep"]["stop"] == "interrupted" and any("resumes it" in n for n in page["notes"])
+
+
+def test_a_resumed_run_keeps_its_key_and_a_run_started_afresh_at_its_path_gets_another(tmp_path):
+    import shutil
+
+    from uqh.reports.view.app import Viewer
+
+    run = webshop_like(tmp_path / "runs" / "ws")
+    viewer = Viewer([tmp_path / "runs"])
+    manifest = RunDir.open(run).manifest
+    (run / MANIFEST_FILE).write_text(manifest.model_copy(update={"info": {"session": 2}}).model_dump_json())
+    assert viewer.update() is False and list(viewer.runs) == ["0"]  # a resume rewrites the manifest: same run
+    shutil.rmtree(run)
+    tau2_like(run)  # deleted, and another run started at the same path (the inode may well be reused)
+    assert viewer.update() is True and list(viewer.runs) == ["1"]
+    assert viewer.runs["1"].reader.config.domain == "tau2-airline"

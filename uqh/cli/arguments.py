@@ -1,6 +1,14 @@
 """What several commands share: argument groups and output lines (a command never imports another command)."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+from uqh.harness.store.lock import holder_text, is_held
+from uqh.rundir.errors import UserError
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import IMPORTED_FROM_KEY
+
 
 def add_backend_arguments(group) -> None:
     """``--backend`` and ``--ray-address`` (`uqh run`, `uqh continue`)."""
@@ -34,9 +42,6 @@ def print_endpoint_lines(summary) -> None:
 
 def check_distinct_runs(paths) -> None:
     """UserError when one run directory is given twice (it would be counted twice, in a pool too)."""
-    from pathlib import Path
-
-    from uqh.rundir.errors import UserError
 
     seen: dict[Path, str] = {}
     for p in paths:
@@ -49,10 +54,6 @@ def check_distinct_runs(paths) -> None:
 def run_notes(path) -> list[str]:
     """What a reader of the run must be told: its reading notes (ids not planned, duplicates, a torn last line)
     and, while another process writes it, "N of M planned episodes, run in progress"."""
-    from pathlib import Path
-
-    from uqh.harness.store.lock import holder_text, is_held
-    from uqh.rundir.reader import RunDir
 
     run = RunDir.open(path)
     notes = run.reading_notes()
@@ -66,7 +67,6 @@ def run_notes(path) -> list[str]:
 def imported_run_notes(path, manifest) -> list[str]:
     """For a run made by `uqh import`: where it came from, that its source has no verbal confidence (so the
     verbal predictor has no values), and what of the source was not imported."""
-    from uqh.rundir.schema import IMPORTED_FROM_KEY
 
     origin = manifest.info.get(IMPORTED_FROM_KEY)
     if not isinstance(origin, dict):
@@ -81,7 +81,6 @@ def imported_run_notes(path, manifest) -> list[str]:
 
 def print_reading_notes(prog: str, paths) -> None:
     """Each run's :func:`run_notes` as ``PROG: note: ...`` on stderr."""
-    import sys
 
     for p in paths:
         for note in run_notes(p):

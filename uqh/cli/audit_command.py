@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from uqh.cli import arg_types
-from pathlib import Path
+from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
+from uqh.reports.render import Output, add_format_argument, emit, tables_json
+from uqh.rundir.errors import OutputWriteError, UserError
+from uqh.rundir.output_dir import WRITING_MARK
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from uqh.reports.render import add_format_argument
-
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories written by `uqh run`")
     p.add_argument("--out", type=Path, default=None, help="also write CSV + Markdown tables into this directory")
     p.add_argument("--bootstrap", type=arg_types.resamples, default=2000, help="bootstrap resamples for the intervals (default 2000)")
@@ -22,19 +25,11 @@ AUDIT_FILES = frozenset(f"{name}.{ext}" for name in ("termination_audit", "selec
 
 
 def holds_only_audit_tables(path: Path) -> bool:
-    from uqh.rundir.output_dir import WRITING_MARK
-
     return all(p.name in AUDIT_FILES or p.name == WRITING_MARK for p in path.iterdir())
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     from uqh.reports.termination_tables import audit
-    from uqh.reports.render import Output, emit, tables_json
-    from uqh.rundir.errors import OutputWriteError, UserError
-
-    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
     check_runs_have_episodes(args.run_dirs)

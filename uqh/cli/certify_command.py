@@ -14,9 +14,17 @@ set. Every input is validated before anything is written or printed: a mistake i
 from __future__ import annotations
 
 import argparse
+import csv
+import sys
 
 from uqh.cli import arg_types
 from uqh.cli.arg_types import finite_float
+from uqh.domains.registry import get_domain_class
+from uqh.harness.sampling.consensus import RULES, stopping_time
+from uqh.reports.render import add_format_argument, emit
+from uqh.rundir.errors import UserError, read_user_text
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import CANONICAL_ANSWER_KEY, StopReason
 
 NO_ANSWER = "(no answer)"
 VERIFY_FIELDS = ("task_id", "question", "top_answer", "votes", "other_answers", "example_action", "acceptable")
@@ -46,7 +54,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the calibration items' questions and top answers to FILE (CSV) for a human to mark")
     v.add_argument("--verified", metavar="FILE",
                    help="calibrate on the human marks of FILE (an exported CSV with its 'acceptable' column filled)")
-    from uqh.reports.render import add_format_argument
 
     add_format_argument(p)
 
@@ -56,11 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_items(run_dir: str):
     """(reader, items, canonicalised-now count, per task: question and per-class example action)."""
-    from uqh.domains.registry import get_domain_class
     from uqh.harness.sampling.scheduler import canonical_of
-    from uqh.rundir.errors import UserError
-    from uqh.rundir.reader import RunDir
-    from uqh.rundir.schema import CANONICAL_ANSWER_KEY, StopReason
     from uqh.scoring.certify.certificate import CertifyItem
 
     reader = RunDir.open(run_dir)
@@ -93,8 +96,6 @@ def load_items(run_dir: str):
 
 
 def _read_cal_ids(path: str, known: set[str]) -> list[str]:
-    from uqh.rundir.errors import UserError, read_user_text
-
     lines = read_user_text(path, f"--cal-ids {path}").splitlines()
     ids = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     if not ids:
@@ -137,9 +138,6 @@ def verification_rows(items, cal_mask, context, seed: int) -> list[dict]:
 
 def read_verified(path: str, items, seed: int) -> dict[str, bool]:
     """The human marks of a verification file: {task_id: acceptable}, checked against the run's top answers."""
-    import csv
-
-    from uqh.rundir.errors import UserError
 
     by_id = {it.task_id: it for it in items}
     try:
@@ -175,8 +173,6 @@ def read_verified(path: str, items, seed: int) -> dict[str, bool]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    from uqh.rundir.errors import UserError
-
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha must be in (0, 1), got {args.alpha}")
     if args.cal_frac is not None and not 0 < args.cal_frac <= 1:
@@ -209,8 +205,6 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def certify_run(run_dir: str, args: argparse.Namespace):
     """(result, items, context, options) of one run directory."""
-    from uqh.harness.sampling.consensus import RULES, stopping_time
-    from uqh.rundir.errors import UserError
     from uqh.scoring.certify.certificate import CertifyOptions, certify_items
     from uqh.scoring.certify.certificate_results import RunStopping
 
@@ -243,9 +237,6 @@ def certify_run(run_dir: str, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import csv
-    import sys
-
     from uqh.cli.arguments import check_runs_have_episodes, print_reading_notes
 
     _check_args(args)
@@ -279,7 +270,6 @@ def run(args: argparse.Namespace) -> int:
               f"{args.export_verification} --seed {args.seed}`", file=sys.stderr)
         return 0
     from uqh.reports.certify_tables import certify_output
-    from uqh.reports.render import emit
 
     emit(certify_output(results), args.format)
     return 0

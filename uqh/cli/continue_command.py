@@ -24,7 +24,7 @@ from uqh.harness.config.settings import BatchSettings, ClientSettings
 from uqh.harness.continuation import PrefixSample, run_continuations
 from uqh.harness.sampling.branch_rules import parse_stop_rule
 from uqh.harness.store import lock as run_lock
-from uqh.reports.render import add_format_argument
+from uqh.reports.render import add_format_argument, emit
 from uqh.rundir.errors import UserError
 from uqh.rundir.reader import RunDir, is_run_dir
 
@@ -107,7 +107,6 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, lock_scope: contextlib.ExitStack) -> int:
     from uqh.reports.continuation_audit import audit_continuation, audit_output
-    from uqh.reports.render import emit
 
     settings = batch_settings_from_args(args)
     _check_args(args)

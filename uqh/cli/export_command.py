@@ -8,8 +8,14 @@ is one line and exit 2.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from uqh.cli import arg_types
+from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
+from uqh.rundir.atomic import atomic_write_with
+from uqh.rundir.errors import OutputWriteError, UserError
+from uqh.rundir.output_dir import WRITING_MARK, check_output_dir, writing
+from uqh.rundir.probes import ProbeDir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,13 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_destination(to) -> None:
     """UserError unless ``to`` may receive the tables: not a run directory nor inside one, empty or new, or an
     earlier export's output (only its table files)."""
-    from uqh.rundir.output_dir import check_output_dir
 
     check_output_dir(to, "--to", is_own=holds_only_exported_tables)
 
 
 def holds_only_exported_tables(path) -> bool:
-    from uqh.rundir.output_dir import WRITING_MARK
     from uqh.scoring.export import FRAMES
 
     names = {f"{name}.{ext}" for name in FRAMES for ext in ("parquet", "csv")} | {WRITING_MARK}
@@ -43,15 +47,8 @@ def holds_only_exported_tables(path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from uqh.rundir.errors import OutputWriteError, UserError
-    from uqh.rundir.atomic import atomic_write_with
-    from uqh.rundir.output_dir import writing
     from uqh.scoring.export import FRAMES, export_frames
     from uqh.scoring.pipeline import ScoreOptions
-
-    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
     check_runs_have_episodes(args.run_dirs)
@@ -61,7 +58,6 @@ def run(args: argparse.Namespace) -> int:
     for d in args.run_dirs:
         if Path(d).resolve() == to.resolve():
             raise UserError(f"--to {to} is one of the run directories; export into a directory of its own")
-    from uqh.rundir.probes import ProbeDir
 
     probes = [ProbeDir.open(d) for d in args.probes or []]
     frames = export_frames(args.run_dirs, tokens=args.tokens, probes=probes,

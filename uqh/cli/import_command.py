@@ -7,6 +7,7 @@ confidence, and its token-signal predictors have values where the file embeds to
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 FORMATS = {"tau2": "a tau2-bench (or agentuq) results JSON file, as `tau2 run` writes it"}
@@ -21,8 +22,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     from uqh.harness.importers.tau2_results import import_tau2_results
 
     imported = import_tau2_results(args.results, args.out)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
+import time
 from uqh.rundir.errors import UserError
 
 

@@ -11,11 +11,19 @@ well, it judges first). Every user mistake is one line on stderr, exit 2, nothin
 from __future__ import annotations
 
 import argparse
+import sys
+from collections import Counter
+from pathlib import Path
 
 from uqh.cli import arg_types
 from uqh.cli.arg_types import finite_float
 from uqh.cli.arguments import sidecar_summary_lines
-from uqh.rundir.judgments import JudgeMetric
+from uqh.harness.config.build import check_endpoint_url, validate_model_string
+from uqh.harness.model.llama_server import check_credentials
+from uqh.reports.render import emit
+from uqh.rundir.errors import UserError
+from uqh.rundir.judgments import JudgeDir, JudgeMetric, parse_metrics
+from uqh.rundir.schema import DecodingConfig
 
 #: Every judge, in the order JudgeMetric (the one place the set is defined) lists them.
 ALL_METRICS = ",".join(m.value for m in JudgeMetric)
@@ -61,10 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from uqh.rundir.errors import UserError
-
     if args.temperature is not None and args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
     if not args.judge_model and not args.report:
@@ -85,15 +89,8 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _judge(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
-
     from uqh.harness.judge.judge_runner import build_judge_config, check_judge_out, check_judge_resumable, open_runs, plan_tasks
-    from uqh.harness.model.llama_server import check_credentials
-    from uqh.harness.config.build import check_endpoint_url, validate_model_string
     from uqh.harness.runner import default_concurrency
-    from uqh.rundir.judgments import JudgeDir, parse_metrics
-    from uqh.rundir.schema import DecodingConfig
 
     metrics = parse_metrics(args.metrics)
     check_endpoint_url("--api-base", args.api_base)
@@ -145,9 +142,6 @@ def _judge(args: argparse.Namespace) -> int:
 def _missing_summary(out) -> str | None:
     """``missing   N of M judgments missing; most common reason: ... (xK)``, or None when none is missing: a judge
     whose every reply failed to parse must not look like a success."""
-    from collections import Counter
-
-    from uqh.rundir.judgments import JudgeDir
 
     judgments = JudgeDir.open(out).judgments()
     reasons = Counter((j.missing_reason or "no reason recorded")[:160] for j in judgments if j.score is None)
@@ -159,13 +153,7 @@ def _missing_summary(out) -> str | None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
-
     from uqh.reports.judge_tables import judge_output, write_files
-    from uqh.reports.render import emit
-    from uqh.rundir.errors import UserError
-    from uqh.rundir.judgments import JudgeDir
     from uqh.scoring.judges.analysis import analyse_judgments
 
     jd = JudgeDir.open(args.out)

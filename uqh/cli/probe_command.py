@@ -12,9 +12,15 @@ predictor of the probe's name. Every user mistake is one line on stderr, exit 2,
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from uqh.cli import arg_types
 from uqh.cli.arguments import sidecar_summary_lines
+from uqh.harness.config.build import check_endpoint_url, validate_model_string
+from uqh.harness.model.llama_server import check_credentials
+from uqh.rundir.errors import UserError
+from uqh.rundir.probes import ProbeDir, ProbeKind
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,17 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
-
-    from uqh.harness.config.build import check_endpoint_url, validate_model_string
     from uqh.harness.probes.probe_runner import (PROBE_LAYOUT, build_probe_config, plan_probes, probe_decoding, run_probes,
                                          surprise_methods)
     from uqh.harness.judge.judge_runner import check_judge_out, check_judge_resumable, open_runs
-    from uqh.harness.model.llama_server import check_credentials
     from uqh.harness.runner import default_concurrency
-    from uqh.rundir.errors import UserError
-    from uqh.rundir.probes import ProbeDir, ProbeKind
 
     if args.top_logprobs < 1:  # the probe reads the answer token's alternatives: it needs some
         raise UserError(f"--top-logprobs must be >= 1 for a probe, got {args.top_logprobs}")

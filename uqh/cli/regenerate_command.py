@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from uqh.cli import arg_types
+
 EPILOG = """per-preset options:
   --set PRESET:KEY=VALUE (repeatable; PRESET `all` for every preset). KEY is a
   `uqh run` option by its field name: tasks, task_ids, samples, step_budget,
@@ -43,15 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--continue", dest="continue_presets", nargs="+", metavar="PRESET",
                    help="the presets whose runs are continued (default paper-hotpotqa; with --quick all four)")
     c.add_argument("--sample", type=int, metavar="N", help="censored prefixes drawn per run (default 100; --quick 2)")
-    c.add_argument("--seed", type=int, metavar="S", help="seed of the draw (default 42)")
+    c.add_argument("--seed", type=arg_types.seed, metavar="S", help="seed of the draw (default 42)")
     c.add_argument("--branches", type=int, metavar="M", help="branches per prefix (default 10; --quick 3)")
     c.add_argument("--extra-steps", type=int, metavar="K", help="extra step budget per branch (default: the run's)")
     c.add_argument("--min-valid", type=int, metavar="N",
                    help="resolved branches a continued prefix needs to be retained in the report (default 5; "
                         "--quick 1)")
     x = p.add_argument_group("execution")
-    x.add_argument("--concurrency", type=int, metavar="C", help="episodes in flight (default 8; 4 for local:)")
-    x.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="the report's bootstrap resamples (default 1000)")
+    x.add_argument("--concurrency", type=arg_types.count, metavar="C", help="episodes in flight (default 8; 4 for local:)")
+    x.add_argument("--bootstrap", type=arg_types.resamples, default=1000, metavar="N", help="the report's bootstrap resamples (default 1000)")
     x.add_argument("--dry-run", action="store_true", help="print the plan; call no model, write nothing")
 
 
@@ -62,13 +64,9 @@ def run(args: argparse.Namespace) -> int:
                                         report_inputs, run_plan)
     from uqh.rundir.errors import UserError
 
-    if args.bootstrap < 1:
-        raise UserError("--bootstrap must be at least 1")
     min_valid = args.min_valid if args.min_valid is not None else (QUICK_MIN_VALID if args.quick else 5)
     if min_valid < 1:
         raise UserError("--min-valid must be at least 1")
-    if args.concurrency is not None and args.concurrency < 1:
-        raise UserError("--concurrency must be at least 1")
     plan = build_plan(args.presets, quick=args.quick, settings=args.settings, out=args.out,
                       continuation=dict(presets=args.continue_presets, sample=args.sample, seed=args.seed,
                                         branches=args.branches, extra_steps=args.extra_steps),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from uqh.rundir.schema import QUARANTINE_SUFFIX
+
 #: Moved lines listed one by one up to this many; beyond, only counted.
 SHOW = 20
 
@@ -17,7 +19,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from uqh.harness.store.repair import repair_run_dir
-    from uqh.rundir.schema import QUARANTINE_SUFFIX
 
     report = repair_run_dir(args.run_dir, dry_run=args.dry_run)
     if not report.n_moved:

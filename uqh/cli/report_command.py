@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from uqh.cli import arg_types
-from pathlib import Path
+from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
+from uqh.rundir.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,10 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from uqh.rundir.errors import UserError
     from uqh.reports.report.write_report import ReportOptions, build_report
-
-    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, print_reading_notes
 
     check_distinct_runs(args.run_dirs)
     check_runs_have_episodes(args.run_dirs)

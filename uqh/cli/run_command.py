@@ -70,7 +70,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--list-options", action="store_true",
                    help="list the options of --domain (or --preset's domain; all domains if neither) and exit")
 
-    m = p.add_argument_group("model")
+    _add_model_arguments(p.add_argument_group("model"))
+    _add_retrieval_arguments(p.add_argument_group("retrieval (QA domains; aliases of -D options)"))
+    _add_execution_arguments(p.add_argument_group("execution"))
+
+
+def _add_model_arguments(m) -> None:
     m.add_argument("--model", help="litellm model string, openai/NAME with --api-base, or local:smollm2 (default)")
     m.add_argument("--api-base", metavar="URL", action="append",
                    help="OpenAI-compatible endpoint for --model; repeat it for several replicas of the model (calls "
@@ -96,7 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "otherwise; recorded in the manifest)")
     m.add_argument("--reasoning", action="store_true", default=None, help="ask the provider to enable reasoning")
 
-    r = p.add_argument_group("retrieval (QA domains; aliases of -D options)")
+
+def _add_retrieval_arguments(r) -> None:
     r.add_argument("--retrieval", choices=["bm25", "es"])
     r.add_argument("--es-url")
     r.add_argument("--es-index")
@@ -105,7 +111,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--index-dir", metavar="DIR",
                    help="bm25s index directory (reused or built there; not part of the config hash)")
 
-    x = p.add_argument_group("execution")
+
+def _add_execution_arguments(x) -> None:
     x.add_argument("--out", metavar="DIR", help="run directory (created, or resumed if it holds this run)")
     x.add_argument("--concurrency", type=arg_types.count, metavar="C", help="episodes in flight (default 8; 2 for local:)")
     x.add_argument("--workers", type=arg_types.count, metavar="N",

@@ -9,8 +9,16 @@ with ``--paired``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
 
 from uqh.cli import arg_types
+from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, run_notes
+from uqh.reports.render import add_format_argument, emit
+from uqh.rundir.errors import UserError
+from uqh.rundir.probes import ProbeDir
+from uqh.rundir.reader import RunDir
+from uqh.rundir.schema import USER_SIDECAR_FILE, config_differences
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,14 +65,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paired", action="store_true",
                    help="compare each RUN_DIR with the first on the task ids both ran: Δ per metric with a 95%% CI "
                         "by paired bootstrap over the shared tasks (is model B better calibrated than model A?)")
-    from uqh.reports.render import add_format_argument
 
     add_format_argument(p)
 
 
 def options_from_args(args: argparse.Namespace):
     """Validate flags into :class:`uqh.scoring.pipeline.ScoreOptions` (UserError on bad input)."""
-    from uqh.rundir.errors import UserError
     from uqh.scoring.pipeline import ScoreOptions
     from uqh.scoring.rules import DEFAULT_SCORES, parse_score
     from uqh.scoring.streams import check_predictor
@@ -122,7 +128,6 @@ def no_complete_reason(counts, censoring: str) -> str:
 
 def pooling_warning(runs) -> str | None:
     """A warning when ``--pooled`` mixes runs whose configs differ (task lists aside), naming the fields."""
-    from uqh.rundir.schema import config_differences
 
     first = runs[0].manifest.config
     fields: list[str] = []
@@ -149,30 +154,24 @@ def probe_cost_note(probe_dir) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import sys
-
-    from uqh.reports.render import emit
     from uqh.reports.score_view import score_output
-    from uqh.rundir.errors import UserError
-    from uqh.rundir.reader import RunDir
     from uqh.scoring.pipeline import pool_runs, score_run
     from uqh.scoring.streams import load_run
-
-    from uqh.cli.arguments import check_distinct_runs, check_runs_have_episodes, run_notes
 
     check_distinct_runs(args.run_dirs)
     check_runs_have_episodes(args.run_dirs)
     opts = options_from_args(args)
     if args.paired and len(args.run_dirs) < 2:
         raise UserError("--paired compares runs: give at least two RUN_DIRs (each is compared with the first)")
-    from uqh.rundir.probes import ProbeDir
 
     probes = [ProbeDir.open(d) for d in args.probes or []]
     runs = [load_run(d, probes, agentuq_conventions=opts.agentuq_conventions) for d in args.run_dirs]
     if args.calibrator_from:  # validated with the runs, before anything is printed
         opts = dataclasses.replace(opts, calibrator_from=load_run(args.calibrator_from,
                                                                   agentuq_conventions=opts.agentuq_conventions))
+    sidecar_notes = [f"{r.run_dir}: {len(r.out_of_range_sidecar_values)} token logprob(s) out of range (NaN or "
+                     f"above 0, e.g. {r.out_of_range_sidecar_values[0][1]!r}): those calls' tokens read as missing"
+                     for r in runs if r.out_of_range_sidecar_values]
     for d, r in zip(args.run_dirs, runs):  # as `uqh report` and `uqh certify`: nothing to score is a user error
         if len(r.episode_ids) == 0:
             raise UserError(f"{d} has no finished episodes yet; run `uqh run` first (or drop it from the list)")
@@ -189,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
             refusal = greedy_refusal(r, name)
             if refusal:
                 raise UserError(refusal)
-    notes = [probe_cost_note(p) for p in probes]
+    notes = [probe_cost_note(p) for p in probes] + sidecar_notes
     if opts.every_predictor:  # `--predictor all` leaves greedy-only predictors out of sampled runs: say so
         from uqh.scoring.registry import PREDICTORS
 
@@ -236,7 +235,6 @@ def run(args: argparse.Namespace) -> int:
 def user_role_notes(runs, names) -> list[str]:
     """One line per run without a user sidecar when user or combined per-role predictors are scored: why their
     values are all missing."""
-    from uqh.rundir.schema import USER_SIDECAR_FILE
     from uqh.scoring.registry import PREDICTORS
 
     asked = [n for n in names if PREDICTORS[n].role is not None and PREDICTORS[n].role.role != "assistant"]

@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from uqh.rundir.errors import UserError
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="*", type=Path, default=[Path(".")], metavar="DIR",
@@ -22,7 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from uqh.harness import interrupts
     from uqh.reports.view.server import ViewServer
-    from uqh.rundir.errors import UserError
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port} is not a TCP port (0..65535)")

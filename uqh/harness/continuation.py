@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from uqh.domains.base import ReplayMismatch, Runtime
-from uqh.harness.config.build import build_domain, check_endpoint_list
+from uqh.harness.config.build import build_domain, check_endpoint_list, preflight
 from uqh.harness.episode.agent_registry import agent_system_prompt
 from uqh.harness.episode.loop import Branch, EpisodeSpec, branch_episode_id, derive_seed, open_episode
 from uqh.harness.config.settings import BatchSettings
-from uqh.harness.model.llama_server import check_local_model, resolve_model
+from uqh.harness.model.llama_server import resolve_model
 from uqh.harness.runner import run_batch
 from uqh.harness.sampling.branch_rules import FIXED, StopRule, decide, parse_stop_rule, resolved_outcome
 from uqh.harness.store import lock as run_lock
@@ -423,9 +423,7 @@ def plan_continuations(source_dir: Path, out_dir: Path, *, branches: int, extra_
                                    stop_rule=rule, selection=selection)
 
     config = config_at(branches)
-    for model in (config.model, config.user_model):  # a local model's GGUF and binary, before anything is written
-        if model:
-            check_local_model(model)
+    preflight(config)  # a local model's GGUF and binary, an API model's key: before anything is written
     check_out_dir(out_dir)  # also refuses, naming it, another process writing out_dir
     recorded = branches
     if is_run_dir(out_dir):  # resume refuses a different config: check now, before any replay work

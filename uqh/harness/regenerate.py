@@ -266,8 +266,7 @@ def run_plan(plan: RegeneratePlan, prepared: dict[str, PreparedRun], *, progress
     result = RegenerateResult()
     continued = plan.continued()
     n_steps = len(plan.presets) + len(continued)
-    options = dict(settings=BatchSettings(concurrency=plan.concurrency, progress=progress),
-                   client_factory=client_factory)
+    settings = BatchSettings(concurrency=plan.concurrency, progress=progress)
     for i, name in enumerate(plan.presets, 1):
         announce(f"[{i}/{n_steps}] run {name} -> {plan.run_dir(name)}")
         summary = execute(prepared[name], client_factory=client_factory).summary
@@ -283,7 +282,7 @@ def run_plan(plan: RegeneratePlan, prepared: dict[str, PreparedRun], *, progress
             return result
     for j, name in enumerate(continued, len(plan.presets) + 1):
         announce(f"[{j}/{n_steps}] continue {name} -> {plan.continuation_dir(name)}")
-        step = continue_step(plan, name, options)
+        step = continue_step(plan, name, settings, client_factory)
         result.steps.append(step)
         announce(step.text())
         if not step.ok:
@@ -292,7 +291,7 @@ def run_plan(plan: RegeneratePlan, prepared: dict[str, PreparedRun], *, progress
     return result
 
 
-def continue_step(plan: RegeneratePlan, name: str, options: dict[str, Any]) -> StepResult:
+def continue_step(plan: RegeneratePlan, name: str, settings: BatchSettings, client_factory=None) -> StepResult:
     """Continue the censored prefixes of ``name``'s run (a seeded sample), or say why there is nothing to do."""
     source, out = plan.run_dir(name), plan.continuation_dir(name)
     _, episodes = load_source(source)
@@ -301,7 +300,8 @@ def continue_step(plan: RegeneratePlan, name: str, options: dict[str, Any]) -> S
         return StepResult("continue", name, out, 0, 0, 0, notes=["no max_steps episodes: nothing to continue"])
     c = plan.continuation
     report = run_continuations(source, out, branches=c.branches, extra_steps=c.extra_steps,
-                               sample=PrefixSample(c.sample, c.seed), **options)
+                               sample=PrefixSample(c.sample, c.seed), settings=settings,
+                               client_factory=client_factory)
     new = report.summary.stats.done if report.summary is not None else 0
     notes = [f"{report.n_prefixes} of {population} censored prefixes sampled (seed {c.seed})"]
     if report.skipped:

@@ -110,10 +110,10 @@ def read_jsonl_first_per_key(path: Path, model: type[M], key: Callable[[M], Hash
     return out, repeats
 
 
-def _first_rows(path: Path) -> Iterator[tuple[LogprobRow, bool]]:
+def _first_rows(path: Path, context: dict | None = None) -> Iterator[tuple[LogprobRow, bool]]:
     """(row, whether an earlier row had its (episode_id, t, attempt)) of a sidecar file, torn-line safe."""
     seen: set[tuple[str, int, int]] = set()
-    for row in read_jsonl(path, LogprobRow):
+    for row in read_jsonl(path, LogprobRow, context):
         key = (row.episode_id, row.t, row.attempt)
         yield row, key in seen
         seen.add(key)
@@ -142,6 +142,16 @@ def read_versioned_json(path: Path, model: type[M], what: str, *, hint: str = ""
 def is_run_dir(path: str | Path) -> bool:
     """Whether ``path`` holds a run directory's manifest (the one test of "a run was started here")."""
     return (Path(path) / MANIFEST_FILE).is_file()
+
+
+def manifest_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """(inode, mtime in ns, size) of a run directory's manifest, None when it has none: a reader that keeps a run
+    open tells by it, without reading the file, that the manifest was not rewritten since."""
+    try:
+        st = os.stat(Path(path) / MANIFEST_FILE)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def read_manifest_file(run_dir: Path) -> Manifest:
@@ -175,6 +185,9 @@ class RunDir:
     foreign_episode_ids: list[str] = field(default_factory=list)
     #: Filled by :meth:`episodes`: (field, value) of each recorded value outside its range, read as missing.
     out_of_range_values: list[tuple[str, object]] = field(default_factory=list)
+    #: Filled by a full pass of :meth:`sidecar`: (field, value) of each token logprob out of range (its call's
+    #: tokens read as missing).
+    out_of_range_sidecar_values: list[tuple[str, object]] = field(default_factory=list)
     duplicate_sidecar_rows: int = 0
     #: Filled by :meth:`user_sidecar`: user-sidecar lines dropped by the de-duplication rule.
     duplicate_user_sidecar_rows: int = 0
@@ -278,11 +291,13 @@ class RunDir:
     def sidecar(self) -> Iterator[LogprobRow]:
         """Sidecar rows in file order, torn-line safe, the first row of each (episode_id, t, attempt) kept."""
         self.duplicate_sidecar_rows = 0
-        for row, repeat in _first_rows(self.path / SIDECAR_FILE):
+        context: dict = {OUT_OF_RANGE: []}
+        for row, repeat in _first_rows(self.path / SIDECAR_FILE, context):
             if repeat:
                 self.duplicate_sidecar_rows += 1
             else:
                 yield row
+        self.out_of_range_sidecar_values = context[OUT_OF_RANGE]  # once the whole file was read
 
     @property
     def has_user_sidecar(self) -> bool:

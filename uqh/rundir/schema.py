@@ -120,6 +120,20 @@ class LogprobRow(_Record):
             return NO_LOGPROBS
         return FULL_LOGPROBS if all(t.top_logprobs for t in self.tokens) else SELECTED_ONLY
 
+    @field_validator("tokens")
+    @classmethod
+    def _log_probabilities(cls, tokens: list[TokenLogprob] | None, info: ValidationInfo) -> list[TokenLogprob] | None:
+        """Read from a run directory (a reader's context), a logprob that is NaN or above 0 (a probability above 1;
+        1e-3 of slack for rounding) makes the call's tokens missing (as a provider without logprobs), noted -- never
+        used. Written, the row keeps what the provider sent."""
+        if not (isinstance(info.context, dict) and OUT_OF_RANGE in info.context):
+            return tokens
+        for tok in tokens or ():
+            for value in (tok.logprob, *(alt.logprob for alt in tok.top_logprobs)):
+                if not value <= MAX_LOGPROB:  # NaN fails too
+                    return read_as_missing("token logprob", value, info)
+        return tokens
+
 
 # --------------------------------------------------------------------------------------- steps
 
@@ -206,6 +220,10 @@ class Attempt(_Record):
                           "answer without calls.", exclude_if=_is_none),
     ] = None
 
+
+#: The largest token logprob read as such (a probability of at most e^0.001: rounding); above it, or NaN, a call's
+#: tokens are read as missing.
+MAX_LOGPROB = 1e-3
 
 #: Key of the validation context (``model_validate_json(raw, context={OUT_OF_RANGE: []})``) under which a reader
 #: collects ``(field, value)`` of every value read as missing because it is outside its documented range.

@@ -60,6 +60,8 @@ class RunData:
     has_user_sidecar: bool = False
     #: per parsed step, the process signals of uqh.scoring.process_features (the HTC features are built from them)
     signals: np.ndarray | None = None
+    #: (field, value) of each sidecar value read as missing because out of range (uqh.rundir.schema.MAX_LOGPROB)
+    out_of_range_sidecar_values: list = field(default_factory=list)
 
     def tier_counts(self) -> dict[str, int]:
         """Parsed steps per logprob capability tier (full / selected_only / none)."""
@@ -115,6 +117,7 @@ def load_run(run_dir: "str | Path | RunDir", probes: Sequence[ProbeDir] = (), *,
     other = (r for r in reader.sidecar() if not r.accepted) if agentuq_conventions else None
     data = run_data_from_records(reader.path, reader.manifest, episodes, (r for r in reader.sidecar() if r.accepted),
                                  user_rows=user_rows, other_rows=other)
+    data.out_of_range_sidecar_values = list(reader.out_of_range_sidecar_values)
     fill_probe_streams(data, probes)
     return data
 

@@ -220,14 +220,24 @@ def agent_for(name: str | None, decoding: dict[str, Any]) -> str:
     return agent
 
 
+@dataclass(frozen=True)
+class _Models:
+    """The agent's and the simulated user's models and endpoints of a draft."""
+
+    model: str
+    api_base: str | None
+    api_bases: list[str] | None
+    user_model: str | None
+    user_api_base: str | None
+
+
 def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
     """Merge ``preset`` and ``overrides`` (flags win) and check what needs no I/O. Raises UserError.
 
-    Longer than our ~80-line norm on purpose: one merge-and-check per RunConfig field, in field order, so a reader
-    checks a flag's precedence and its error message in one place, top to bottom."""
+    One merge-and-check per RunConfig field, in field order (the models and the decoding in helpers, called in that
+    order), so the first mistake of a command line is the one reported."""
     from uqh.domains.registry import get_domain_class
     from uqh import __version__
-    from uqh.harness.model.llama_server import default_model
 
     domain_name = overrides.domain or (preset.domain if preset else None)
     if not domain_name:
@@ -246,6 +256,46 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         known = f"use one of {', '.join(cls.splits)}" if cls.splits else "it has none; leave --split out"
         raise UserError(f"unknown --split {overrides.split!r} for {cls.name}: {known}")
     out = run_dir_of(preset, overrides)
+    models = _models_of(cls, domain_name, preset, overrides)
+    decoding_cfg, agent = _decoding_of(preset, overrides, models.model)
+    domain_options = domain_options_for(cls, preset.domain_options if preset else {}, overrides.domain_options)
+    task_ids, n_tasks = _tasks_of(preset, overrides)
+    if overrides.user_logprobs and not cls.needs_user_model:
+        raise UserError(f"--user-logprobs needs a domain with a simulated user (tau2-airline, tau2-retail, "
+                        f"tau2-telecom); {domain_name} has none")
+    user_decoding = preset.user_decoding if preset and models.user_model else None
+    # a preset's user decoding is its API user model's (2,048 tokens); a local one gets the local cap
+    if models.user_model and models.user_model.startswith("local:"):
+        user_decoding = local_user_decoding()
+    samples = overrides.samples or (preset.samples_per_task if preset else None) or 1
+    config = RunConfig(
+        domain=domain_name,
+        split=overrides.split or (preset.split if preset else None),
+        task_ids=[],
+        samples_per_task=samples,
+        model=models.model,
+        api_base=models.api_base,
+        api_bases=models.api_bases,
+        decoding=decoding_cfg,
+        step_budget=overrides.step_budget or (preset.step_budget if preset else None) or cls.default_step_budget,
+        observation_chars=observation_chars_for(cls, overrides.observation_chars,
+                                                preset.observation_chars if preset else None),
+        domain_options=domain_options,
+        user_model=models.user_model,
+        user_decoding=user_decoding,
+        user_api_base=models.user_api_base,
+        user_logprobs=decoding_cfg.top_logprobs if overrides.user_logprobs else None,
+        prompt_sha256="",
+        package_version=__version__,
+        consensus_stopping=consensus_stopping_for(cls, overrides, samples),
+        agent=agent,
+    )
+    return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
+
+
+def _models_of(cls: type[Domain], domain_name: str, preset: Preset | None, overrides: RunOverrides) -> _Models:
+    """The agent's and the user's models and endpoints (flags over the preset), checked."""
+    from uqh.harness.model.llama_server import default_model
 
     model = overrides.model or (preset.model if preset else None) or default_model()
     api_base = overrides.api_base if overrides.api_base is not None else (preset.api_base if preset else None)
@@ -265,7 +315,12 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
                         f"{domain_name} has none: leave --user-model out")
     if not user_model and cls.needs_user_model:
         raise UserError(f"{domain_name} needs a user-simulator model: pass --user-model (e.g. --user-model local:smollm2)")
+    return _Models(model, api_base, api_bases, user_model, user_api_base)
 
+
+def _decoding_of(preset: Preset | None, overrides: RunOverrides, model: str) -> tuple[DecodingConfig, str]:
+    """The decoding (flags over the preset; a local model's grammar and cap) and the agent, checked."""
+    dec = overrides.decoding
     decoding: dict[str, Any] = preset.decoding.model_dump(exclude_unset=True) if preset else {}
     decoding.update(dec.model_dump(exclude_none=True))
     agent = agent_for(overrides.agent, decoding)
@@ -278,51 +333,18 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
         raise UserError(f"--temperature must be >= 0, got {dec.temperature}")
     if dec.top_p is not None and not 0 < dec.top_p <= 1:
         raise UserError(f"--top-p must be in (0, 1], got {dec.top_p}")
-    decoding_cfg = DecodingConfig(**decoding)
+    return DecodingConfig(**decoding), agent
 
-    domain_options = domain_options_for(cls, preset.domain_options if preset else {}, overrides.domain_options)
 
+def _tasks_of(preset: Preset | None, overrides: RunOverrides) -> tuple[list[str] | None, int | None]:
+    """(explicit task ids, else None; else how many tasks to select)."""
     if overrides.task_ids is not None:
-        task_ids, n_tasks = list(overrides.task_ids), None
-    elif overrides.tasks is not None:
-        task_ids, n_tasks = None, overrides.tasks
-    elif preset:
-        task_ids, n_tasks = None, preset.n_tasks
-    else:
-        raise UserError("choose the tasks: --tasks N or --task-ids A,B")
-
-    if overrides.user_logprobs and not cls.needs_user_model:
-        raise UserError(f"--user-logprobs needs a domain with a simulated user (tau2-airline, tau2-retail, "
-                        f"tau2-telecom); {domain_name} has none")
-    user_logprobs = decoding_cfg.top_logprobs if overrides.user_logprobs else None
-    user_decoding = preset.user_decoding if preset and user_model else None
-    # a preset's user decoding is its API user model's (2,048 tokens); a local one gets the local cap
-    if user_model and user_model.startswith("local:"):
-        user_decoding = local_user_decoding()
-    samples = overrides.samples or (preset.samples_per_task if preset else None) or 1
-    config = RunConfig(
-        domain=domain_name,
-        split=overrides.split or (preset.split if preset else None),
-        task_ids=[],
-        samples_per_task=samples,
-        model=model,
-        api_base=api_base,
-        api_bases=api_bases,
-        decoding=decoding_cfg,
-        step_budget=overrides.step_budget or (preset.step_budget if preset else None) or cls.default_step_budget,
-        observation_chars=observation_chars_for(cls, overrides.observation_chars,
-                                                preset.observation_chars if preset else None),
-        domain_options=domain_options,
-        user_model=user_model,
-        user_decoding=user_decoding,
-        user_api_base=user_api_base,
-        user_logprobs=user_logprobs,
-        prompt_sha256="",
-        package_version=__version__,
-        consensus_stopping=consensus_stopping_for(cls, overrides, samples),
-        agent=agent,
-    )
-    return Draft(config=config, task_ids=task_ids, n_tasks=n_tasks, out=out)
+        return list(overrides.task_ids), None
+    if overrides.tasks is not None:
+        return None, overrides.tasks
+    if preset:
+        return None, preset.n_tasks
+    raise UserError("choose the tasks: --tasks N or --task-ids A,B")
 
 
 def local_user_decoding() -> DecodingConfig:

@@ -38,6 +38,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 from uqh.harness.store import lock as run_lock
 from uqh.rundir.atomic import atomic_write_text, check_creatable
 from uqh.rundir.errors import RunDirWriteError, UserError
+from uqh.rundir.output_dir import enclosing_run_dir
 from uqh.rundir.reader import RunDir, checkpoint_path
 from uqh.rundir.schema import (
     ENDPOINT_FIELDS,
@@ -72,8 +73,11 @@ class SidecarBytes(NamedTuple):
 
 def check_out_dir(run_dir: Path) -> None:
     """Raise UserError unless ``run_dir`` can hold a run (new, empty, or an existing run that no other process is
-    writing). Writes nothing."""
+    writing), and not inside another run directory (only that run's writer adds files there). Writes nothing."""
     run_dir = Path(run_dir)
+    inside = enclosing_run_dir(run_dir.parent)
+    if inside is not None:
+        raise UserError(f"--out {run_dir} is inside the run directory {inside}; choose a directory outside it")
     if run_dir.exists():
         if not run_dir.is_dir():
             raise UserError(f"--out {run_dir} exists and is not a directory; choose a new directory")
@@ -475,8 +479,11 @@ def write_records_file(run_dir: Path, name: str, records: Sequence[Any]) -> None
 
 def check_new_dir(run_dir: Path, flag: str = "--out") -> None:
     """Raise UserError unless ``run_dir`` is new (and can be created) or an empty directory: a run written at once
-    (:func:`write_imported_run`) never joins or resumes another. Writes nothing."""
+    (:func:`write_imported_run`) never joins or resumes another, nor lies inside one. Writes nothing."""
     run_dir = Path(run_dir)
+    inside = enclosing_run_dir(run_dir.parent)
+    if inside is not None:
+        raise UserError(f"{flag} {run_dir} is inside the run directory {inside}; choose a directory outside it")
     if not run_dir.exists():
         check_creatable(run_dir, flag)
         return

@@ -61,10 +61,12 @@ class Viewer:
     def update(self) -> bool:
         """Scan the paths again and apply what changed; returns whether anything did."""
         found = find_directories(self.paths)
-        known = {r.path: r for r in self.runs.values()}
-        if set(known) == set(found.runs) and found.judges == self.judges and found.probes == self.probes:
+        # a directory deleted and made again at the same path (a run started afresh) is another run
+        known = {r.path: r for r in self.runs.values() if r.is_same_run()}
+        if (len(known) == len(self.runs) and set(known) == set(found.runs) and found.judges == self.judges
+                and found.probes == self.probes):
             return False
-        runs = {k: r for k, r in self.runs.items() if r.path in set(found.runs)}
+        runs = {k: r for k, r in self.runs.items() if known.get(r.path) is r and r.path in set(found.runs)}
         for path in found.runs:
             if path not in known:
                 runs[str(self.next_key)] = ViewedRun.open(str(self.next_key), path)

@@ -7,8 +7,8 @@ and the delay until a new run is listed):
 - **watch** (the ``view`` extra's ``watchfiles``: inotify on Linux): the folders are scanned again only when a
   directory appears or disappears or a manifest is written, never for the appends and checkpoints of a run that is
   writing;
-- **poll** (without watchfiles, or when watching fails, e.g. the inotify watch limit is reached): scanned again
-  every :data:`POLL_SECONDS`.
+- **poll** (without watchfiles, or when watching fails, e.g. the inotify watch limit is reached, and while a folder
+  given on the command line is deleted: a watch on it sees nothing more): scanned again every :data:`POLL_SECONDS`.
 
 A scan runs in a worker thread (it walks folders and reads manifests); the server's event loop keeps answering.
 """
@@ -34,6 +34,7 @@ POLL_SECONDS = 2.0
 DEBOUNCE_MS, STEP_MS = 1600, 50
 #: File names whose creation or removal can change what the viewer lists.
 MANIFESTS = {MANIFEST_FILE, JUDGE_MANIFEST_FILE, PROBE_MANIFEST_FILE}
+#: What :func:`follow` accepts: ``auto`` watches when watchfiles is installed, ``poll`` never watches.
 METHODS = ("auto", "watch", "poll")
 
 
@@ -107,6 +108,8 @@ async def follow(viewer: Viewer, stop: asyncio.Event, method: str = "auto") -> N
     """Keep ``viewer`` up to date until ``stop`` is set: by watching (``auto`` when watchfiles is installed, or
     ``watch``) while the given folders exist, else by polling (``poll``, or watchfiles missing or failing; a
     deleted folder is polled for until it is back, then watched again). ``viewer.follow_method`` says which."""
+    if method not in METHODS:
+        raise ValueError(f"follow method {method!r} is not one of {METHODS}")
     can_watch = method in ("auto", "watch") and watchfiles_installed()
     while not stop.is_set():
         if can_watch and root_ids(viewer) is not None:

@@ -27,7 +27,7 @@ from uqh.rundir.judgments import JudgeDir
 from uqh.rundir.line_index import LineIndex
 from uqh.rundir.probes import ProbeDir
 from uqh.rundir.qz_file import qz_for_runs
-from uqh.rundir.reader import RunDir
+from uqh.rundir.reader import RunDir, manifest_stamp, read_manifest_file
 from uqh.rundir.schema import QZ_FILE, Episode, LogprobRow, PartialEpisode, Step, StopReason
 from uqh.scoring.registry import BASE_RATE, PREDICTORS, predictor_label
 from uqh.scoring.streams import episode_step_values
@@ -81,15 +81,38 @@ class ViewedRun:
     list_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     page_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     checkpoint_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: The manifest's (inode, mtime, size) when last found to be this run's (:meth:`is_same_run`).
+    manifest_stamp: tuple[int, int, int] | None = None
 
     @classmethod
     def open(cls, key: str, path: Path) -> "ViewedRun":
-        run = cls(key=key, path=path)
+        run = cls(key=key, path=path, manifest_stamp=manifest_stamp(path))
         try:
             run.reader = RunDir.open(path)
         except UserError as exc:
             run.error = str(exc)
         return run
+
+    def is_same_run(self) -> bool:
+        """Whether the directory still holds the run opened (False: it was deleted and a run started afresh at the
+        same path). A manifest not rewritten since (same stamp) is; a rewritten one (a resume records its session)
+        is when its creation time and config hash are unchanged."""
+        stamp = manifest_stamp(self.path)
+        if stamp == self.manifest_stamp:
+            return True
+        if stamp is None:
+            return False
+        try:
+            manifest = read_manifest_file(self.path)
+        except UserError:
+            return self.reader is None
+        if self.reader is None:
+            return False
+        old = self.reader.manifest
+        if (manifest.created_at, manifest.config_hash) != (old.created_at, old.config_hash):
+            return False
+        self.manifest_stamp = stamp
+        return True
 
     # ------------------------------------------------------------------ the run list
 

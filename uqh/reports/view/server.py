@@ -12,7 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from uqh.reports.view.app import Viewer, make_app
-from uqh.reports.view.follow import follow
+from uqh.reports.view.follow import METHODS, follow
 from uqh.rundir.errors import UserError
 
 
@@ -41,6 +41,8 @@ class ViewServer:
     """The viewer over ``paths`` on a bound socket; :meth:`serve` blocks until :meth:`stop`."""
 
     def __init__(self, paths: list[Path], host: str = "127.0.0.1", port: int = 0, follow: str = "auto"):
+        if follow not in METHODS:
+            raise ValueError(f"follow={follow!r} is not one of {METHODS}")
         self.viewer = Viewer(paths)  # UserError for a path that is not there, before binding
         self.sock = bind(host, port)
         self.host = host
