@@ -37,6 +37,9 @@ def test_quick_plan_runs_the_four_benchmarks_offline_and_continues_each():
     assert plan.runs["paper-webshop"].domain_options == {"goal_source": "synthetic"}
     assert plan.runs["paper-tau2-retail"].user_model == "local:smollm2"
     assert plan.runs["paper-hotpotqa"].tasks == 2 and plan.runs["paper-hotpotqa"].step_budget == 3
+    # the user's `all` wins over the protocol's per-preset settings (tasks 6 / 4 / 3 / 1), the rest stays
+    plan = build_plan([], quick=True, settings=["all:tasks=1"])
+    assert {o.tasks for o in plan.runs.values()} == {1} and plan.runs["paper-webshop"].step_budget == 3
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -97,7 +100,7 @@ def test_quick_protocol_end_to_end_resumes_and_keeps_one_report(fake_server, tmp
         # progress throughout: every step announced, and the runner's own progress lines for runs and branches
         for i, name in enumerate(QUICK_PRESETS, 1):
             assert f"[{i}/8] run {name}" in first.out and f"[{i + 4}/8] continue {name}" in first.out
-        assert "run paper-hotpotqa:" in first.err and "uqh continue" in first.err
+        assert "uqh run: 4 episodes to run" in first.err and "uqh continue: " in first.err
         runs = [out / name for name in QUICK_PRESETS]
         episodes = {d: (d / "episodes.jsonl").read_bytes() for d in runs}
         conts = [d for d in out.iterdir() if d.name.endswith("-continue")]
@@ -154,3 +157,15 @@ def _renders_without_console_error(html):
             shown = page.locator(f"table[data-table='{name}'] tbody tr:not([hidden])").count()
             assert 0 < shown < total
         assert errors == []
+
+
+def test_a_local_user_simulator_under_a_preset_gets_the_local_cap():
+    """The quick protocol simulates Tau2's user with the local model: it gets the local user decoding (128 tokens),
+    not the preset's API user model's 2,048 (a 135M model rambles to the cap on every turn)."""
+    from uqh.harness.config.build import RunOverrides, draft, local_user_decoding
+    from uqh.harness.config.presets import get_preset
+
+    preset = get_preset("paper-tau2-retail")
+    local = draft(preset, RunOverrides(user_model="local:smollm2")).config.user_decoding
+    assert local == local_user_decoding() and local.max_tokens == 128
+    assert draft(preset, RunOverrides()).config.user_decoding == preset.user_decoding  # the paper's user: unchanged

@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="resolved branches a continued prefix needs to be retained in the report (default 5; "
                         "--quick 1)")
     x = p.add_argument_group("execution")
-    x.add_argument("--concurrency", type=arg_types.count, metavar="C", help="episodes in flight (default 8; 2 for local:)")
+    x.add_argument("--concurrency", type=arg_types.count, metavar="C", help="episodes in flight (default 8; 4 for local:)")
     x.add_argument("--bootstrap", type=arg_types.resamples, default=1000, metavar="N", help="the report's bootstrap resamples (default 1000)")
     x.add_argument("--dry-run", action="store_true", help="print the plan; call no model, write nothing")
 
@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         print(f"report   every run and continuation under {plan.out} -> {report_dir} (--min-valid {min_valid})")
         return 0
-    configs = check_plan(plan)  # every preset resolved before the first episode runs
-    result = run_plan(plan, configs, announce=lambda line: print(f"uqh regenerate: {line}", flush=True))
+    prepared = check_plan(plan)  # every preset prepared before the first episode runs
+    result = run_plan(plan, prepared, announce=lambda line: print(f"uqh regenerate: {line}", flush=True))
     if result.stopped is not None:
         print(f"uqh regenerate: stopped at {result.stopped}; run the same command again to resume", file=sys.stderr)
         return result.exit_code

@@ -7,9 +7,9 @@ A :class:`RegeneratePlan` is typed data: the presets to run, per preset the :cla
 :func:`quick_plan` is the ``--quick`` protocol: the four benchmarks on the local model, small enough to finish in
 minutes on a laptop.
 
-:func:`check_plan` resolves every run before anything is written (a bad option for the fourth preset fails before
-the first runs); :func:`run_plan` then runs the steps one after another in this process -- ``run_batch`` per
-preset (finished episodes are skipped), ``run_continuations`` per continued run (finished branches are kept) -- so
+:func:`check_plan` prepares every run before anything is written (a bad option for the fourth preset fails before
+the first runs); :func:`run_plan` then runs the steps one after another in this process -- each preset's run as
+``uqh run`` runs it (:mod:`uqh.harness.launch`; finished episodes are skipped), ``run_continuations`` per continued run (finished branches are kept) -- so
 calling it again resumes where it stopped and, once everything is done, runs nothing. The combined report is the
 command's last step (reports sit beside the harness, not under it).
 """
@@ -22,12 +22,12 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, RunOverrides, draft, resolve_config
+from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, RunOverrides, draft
 from uqh.harness.config.presets import PRESETS, expand, get_preset
-from uqh.harness.config.settings import BatchSettings
+from uqh.harness.config.settings import BatchSettings, RunSettings
 from uqh.harness.continuation import (PrefixSample, censored_population, load_source, plan_continuations,
                                       run_continuations)
-from uqh.harness.runner import run_batch
+from uqh.harness.launch import PreparedRun, execute, prepare
 from uqh.rundir.errors import UserError
 from uqh.rundir.reader import is_run_dir
 from uqh.rundir.schema import RunConfig
@@ -139,9 +139,13 @@ def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def overrides_for(preset: str, settings: dict[str, dict[str, Any]]) -> RunOverrides:
-    """The :class:`RunOverrides` of ``preset``: the ``all`` settings, then the preset's own (which win)."""
-    tree = _merged(settings.get(ALL, {}), settings.get(preset, {}))
+def overrides_for(preset: str, *layers: dict[str, dict[str, Any]]) -> RunOverrides:
+    """The :class:`RunOverrides` of ``preset``: each layer's ``all`` settings, then its own for the preset (which
+    win), layer after layer -- the quick protocol's, then the command line's, so an option the user gives wins
+    over the protocol's whether it names the preset or ``all``."""
+    tree: dict[str, Any] = {}
+    for layer in layers:
+        tree = _merged(_merged(tree, layer.get(ALL, {})), layer.get(preset, {}))
     if "out" in tree:
         raise UserError(f"--set {preset}:out is not an option: runs go to --out/PRESET")
     try:
@@ -161,7 +165,7 @@ def build_plan(names: list[str], *, quick: bool = False, settings: list[str] = (
     presets: list[str] = []
     for name in names or (QUICK_PRESETS if quick else ["paper-all"]):
         presets += [p for p in expand(name) if p not in presets]
-    tree: dict[str, dict[str, Any]] = quick_settings() if quick else {}
+    tree: dict[str, dict[str, Any]] = {}
     for text in settings:
         preset, path, value = parse_setting(text)
         if preset != ALL and preset not in PRESETS:
@@ -178,24 +182,32 @@ def build_plan(names: list[str], *, quick: bool = False, settings: list[str] = (
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UserError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
-    return RegeneratePlan(presets=presets, runs={p: overrides_for(p, tree) for p in presets},
+    base = quick_settings() if quick else {}
+    return RegeneratePlan(presets=presets, runs={p: overrides_for(p, base, tree) for p in presets},
                           continuation=cont_settings, out=out or (QUICK_OUT if quick else Path("runs")),
                           concurrency=concurrency,
                           label="quick protocol (local model, reduced)" if quick else "paper protocol")
 
 
-def check_plan(plan: RegeneratePlan) -> dict[str, RunConfig]:
-    """Every preset's resolved RunConfig (domain built, tasks listed, API keys and a resumed run's config
-    checked), before anything is written. Raises UserError naming the preset."""
-    configs = {}
+def run_settings(plan: RegeneratePlan, name: str, *, progress: bool = True) -> RunSettings:
+    """The :class:`RunSettings` of ``name``'s run: what ``uqh run --preset NAME`` with the plan's options and
+    ``--out OUT/NAME`` is given."""
+    return RunSettings(preset=name, run=plan.runs[name].model_copy(update={"out": plan.run_dir(name)}),
+                       batch=BatchSettings(concurrency=plan.concurrency, progress=progress))
+
+
+def check_plan(plan: RegeneratePlan, *, progress: bool = True) -> dict[str, PreparedRun]:
+    """Every preset's run prepared as ``uqh run`` prepares it (:func:`uqh.harness.launch.prepare`: domain built,
+    tasks listed, API keys and a resumed run's config checked) and its continuation directory checked, before
+    anything is written. Raises UserError naming the preset."""
+    prepared = {}
     for name in plan.presets:
-        overrides = plan.runs[name].model_copy(update={"out": plan.run_dir(name)})
         try:
-            configs[name] = resolve_config(get_preset(name), overrides)
-            check_continuation(plan, name, configs[name])
+            prepared[name] = prepare(run_settings(plan, name, progress=progress))
+            check_continuation(plan, name, prepared[name].config)
         except UserError as exc:
             raise UserError(f"{name}: {exc}") from None
-    return configs
+    return prepared
 
 
 def check_continuation(plan: RegeneratePlan, name: str, config: RunConfig) -> None:
@@ -245,19 +257,19 @@ class RegenerateResult:
         return sum(s.new for s in self.steps)
 
 
-def run_plan(plan: RegeneratePlan, configs: dict[str, RunConfig], *, progress: bool = True,
+def run_plan(plan: RegeneratePlan, prepared: dict[str, PreparedRun], *, progress: bool = True,
              announce: Callable[[str], None] = print, client_factory=None) -> RegenerateResult:
-    """Run every step of ``plan`` (runs first, then continuations), announcing each as it starts and ends;
-    resumable (see the module docstring). Stops at the first step that does not finish (model failures, an
-    interrupt): its successors would build on missing episodes. ``client_factory``: as for ``run_batch`` (tests)."""
+    """Run every step of ``plan`` (runs first, each as ``uqh run`` runs it: :func:`uqh.harness.launch.execute`;
+    then continuations), announcing each as it starts and ends; resumable (see the module docstring). Stops at the
+    first step that does not finish (model failures, an interrupt): its successors would build on missing
+    episodes. ``client_factory``: as for ``run_batch`` (tests)."""
     result = RegenerateResult()
     continued = plan.continued()
     n_steps = len(plan.presets) + len(continued)
     settings = BatchSettings(concurrency=plan.concurrency, progress=progress)
     for i, name in enumerate(plan.presets, 1):
         announce(f"[{i}/{n_steps}] run {name} -> {plan.run_dir(name)}")
-        summary = run_batch(configs[name], plan.run_dir(name), settings, progress_label=f"run {name}",
-                            client_factory=client_factory)
+        summary = execute(prepared[name], client_factory=client_factory).summary
         step = StepResult("run", name, plan.run_dir(name), summary.planned - summary.skipped,
                           summary.finished_before + summary.stats.done, summary.stats.done, ok=summary.ok)
         result.steps.append(step)
