@@ -175,7 +175,7 @@ def bench_harness(
     base_url: str, concurrency: int, n_calls: int, *, workers: int, step_budget: int = 3, checkpoints: bool = True,
     model: str = "openai/fake",
 ) -> Cell:
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
     from uqh.harness.config.build import prompt_sha256
     from uqh.harness.runner import run_batch
     from uqh.rundir import RunDir

@@ -89,7 +89,7 @@ class KnownQ:
 
 
 def end_to_end(n_prefixes: int, max_branches: int, half_widths: list[float], concurrency: int) -> dict:
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
     from uqh.domains.arithmetic import make_question
     from fake_openai_server import FakeOpenAIServer
     from uqh.harness.continuation import run_continuations

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from uqh.domains.registry import get_domain_class  # noqa: E402
+from uqh.domains.domain_registry import get_domain_class  # noqa: E402
 from uqh.domains.qa.hotpotqa import context_paragraphs  # noqa: E402
 from uqh.domains.qa.retrieval import BM25_SETTINGS, Bm25Retriever, Paragraph, _doc_text, _stemmer  # noqa: E402
 from uqh.domains.qa.strategyqa import fallback_corpus  # noqa: E402

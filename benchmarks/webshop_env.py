@@ -43,7 +43,7 @@ def naive_bm25(query_terms, docs, avgdl, df, n, k1=0.9, b=0.4):
 
 async def bench(args) -> str:
     import uqh  # noqa: F401  (environment defaults)
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
     from uqh.domains.webshop.lucene_analysis import analyze
     from uqh.domains.webshop.search import product_search_text
 

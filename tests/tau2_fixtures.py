@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.tau2.domain import message_from_dict
 from uqh.harness.episode.loop import EpisodeSpec, run_episode
 from uqh.harness.model.client import make_model_client

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from uqh.domains.registry import domain_names, get_domain_class
+from uqh.domains.domain_registry import domain_names, get_domain_class
 from uqh.cli import main
 from uqh.harness.model.client import grammar_text
 from test_runner import solver

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_tau2 import RETAIL_TASK, SOLVED_AGENT, USER_LINES, Script
 
-from uqh.domains.registry import domain_names, get_domain_class
+from uqh.domains.domain_registry import domain_names, get_domain_class
 from uqh.domains.base import Runtime
 from uqh.harness.config.build import RunOverrides, build_client, build_domain, draft, resolve_config
 from uqh.harness.config.settings import ClientSettings

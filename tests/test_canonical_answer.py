@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from uqh.domains.registry import domain_names, get_domain_class
+from uqh.domains.domain_registry import domain_names, get_domain_class
 from uqh.domains.base import Domain
 from uqh.rundir.schema import Attempt, CallRecord, Episode, Step, StopReason
 

@@ -303,7 +303,7 @@ def test_score_offers_self_consistency_predictors(arith_run, capsys):
 
 
 def test_strategyqa_run_and_certify(fake_server, tmp_path, capsys, monkeypatch):
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
     domain = get_domain_class("strategyqa")({})

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from uqh import __version__ as uqh_version
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.arithmetic import make_question
 from uqh.harness import continuation as cont
 from uqh.reports.continuation_audit import audit_continuation

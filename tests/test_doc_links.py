@@ -89,8 +89,8 @@ def test_the_checker_finds_a_missing_file_and_a_missing_anchor(tmp_path, monkeyp
     page.write_text("[ok](b.md) [ok](b.md#real-heading) [ok](b.md#uqh-run-options) [web](https://x.org/y)\n"
                     "[gone](docs/gone.md) [bad](b.md#nope) `[code](nope.md)`\n"
                     "```\n[fenced](nope.md)\n`docs/fenced.md`\n```\n[self](#real)\n"
-                    "Details: `docs/qa-uqh.domains.registry.md`, `docs/real.md`, `docs/*.md`, "
+                    "Details: `docs/qa-uqh.domains.domain_registry.md`, `docs/real.md`, `docs/*.md`, "
                     "`docs/real.md::test_x`, `docs/real.md:12`, `docs/NAME_command.md`.\n")
     assert broken(page) == ["docs/gone.md (no docs/gone.md)", "b.md#nope (no heading #nope in b.md)",
                             "#real (no heading #real in a.md)",
-                            "`docs/qa-uqh.domains.registry.md` (no such file in the repository)"]
+                            "`docs/qa-uqh.domains.domain_registry.md` (no such file in the repository)"]

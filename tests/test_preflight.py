@@ -9,7 +9,7 @@ import pytest
 
 import uqh.harness.model.llama_server as llama_server
 from uqh.cli import main
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.harness.config.build import prompt_sha256
 from uqh.harness.runner import run_batch
 from uqh.rundir.errors import UserError, require_extra

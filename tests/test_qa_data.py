@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import uqh.domains.qa.qa_base as qa_common
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.qa.hotpotqa import context_paragraphs
 from uqh.domains.data_files import data_sha256, read_data_bytes
 from uqh.domains.qa.qa_base import PACKAGED_DATA, DataSource, load_rows, resolve_data_source

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.base import InvalidAction, RecordedStep, ReplayMismatch
 from uqh.domains.qa.hotpotqa import exact_match, f1_score, normalize_answer
 from uqh.domains.qa.strategyqa import parse_yes_no

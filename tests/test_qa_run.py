@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.base import RecordedStep
 from uqh.cli import main as uqh_main
 from uqh.rundir.schema import StopReason

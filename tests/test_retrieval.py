@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import uqh.domains.qa.retrieval as retrieval
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.qa.retrieval import (
     INDEX_META_FILE,
     Bm25Retriever,

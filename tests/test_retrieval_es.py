@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.qa.retrieval import ES_MAPPINGS, ElasticsearchRetriever, Paragraph, index_elasticsearch
 from uqh.cli import main as uqh_main
 from uqh.rundir.errors import UserError

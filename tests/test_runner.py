@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from uqh.domains.registry import register_domain
+from uqh.domains.domain_registry import register_domain
 from uqh.domains.arithmetic import ArithmeticDomain, make_question
 from uqh.harness.episode.loop import derive_seed
 from uqh.rundir.schema import PartialEpisode

@@ -29,7 +29,7 @@ from tau2_fixtures import (  # noqa: F401 - re-exported for other test modules
     tool,
 )
 
-from uqh.domains.registry import domain_names, get_domain_class
+from uqh.domains.domain_registry import domain_names, get_domain_class
 from uqh.domains.base import InvalidAction
 from uqh.domains.tau2.domain import GREETING, parse_action
 from uqh.harness.episode.loop import recorded_steps

@@ -11,7 +11,7 @@ import pickle
 
 import pytest
 
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.tau2 import shared_db as sdb
 from uqh.domains.tau2.shared_db import CopyOnWriteTable, shared_db
 

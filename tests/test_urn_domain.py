@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from uqh.domains.base import InvalidAction
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.urn import (
     Q_T_KEY, UrnEnv, hidden_draws, success_probability, success_probability_exact, task_parameters,
 )

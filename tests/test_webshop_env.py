@@ -73,7 +73,7 @@ def make_catalog_dir(tmp: Path) -> Path:
 @pytest.fixture
 def domain(tmp_path, monkeypatch):
     import uqh.domains.webshop.goals as goals_mod
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     monkeypatch.setattr(goals_mod, "CACHE_DIR", tmp_path / "cache")
     data = make_catalog_dir(tmp_path)
@@ -353,7 +353,7 @@ def test_action_parse_follows_the_original():
 def test_repair_mode_rejects_unexecutable_actions(tmp_path, monkeypatch, setup, action, match):
     """unexecutable_actions=repair: uqh's earlier rules, every rejected action leaves the page unchanged."""
     import uqh.domains.webshop.goals as goals_mod
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     monkeypatch.setattr(goals_mod, "CACHE_DIR", tmp_path / "cache")
     dom = get_domain_class("webshop")({"data": str(make_catalog_dir(tmp_path)), "split": "all",
@@ -447,7 +447,7 @@ def test_replay_mismatch_detection(domain):
 
 
 def test_domain_task_ids_prompt_and_errors(domain, tmp_path):
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     n = len(domain.resources.goals)
     assert n == 5  # P01: 2 colors x 2 sizes; P04: no options
@@ -478,7 +478,7 @@ def test_domain_task_ids_prompt_and_errors(domain, tmp_path):
 
 def test_page_chars_cuts_page_text_but_keeps_clickables(tmp_path, monkeypatch):
     import uqh.domains.webshop.goals as goals_mod
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     monkeypatch.setattr(goals_mod, "CACHE_DIR", tmp_path / "cache")
     data = make_catalog_dir(tmp_path)

@@ -129,7 +129,7 @@ def test_shared_prefix_catalog_counts_and_splits(tmp_path, monkeypatch):
 
 
 def test_goals_file_option(tmp_path, monkeypatch):
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     cat = C.load_catalog(SHARED)
@@ -199,7 +199,7 @@ def test_human_goal_construction_closed_form(tmp_path):
 
 
 def test_goal_source_auto_human_synthetic(tmp_path, monkeypatch, caplog):
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     products = [rec("A1", "$25.00")]
@@ -232,7 +232,7 @@ def test_goal_source_auto_human_synthetic(tmp_path, monkeypatch, caplog):
 
 @pytest.mark.parametrize("content", ["[1, 2]", '{"A1": [{"instruction": "x"}]}', "{not json", '{"A1": {}}'])
 def test_bad_human_instructions_file_is_a_user_error(tmp_path, monkeypatch, content):
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     monkeypatch.setattr(G, "CACHE_DIR", tmp_path / "cache")
     d = human_dir(tmp_path, [rec("A1", "$5")], {}, None)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.harness.config.build import prompt_sha256
 from uqh.harness.runner import run_batch
 from uqh.rundir.schema import DecodingConfig, RunConfig, StopReason

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from uqh.domains.data_files import find_data_file
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.domains.webshop import catalog as C
 from uqh.domains.webshop import goals as G
 from uqh.domains.webshop.lucene_analysis import analyze, lower_token, tokenize

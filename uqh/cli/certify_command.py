@@ -19,7 +19,7 @@ import sys
 
 from uqh.cli import arg_types
 from uqh.cli.arg_types import finite_float
-from uqh.domains.registry import get_domain_class
+from uqh.domains.domain_registry import get_domain_class
 from uqh.harness.sampling.consensus import RULES, stopping_time
 from uqh.reports.render import add_format_argument, emit
 from uqh.rundir.errors import UserError, read_user_text

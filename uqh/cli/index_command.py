@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.corpus:
         paragraphs, label = read_corpus_file(args.corpus), f"file:{args.corpus}"
     else:
-        from uqh.domains.registry import get_domain_class
+        from uqh.domains.domain_registry import get_domain_class
 
         domain = get_domain_class(args.domain)({"data": args.data} if args.data else {})
         paragraphs, label = domain.default_corpus()

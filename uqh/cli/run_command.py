@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from uqh.cli import arg_types
 from uqh.cli.arg_types import finite_float
 from uqh.cli.arguments import add_backend_arguments, print_endpoint_lines
-from uqh.domains.registry import domain_names, get_domain_class
+from uqh.domains.domain_registry import domain_names, get_domain_class
 from uqh.harness.config.build import LOCAL_GRAMMAR_MAX_TOKENS, LOCAL_MAX_TOKENS, endpoint_overrides
 from uqh.harness.config.plan import plan, run_plan
 from uqh.harness.config.presets import get_preset

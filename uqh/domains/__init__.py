@@ -1,1 +1,1 @@
-"""Benchmarks: one module (or package) per benchmark, registered in :mod:`uqh.domains.registry`."""
+"""Benchmarks: one module (or package) per benchmark, registered in :mod:`uqh.domains.domain_registry`."""

@@ -13,7 +13,7 @@ import math
 import operator
 import re
 
-from uqh.domains.registry import register_domain
+from uqh.domains.domain_registry import register_domain
 from uqh.domains.base import Domain, EnvResponse, Environment, InvalidAction, clean_final_action
 from uqh.domains.tool_offer import BracketTool
 from uqh.rundir.schema import Episode

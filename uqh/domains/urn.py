@@ -21,7 +21,7 @@ from fractions import Fraction
 from math import comb
 
 from uqh.domains.base import Domain, DomainOptions, EnvResponse, Environment, InvalidAction, PositiveInt, option_field
-from uqh.domains.registry import register_domain
+from uqh.domains.domain_registry import register_domain
 from uqh.domains.tool_offer import BracketTool
 from uqh.rundir.schema import Episode
 

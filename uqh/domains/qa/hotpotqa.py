@@ -15,7 +15,7 @@ from typing import Any
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode
 
-from uqh.domains.registry import register_domain
+from uqh.domains.domain_registry import register_domain
 from uqh.domains.base import EnvResponse, InvalidAction, PositiveInt, option_field
 from uqh.domains.qa.qa_base import QADomain, QAOptions, QATask
 from uqh.domains.qa.retrieval import Paragraph, dedupe

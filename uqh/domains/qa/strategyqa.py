@@ -10,7 +10,7 @@ from typing import Any
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode
 
-from uqh.domains.registry import register_domain
+from uqh.domains.domain_registry import register_domain
 from uqh.domains.base import EnvResponse, InvalidAction, PositiveInt, option_field
 from uqh.domains.qa.qa_base import QADomain, QAOptions, QATask, warn_once
 from uqh.domains.tool_offer import BracketTool

@@ -68,7 +68,7 @@ from pydantic import model_validator
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import DecodingConfig, StopReason
 
-from uqh.domains.registry import register_domain
+from uqh.domains.domain_registry import register_domain
 from uqh.domains.base import Domain, DomainOptions, PositiveInt, option_field
 from uqh.domains.tau2.access import (
     GREETING,

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 from uqh.rundir.errors import UserError
 from uqh.rundir.schema import Episode, StopReason
 
-from uqh.domains.registry import register_domain
+from uqh.domains.domain_registry import register_domain
 from uqh.domains.base import Domain, DomainOptions, Environment, NonNegativeInt, option_field
 from uqh.domains.tool_offer import BracketTool
 

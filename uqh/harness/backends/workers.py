@@ -51,7 +51,7 @@ _QUEUES_UNTIL_EXIT: list = []
 _WORKER_PRELOAD = [
     "uqh", "uqh.harness.backends.event_loop", "uqh.harness.backends.workers", "uqh.harness.store.writer",
     "uqh.harness.model.client", "uqh.harness.model.transports", "uqh.harness.model.endpoints",
-    "uqh.domains.registry", "aiohttp", "tenacity",
+    "uqh.domains.domain_registry", "aiohttp", "tenacity",
 ]
 
 
@@ -188,7 +188,7 @@ def worker_preload(config: RunConfig, model: str, api_base: str | None) -> list[
     """The modules the workers of this run need: the harness, the run's domain module and, when any model call
     of the run goes through litellm (the agent's, or a user simulator's), litellm itself (a ~3 s CPU import that
     would otherwise be paid once per worker)."""
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
     from uqh.harness.model.client import is_openai_compatible_url
 
     modules = list(_WORKER_PRELOAD)

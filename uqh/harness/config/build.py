@@ -236,7 +236,7 @@ def draft(preset: Preset | None, overrides: RunOverrides) -> Draft:
 
     One merge-and-check per RunConfig field, in field order (the models and the decoding in helpers, called in that
     order), so the first mistake of a command line is the one reported."""
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
     from uqh import __version__
 
     domain_name = overrides.domain or (preset.domain if preset else None)
@@ -453,7 +453,7 @@ def select_tasks(domain: Domain, d: Draft) -> list[str]:
 def build_domain(config: RunConfig) -> Domain:
     """The configured domain instance (options = domain_options, plus ``split`` when the config sets one); its
     ``Options`` validate the options (UserError for an unknown key or a bad value)."""
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
 
     cls = get_domain_class(config.domain)
     options = dict(config.domain_options)
@@ -470,7 +470,7 @@ def build_client(config: RunConfig, served: ServedModel, client: ClientSettings,
     them. ``client_factory(model, api_base)`` replaces :func:`uqh.harness.model.client.make_model_client` (tests)."""
     if client_factory is not None:
         return client_factory(served.model, served.api_base)
-    from uqh.domains.registry import get_domain_class
+    from uqh.domains.domain_registry import get_domain_class
     from uqh.harness.model.client import make_model_client
 
     action_grammar = get_domain_class(config.domain).action_gbnf if config.decoding.grammar else None

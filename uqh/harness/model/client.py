@@ -444,11 +444,7 @@ class ModelClientImpl:
 
     async def complete(self, messages: list[dict], *, seed: int | None = None,
                        tools: list[dict] | None = None) -> Completion:
-        """One chat completion with retries; raises ModelCallFailed when it cannot succeed.
-
-        Slightly over our ~80-line norm on purpose: the retry loop, its classification of failures (transient,
-        fatal, unreachable, malformed, null content) and the accounting of every attempt stay in one place, where the
-        hot path's cost (benchmarks/harness_throughput.py) can be read off directly."""
+        """One chat completion with retries; raises ModelCallFailed (:meth:`_failure`) when it cannot succeed."""
         from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt
 
         seed = self.decoding.seed if seed is None else seed
@@ -511,25 +507,29 @@ class ModelClientImpl:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - everything else is a failed call
-            if unreachable is not None:
-                urls = getattr(self.transport, "urls", None)
-                where = f"any of {', '.join(urls)}" if urls else self.api_base or "the provider"
-                raise EndpointUnreachable(
-                    self._redact(f"{self.model}: cannot reach {where}: {unreachable}"), retries=0) from None
-            short = error_line(exc, self.timeout_s)
-            if breaker.open:
-                raise EndpointsDown(self._redact(f"{self.model}: {breaker.reason()}"), retries=attempts - 1) from None
-            if is_transient(exc):
-                msg = (f"{self.model}: call failed after {attempts} attempts ({attempts - 1} retries); "
-                       f"last error: {short}")
-            else:
-                msg = f"{self.model}: call failed (not retryable): {short}"
-            raise ModelCallFailed(self._redact(msg), retries=attempts - 1) from exc
+            failure = self._failure(exc, attempts, unreachable)
+            raise failure from (None if isinstance(failure, (EndpointUnreachable, EndpointsDown)) else exc)
         latency = time.perf_counter() - t0
         if latency >= SLOW_CALL_S:
             log.info("%s: slow call: %.1f s (%d retries)", self.model, latency, attempts - 1)
         return self._to_completion(resp, retries=attempts - 1, latency_s=latency, seed=seed,
                                    null_answers=null_answers)
+
+    def _failure(self, exc: BaseException, attempts: int, unreachable: str | None) -> ModelCallFailed:
+        """What a call that failed for good raises: the endpoint unreachable (no retry), every endpoint down (the
+        breaker), or the call failed with its last error."""
+        if unreachable is not None:
+            urls = getattr(self.transport, "urls", None)
+            where = f"any of {', '.join(urls)}" if urls else self.api_base or "the provider"
+            return EndpointUnreachable(self._redact(f"{self.model}: cannot reach {where}: {unreachable}"), retries=0)
+        if self.breaker.open:
+            return EndpointsDown(self._redact(f"{self.model}: {self.breaker.reason()}"), retries=attempts - 1)
+        short = error_line(exc, self.timeout_s)
+        if is_transient(exc):
+            msg = f"{self.model}: call failed after {attempts} attempts ({attempts - 1} retries); last error: {short}"
+        else:
+            msg = f"{self.model}: call failed (not retryable): {short}"
+        return ModelCallFailed(self._redact(msg), retries=attempts - 1)
 
     def _sender(self, tools: list[dict] | None) -> Any:
         """The transport's ``send``, given the request's tools when it offers some (only then: a custom transport
