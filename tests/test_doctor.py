@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from environment import unavailable
+
 from uqh.cli import main
 from uqh.harness import doctor
 from uqh.harness.model.llama_server import LLAMA_SERVER_ENV, LOCAL_MODELS
@@ -159,7 +161,7 @@ def test_speed_of_the_real_llama_server(monkeypatch):
     monkeypatch.delenv(LLAMA_SERVER_ENV, raising=False)
     found = doctor.find_server_binary()
     if found.path is None:
-        pytest.skip("no llama-server here")
+        unavailable("no llama-server here (scripts/setup.sh builds one)")  # a failure under CI, which builds it
     assert found.detail.startswith("version: ")
     speed = doctor.measure_speed(doctor.find_model_file("local:smollm2").path, found.path)
     assert speed.tokens == doctor.SPEED_TOKENS and speed.tokens_per_s > 0 and speed.threads >= 1
