@@ -256,9 +256,15 @@ def test_two_endpoints_one_failing_on_ray(cluster, fake_server, tmp_path, capsys
                    "--workers", "2", "--concurrency", "4", "--out", str(tmp_path / "r"), "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and "episodes       20/20 finished" in out
-    assert good.n_requests == 40 and bad.n_requests == 6  # 3 failures per actor, then out of rotation
-    assert f"endpoint       {good.base_url}: 40 calls answered" in out
-    assert f"endpoint       {bad.base_url}: 0 calls answered, 6 failed; taken out of rotation 2 times" in out
+    assert good.n_requests == 40 and f"endpoint       {good.base_url}: 40 calls answered" in out
+    # each actor keeps its own rotation: 3 failures in a row take the endpoint out (without that, about half of the
+    # 40 calls would go to it); a run outlasting the 30 s cooldown (a loaded machine) retries it once per return,
+    # which fails and takes it out again. So at most 3 failures per actor (2) plus one per removal -- and the summary
+    # counts what the server saw
+    line = re.search(rf"{re.escape(bad.base_url)}: 0 calls answered, (\d+) failed; taken out of rotation (\d+) "
+                     r"times?\n", out)
+    failed, removals = int(line.group(1)), int(line.group(2))
+    assert failed == bad.n_requests and removals >= 1 and 3 <= failed <= 3 * 2 + removals, (failed, removals)
     assert RunDir.open(tmp_path / "r").manifest.config.api_bases == [good.base_url, bad.base_url]
 
 
