@@ -256,9 +256,18 @@ def write_results(path: Path, args: argparse.Namespace, sizes: dict[str, int], r
               f"({cold[1] / base_cpu:.2f}x the CPU); in each round (baseline, then the cold page, then the cold "
               f"chunk, one after the other): {paired} (cold first chunk: {chunk}). Warm trajectory page: "
               f"{base_wall / r['full_trajectory_page_warm'][0]:.0f}x faster than reading the episode from disk.", "",
-              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, load average at the end "
-              f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (shared with other jobs), Python "
-              f"{platform.python_version()}.", ""]
+              machine_line(), ""]
+    return write_lines(path, lines)
+
+
+def machine_line() -> str:
+    """The results file's last line: what the figures were measured on (the view benchmarks share it)."""
+    return (f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, load average at the end "
+            f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (shared with other jobs), Python "
+            f"{platform.python_version()}.")
+
+
+def write_lines(path: Path, lines: list[str]) -> str:
     text = "\n".join(lines)
     path.write_text(text)
     return text

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from uqh.reports.view.follow import POLL_SECONDS, watchfiles_installed
 from uqh.reports.view.server import ViewServer
+from view import machine_line, write_lines  # beside this file: the view benchmarks' results footer
 from uqh.rundir.schema import CHECKPOINT_DIR, EPISODES_FILE, MANIFEST_FILE, SIDECAR_FILE, DecodingConfig, Manifest, RunConfig
 
 
@@ -130,12 +130,8 @@ def write_results(path: Path, args: argparse.Namespace, results: dict[str, dict[
     for method, r in results.items():
         lines.append(f"| {method} | {r['idle_cpu']:.4f} | {r['busy_cpu']:.4f} | {r['appear_best']:.2f} / "
                      f"{r['appear_worst']:.2f} | {r['leave_best']:.2f} / {r['leave_worst']:.2f} |")
-    lines += ["", f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, load average at the end "
-              f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (shared with other jobs), Python "
-              f"{platform.python_version()}.", ""]
-    text = "\n".join(lines)
-    path.write_text(text)
-    return text
+    lines += ["", machine_line(), ""]
+    return write_lines(path, lines)
 
 
 def main() -> int:

@@ -307,3 +307,40 @@ def test_a_tools_run_resumes_from_its_checkpoints(fake_server, tmp_path, capsys)
     for assistant, result in zip(messages[2::2], messages[3::2]):
         assert result["tool_call_id"] == assistant["tool_calls"][0]["id"]
     assert len(read_sidecar(out)) == done + 1
+
+
+def test_text_replays_of_a_tools_run_show_its_calls(fake_server, tmp_path, capsys):
+    """A tools turn's content is often empty: the probes' conversation, the judges' trace and the viewer show its
+    calls as ``name(arguments as sent)`` (they showed empty assistant turns before), a react turn unchanged."""
+    from test_probe import SCRIPT  # P(True)'s scripted answer
+
+    from uqh.harness.judge.prompts import render_trace
+    from uqh.reports.view.runs import episode_json
+
+    def rejected_then_solved(body):
+        results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        if not results:
+            return call("sqrt", x="4", confidence=0.5)  # no such tool: rejected, then repaired
+        return tool_solver({"messages": [m for m in body["messages"]
+                                         if not str(m.get("content")).startswith("Your previous answer")]})
+
+    run, probes = tmp_path / "run", tmp_path / "probes"
+    with fake_server(rejected_then_solved) as srv:
+        assert uqh("--domain", "arithmetic", "--agent", "tools", "--task-ids", "arith-0000", "--model", "openai/fake",
+                   "--api-base", srv.base_url, "--out", str(run), "--no-progress") == 0, capsys.readouterr().err
+    (ep,) = read_episodes(run)
+    rejected, calc = ep.steps[0].attempts
+    assert rejected.raw_text == calc.raw_text == "" and rejected.error is not None
+    assert rejected.text_with_calls == 'sqrt({"x": "4", "confidence": 0.5})'
+    assert calc.text_with_calls == f"calc({calc.tool_calls[0].arguments})" and '"expression"' in calc.text_with_calls
+
+    with fake_server("Yes", scripted_logprobs=SCRIPT) as srv:
+        assert main(["probe", str(run), "--probe", "p_true", "--model", "openai/fake", "--api-base", srv.base_url,
+                     "--out", str(probes), "--no-progress"]) == 0, capsys.readouterr().err
+        first = next(r for r in srv.requests if len(r["messages"]) == 6)  # step 1: a repair, then the accepted call
+    assistant = [m["content"] for m in first["messages"] if m["role"] == "assistant"]
+    assert assistant == [rejected.text_with_calls, calc.text_with_calls]
+
+    assert episode_json(ep, {})["steps"][0]["rejected"][0]["raw"] == rejected.text_with_calls
+    failed = ep.model_copy(update={"stop_reason": StopReason.parse_error, "failed_step": [rejected]})
+    assert f"Its last output was:\n{rejected.text_with_calls}\n" in render_trace(failed, "the prompt")

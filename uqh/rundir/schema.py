@@ -220,6 +220,16 @@ class Attempt(_Record):
                           "answer without calls.", exclude_if=_is_none),
     ] = None
 
+    @property
+    def text_with_calls(self) -> str:
+        """The answer as text: its content, then one line per native call, ``name(arguments as sent)``. What a
+        replay in text (probes, judges, the viewer) shows of a ``--agent tools`` turn, whose content is often empty;
+        a react attempt (no calls) is its raw text unchanged."""
+        if not self.tool_calls:
+            return self.raw_text
+        calls = [f"{c.name}({c.arguments})" for c in self.tool_calls]
+        return "\n".join([self.raw_text.rstrip(), *calls] if self.raw_text.strip() else calls)
+
 
 #: The largest token logprob read as such (a probability of at most e^0.001: rounding); above it, or NaN, a call's
 #: tokens are read as missing.

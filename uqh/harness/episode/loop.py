@@ -68,7 +68,9 @@ def build_messages(system_prompt: str, task_prompt: str, steps: list[Step]) -> l
     """The react agent's conversation before the next step (:meth:`ReactAgent.conversation`).
 
     system, user task prompt, then for each step: every rejected attempt (assistant raw text + user repair
-    message) followed by the accepted assistant raw text and the user ``Observation: ...`` message.
+    message) followed by the accepted assistant raw text and the user ``Observation: ...`` message. A run of
+    another agent is replayed in the same text form, its native calls written ``name(arguments)``: a chat API
+    takes no question after a tool call that has no result, and text is what every probe method can send.
     """
     return ReactAgent(system_prompt).conversation(task_prompt, steps)
 

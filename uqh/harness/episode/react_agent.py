@@ -45,11 +45,13 @@ class ReactAgent:
 
     def conversation(self, task_prompt: str, steps: list[Step]) -> list[dict]:
         """System, user task prompt, then for each step: every rejected attempt (assistant raw text + user repair
-        message) followed by the accepted assistant raw text and the user ``Observation: ...`` message."""
+        message) followed by the accepted assistant raw text and the user ``Observation: ...`` message. Steps of
+        another agent's run (the probes replay any run this way) show their native calls as text
+        (:attr:`Attempt.text_with_calls`; a react attempt has none, so its raw text is unchanged)."""
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": task_prompt}]
         for step in steps:
             for att in step.attempts:
-                messages.append({"role": "assistant", "content": att.raw_text})
+                messages.append({"role": "assistant", "content": att.text_with_calls})
                 if att.error is not None:
                     messages.append({"role": "user", "content": repair_message(att.error, self.system_prompt)})
             messages.append(observation_message(step.observation))

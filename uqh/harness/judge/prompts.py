@@ -73,7 +73,7 @@ def _ending(episode: Episode) -> str:
                 f"after {max(0, len(failed) - 1)} repair request(s).")
         if failed:
             last = failed[-1]
-            raw = last.raw_text
+            raw = last.text_with_calls
             if len(raw) > FAILED_OUTPUT_CHARS:
                 raw = raw[:FAILED_OUTPUT_CHARS] + " [...]"
             text += f" Its last output was:\n{raw}\nIt was rejected because: {last.error or 'unknown'}"

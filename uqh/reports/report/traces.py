@@ -77,7 +77,7 @@ def trace_data(scored: list[ScoredRun], max_traces: int) -> dict[str, Any]:
                 "steps": [{"t": st.t, "action": st.action[:600], "obs": st.observation[:1200],
                            "conf_raw": st.confidence_raw} for st in ep.steps],
                 "values": values,
-                "failed": [{"attempt": at.attempt, "error": at.error, "raw": at.raw_text[:600]}
+                "failed": [{"attempt": at.attempt, "error": at.error, "raw": at.text_with_calls[:600]}
                            for at in (ep.failed_step or [])],
                 "judgments": sr.judgments.get(ep.episode_id, []),
             })

@@ -381,7 +381,7 @@ def steps_json(steps: list[Step]) -> list[dict[str, Any]]:
     return [{"t": st.t, "action": st.action, "obs": st.observation, "think": st.think,
              "explanation": st.explanation, "confidence": st.confidence_raw, "conf_raw": st.confidence_raw,
              "repairs": str(st.repair_attempts),
-             "rejected": [{"attempt": a.attempt, "error": a.error, "raw": a.raw_text} for a in st.attempts if a.error]}
+             "rejected": [{"attempt": a.attempt, "error": a.error, "raw": a.text_with_calls} for a in st.attempts if a.error]}
             for st in steps]
 
 
@@ -389,7 +389,7 @@ def episode_json(ep: Episode, values: dict[str, list[float | None]]) -> dict[str
     """The trajectory as the shared chart and transcript (trace_chart.js) draw it; failed attempts kept."""
     return {"id": ep.episode_id, "task": ep.task_id, "text": ep.task_prompt, "stop": ep.stop_reason.value,
             "y": ep.outcome, "reward": ep.reward, "steps": steps_json(ep.steps), "values": values,
-            "failed": [{"attempt": a.attempt, "error": a.error, "raw": a.raw_text} for a in (ep.failed_step or [])],
+            "failed": [{"attempt": a.attempt, "error": a.error, "raw": a.text_with_calls} for a in (ep.failed_step or [])],
             "censored": ep.stop_reason == StopReason.max_steps}
 
 
