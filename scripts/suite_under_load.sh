@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite beside a CPU load of N busy processes (default 10: issue #42's "load 12 on 2 cores").
-# Usage: bash scripts/suite_under_load.sh [N] [LOG]   -- exit status is pytest's; the loops are stopped on any exit.
+# Usage: bash scripts/suite_under_load.sh [N] [LOG]   (LOG: .cache/suite_under_load.log) -- exit status is pytest's; the loops are stopped on any exit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-10}
-log=${2:-suite_under_load.log}
+mkdir -p .cache
+log=${2:-.cache/suite_under_load.log}  # inside the ignored cache folder
 loops=()
 stop_loops() { ((${#loops[@]})) && kill "${loops[@]}" 2>/dev/null; wait "${loops[@]}" 2>/dev/null; }
 trap stop_loops EXIT
