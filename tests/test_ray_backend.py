@@ -11,7 +11,6 @@ one CPU and a small object store per node), against the fake OpenAI server:
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -30,7 +29,7 @@ from uqh.harness.backends.ray_backend import RayBackend  # noqa: E402
 from uqh.cli import main  # noqa: E402
 from uqh.harness.continuation import run_continuations  # noqa: E402
 from uqh.harness.runner import plan_specs, run_batch  # noqa: E402
-from uqh.rundir.errors import RunDirWriteError  # noqa: E402
+from uqh.rundir.errors import RunDirWriteError, UserError  # noqa: E402
 from uqh.rundir.reader import RunDir  # noqa: E402
 from uqh.rundir.schema import EPISODES_FILE  # noqa: E402
 from uqh.harness.config.settings import BatchSettings
@@ -140,14 +139,8 @@ def test_a_node_killed_mid_run_ends_with_exactly_the_planned_episodes(cluster, f
         killed, frozen = threading.Event(), []
 
         def checkpoints() -> tuple[int, int]:
-            files = with_steps = 0
-            for path in (tmp_path / "ray" / "checkpoints").glob("*.json"):
-                try:
-                    with_steps += bool(json.loads(path.read_text())["steps"])
-                    files += 1
-                except (OSError, ValueError, KeyError):
-                    pass  # finished and removed meanwhile
-            return files, with_steps
+            steps = checkpointed_steps(tmp_path / "ray")
+            return len(steps), sum(n > 0 for n in steps)  # (files, files with a step)
 
         def kill_when_busy() -> None:
             while srv.n_requests < 80:
@@ -268,6 +261,16 @@ def test_two_endpoints_one_failing_on_ray(cluster, fake_server, tmp_path, capsys
     assert RunDir.open(tmp_path / "r").manifest.config.api_bases == [good.base_url, bad.base_url]
 
 
+def checkpointed_steps(run_dir: Path) -> list[int]:
+    """Steps per checkpoint of a run being written, read as uqh reads them (``RunDir.live_checkpoints``: a file
+    that vanished as its episode finished is left out); none before the manifest exists."""
+    try:
+        reader = RunDir.open(run_dir)
+    except UserError:
+        return []
+    return [len(p.steps) for p in reader.live_checkpoints()[0].values()]
+
+
 def _uqh(argv: list[str], cwd: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, "-m", "uqh.cli", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -340,19 +343,6 @@ def test_sigint_before_any_episode_finishes_still_counts_the_calls_made(cluster,
     them, as the local backend does. (On the module's cluster: a Ray instance of the command's own is the SIGINT
     test above.)"""
     out_dir = tmp_path / "run"
-
-    def checkpointed_steps() -> int:
-        """Steps in the checkpoint files: each was collected by a poll that also took its actor's unaccounted
-        calls (at least one per step), so the summary must count at least this many -- an event to wait for, not
-        a sleep that a loaded machine outlasts."""
-        steps = 0
-        for path in (out_dir / "checkpoints").glob("*.json"):
-            try:
-                steps += len(json.loads(path.read_text())["steps"])
-            except (OSError, ValueError, KeyError):
-                pass  # being replaced
-        return steps
-
     with fake_server(calc_then_finish(100), latency_s=0.05) as srv:  # long episodes: none finishes before the signal
         argv = ["run", "--domain", "arithmetic", "--model", "openai/fake", "--api-base", srv.base_url, "--tasks",
                 "4", "--step-budget", "105", "--concurrency", "4", "--out", str(out_dir), "--no-progress",
@@ -360,7 +350,11 @@ def test_sigint_before_any_episode_finishes_still_counts_the_calls_made(cluster,
         proc = _uqh(argv, tmp_path)
         try:
             deadline = time.monotonic() + scaled(300)
-            while (collected := checkpointed_steps()) < 20 and time.monotonic() < deadline and proc.poll() is None:
+            # each checkpointed step was collected by a poll that also took its actor's unaccounted calls (at least
+            # one per step), so the summary must count at least this many: an event to wait for, not a sleep that a
+            # loaded machine outlasts
+            while ((collected := sum(checkpointed_steps(out_dir))) < 20 and time.monotonic() < deadline
+                   and proc.poll() is None):
                 time.sleep(0.05)
             os.killpg(proc.pid, signal.SIGINT)
             out, err = (s.decode() for s in proc.communicate(timeout=scaled(60)))
